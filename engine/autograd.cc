@@ -1,0 +1,188 @@
+#include "engine/autograd.h"
+
+#include <algorithm>
+#include <atomic>
+#include <unordered_map>
+
+#include "engine/ops.h"
+
+namespace rt {
+namespace {
+thread_local bool t_grad_enabled = true;
+std::atomic<uint64_t> g_next_seq{0};
+
+// Out-of-place sum of two gradients (either may be undefined).
+Tensor sum_grads(const Tensor& a, const Tensor& b) {
+  if (!a.defined()) return b;
+  if (!b.defined()) return a;
+  return add(a, b);
+}
+
+void check_grad_matches(const Tensor& g, const Shape& want, const char* what) {
+  RT_CHECK(g.shape() == want, "autograd: ", what, " produced a gradient of shape ", shape_str(g.shape()),
+           " for a value of shape ", shape_str(want), " (a bug in that op's backward)");
+}
+
+}  // namespace
+
+bool grad_enabled() { return t_grad_enabled; }
+NoGradGuard::NoGradGuard() : prev_(t_grad_enabled) { t_grad_enabled = false; }
+NoGradGuard::~NoGradGuard() { t_grad_enabled = prev_; }
+
+bool any_requires_grad(const std::vector<Tensor>& inputs) {
+  if (!t_grad_enabled) return false;
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) return true;
+  return false;
+}
+
+void record(const char* name, Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward) {
+  if (!any_requires_grad(inputs)) return;
+  auto node = std::make_shared<Node>();
+  node->seq = g_next_seq++;
+  node->name = name;
+  node->out_shape = out.shape();
+  node->backward = std::move(backward);
+  node->inputs.reserve(inputs.size());
+  for (const Tensor& t : inputs) {
+    Edge e;
+    if (t.defined() && t.requires_grad()) {
+      if (t.is_leaf()) e.leaf = t.impl_ptr();
+      else e.node = t.impl().autograd.grad_fn;
+    }
+    node->inputs.push_back(std::move(e));
+  }
+  out.impl().autograd.requires_grad = true;
+  out.impl().autograd.grad_fn = std::move(node);
+}
+
+// ---- Tensor's autograd methods ------------------------------------------------------
+
+Tensor& Tensor::set_requires_grad(bool r) {
+  RT_CHECK(is_leaf(), "set_requires_grad: ", str(), " is the result of an op; only leaves can be marked");
+  RT_CHECK(!r || is_floating(dtype()), "set_requires_grad: only floating-point tensors can require grad, got ", str());
+  impl().autograd.requires_grad = r;
+  return *this;
+}
+
+Tensor Tensor::grad() const {
+  const auto& g = impl().autograd.grad;
+  return g ? Tensor(g) : Tensor();
+}
+
+void Tensor::set_grad(const Tensor& g) {
+  if (g.defined()) check_grad_matches(g, shape(), "set_grad");
+  impl().autograd.grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+
+void Tensor::zero_grad() const { impl().autograd.grad = nullptr; }
+
+void Tensor::register_grad_ready_hook(GradReadyHook hook) {
+  RT_CHECK(is_leaf() && requires_grad(), "register_grad_ready_hook: ", str(),
+           " is not a leaf that requires grad (hooks belong on parameters)");
+  impl().autograd.ready_hooks.push_back(std::move(hook));
+}
+
+namespace {
+
+// leaf.grad += g, then its hooks (Note [Gradient-ready hooks]).
+void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
+  Tensor param(leaf);
+  if (g.defined()) {
+    check_grad_matches(g, leaf->shape, "backward");
+    if (leaf->autograd.grad) {
+      add_(Tensor(leaf->autograd.grad), g);
+    } else {
+      // A fresh copy in the leaf's own layout: `g` may alias a gradient that flows on
+      // elsewhere (add's backward hands the same tensor to both inputs).
+      Tensor own = Tensor::empty(leaf->shape, leaf->dtype, leaf->storage->device, leaf->format);
+      own.copy_(g);
+      leaf->autograd.grad = own.impl_ptr();
+    }
+  }
+  for (auto& hook : leaf->autograd.ready_hooks) hook(param);
+}
+
+}  // namespace
+
+void Tensor::backward(const Tensor& seed_in, bool retain_graph) const {
+  RT_CHECK(requires_grad(), "backward: ", str(), " does not require grad (no input of the ops that produced it "
+           "requires grad, or it was computed under NoGradGuard)");
+  Tensor seed = seed_in;
+  if (!seed.defined()) {
+    RT_CHECK(numel() == 1, "backward: ", str(), " is not a scalar; pass a seed gradient of the same shape");
+    seed = Tensor::full(shape(), 1.0, dtype(), device(), format());
+  } else {
+    RT_CHECK(seed.shape() == shape(), "backward: seed shape ", shape_str(seed.shape()), " differs from ", str());
+    check_same_device(seed, *this, "backward");
+    check_same_dtype(seed, *this, "backward");
+  }
+  NoGradGuard no_grad;  // backward formulas are not recorded
+  if (is_leaf()) {
+    finish_leaf(impl_ptr(), seed);
+    return;
+  }
+
+  // Collect the reachable part of the tape and count each leaf's consumers.
+  std::vector<std::shared_ptr<Node>> nodes;
+  std::unordered_map<Node*, bool> seen;
+  std::unordered_map<TensorImpl*, int> pending;   // leaf -> consumers still to run
+  std::unordered_map<TensorImpl*, Tensor> leaf_grad;
+  std::vector<Node*> stack{impl().autograd.grad_fn.get()};
+  std::unordered_map<Node*, std::shared_ptr<Node>> owner{{stack[0], impl().autograd.grad_fn}};
+  seen[stack[0]] = true;
+  while (!stack.empty()) {
+    Node* n = stack.back();
+    stack.pop_back();
+    RT_CHECK(!n->released, "backward: trying to backward through the graph a second time (op '", n->name,
+             "'): its saved tensors were freed by the first backward. Pass retain_graph=true to the first "
+             "backward, or run the forward again.");
+    nodes.push_back(owner[n]);
+    for (Edge& e : n->inputs) {
+      if (e.node && !seen[e.node.get()]) {
+        seen[e.node.get()] = true;
+        owner[e.node.get()] = e.node;
+        stack.push_back(e.node.get());
+      }
+      if (e.leaf) pending[e.leaf.get()]++;
+    }
+  }
+  std::sort(nodes.begin(), nodes.end(), [](const auto& a, const auto& b) { return a->seq > b->seq; });
+
+  nodes.front()->grad = seed;
+  for (auto& node : nodes) {
+    Tensor g = std::move(node->grad);
+    node->grad = Tensor();
+    std::vector<Tensor> grads;
+    if (g.defined()) {
+      std::vector<bool> needs;
+      for (const Edge& e : node->inputs) needs.push_back(e.node || e.leaf);
+      grads = node->backward(g, needs);
+      RT_CHECK(grads.size() == node->inputs.size(), "autograd: op '", node->name, "' returned ", grads.size(),
+               " gradients for ", node->inputs.size(), " inputs");
+    }
+    if (!retain_graph) {
+      node->backward = nullptr;  // frees everything the closure saved
+      node->released = true;
+    }
+    for (size_t i = 0; i < node->inputs.size(); ++i) {
+      Edge& e = node->inputs[i];
+      const Tensor gi = i < grads.size() ? grads[i] : Tensor();
+      if (e.node) {
+        if (gi.defined()) {
+          check_grad_matches(gi, e.node->out_shape, node->name);
+          e.node->grad = sum_grads(e.node->grad, gi);
+        }
+      } else if (e.leaf) {
+        TensorImpl* key = e.leaf.get();
+        leaf_grad[key] = sum_grads(leaf_grad[key], gi);
+        if (--pending[key] == 0) {
+          finish_leaf(e.leaf, leaf_grad[key]);
+          leaf_grad.erase(key);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace rt

@@ -1,0 +1,67 @@
+// Tape-based reverse-mode autograd.
+//
+// Every differentiable op that runs while gradients are enabled and has an input that
+// requires grad appends a Node to the tape: its position (seq), edges to the nodes or
+// leaves that produced its inputs, and a backward closure that captures only what the
+// backward formula needs. backward() collects the nodes reachable from the root and runs
+// them in reverse tape order (a valid reverse topological order, since an op is always
+// recorded after the ops that produced its inputs), then frees their closures and with
+// them the saved tensors.
+//
+// Note [Gradient-ready hooks]: a leaf's gradient is final once every node that consumed
+// it has run. backward() counts those consumers up front and fires the leaf's hooks the
+// moment its count reaches zero, while later nodes are still to run. Data-parallel
+// training launches bucketed all-reduces from these hooks so communication overlaps the
+// rest of backward.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rt {
+
+// Maps the gradient of an op's output to one gradient per recorded input; returns an
+// undefined tensor where needs[i] is false (or where the gradient is zero by construction).
+using BackwardFn = std::function<std::vector<Tensor>(const Tensor& grad_out, const std::vector<bool>& needs)>;
+
+struct Edge {
+  std::shared_ptr<Node> node;         // input produced by a recorded op, or
+  std::shared_ptr<TensorImpl> leaf;   // input is a leaf that requires grad, or neither
+};
+
+struct Node {
+  uint64_t seq = 0;         // position on the tape
+  const char* name = "";    // op name, for error messages
+  std::vector<Edge> inputs;
+  BackwardFn backward;      // reset after it ran (unless the graph is retained)
+  bool released = false;
+  Tensor grad;              // gradient of the output, accumulated during backward
+  Shape out_shape;          // for checking what flows back
+};
+
+bool grad_enabled();
+
+// Disables recording for its scope (evaluation, optimizer updates, backward itself).
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool prev_;
+};
+
+// True when an op over `inputs` must be recorded.
+bool any_requires_grad(const std::vector<Tensor>& inputs);
+
+// Records `out` as the result of op `name` over `inputs` (undefined inputs are skipped as
+// non-differentiable). No-op when recording is off or no input requires grad.
+void record(const char* name, Tensor& out, const std::vector<Tensor>& inputs, BackwardFn backward);
+
+}  // namespace rt

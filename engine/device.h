@@ -1,0 +1,66 @@
+// Devices and their allocators. Every device has an allocator with statistics from the
+// start (current and peak bytes), so memory is measured the same way on CPU and GPU.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+
+namespace rt {
+
+enum class DeviceType : uint8_t { cpu, cuda };
+
+struct Device {
+  DeviceType type = DeviceType::cpu;
+  int index = 0;
+
+  static Device cpu() { return {DeviceType::cpu, 0}; }
+  static Device cuda(int index = 0) { return {DeviceType::cuda, index}; }
+  // "cpu", "cuda", "cuda:1". Throws rt::Error naming the accepted forms otherwise.
+  static Device parse(const std::string& s);
+
+  bool is_cpu() const { return type == DeviceType::cpu; }
+  bool is_cuda() const { return type == DeviceType::cuda; }
+  std::string str() const;
+  bool operator==(const Device& o) const { return type == o.type && index == o.index; }
+  bool operator!=(const Device& o) const { return !(*this == o); }
+};
+
+// Number of usable CUDA devices; 0 (never an error) when there is no GPU or driver.
+int cuda_device_count();
+// The best device present: cuda:0 when a GPU is usable, else cpu.
+Device default_device();
+
+struct AllocatorStats {
+  int64_t current_bytes = 0;   // bytes handed out and not yet returned
+  int64_t peak_bytes = 0;      // maximum of current_bytes since the last reset_peak()
+  int64_t num_allocs = 0;      // allocate() calls
+  int64_t num_frees = 0;       // deallocate() calls
+};
+
+class Allocator {
+ public:
+  virtual ~Allocator() = default;
+  // Returns memory for `bytes` (64-byte aligned at least) or throws rt::Error saying how
+  // much was asked for and what to do about it.
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
+  virtual Device device() const = 0;
+
+  AllocatorStats stats() const;
+  void reset_peak();
+
+ protected:
+  void note_alloc(size_t bytes);
+  void note_free(size_t bytes) noexcept;
+
+ private:
+  mutable std::mutex mu_;
+  AllocatorStats stats_;
+};
+
+// The process-wide allocator of a device (created on first use).
+Allocator& allocator_for(Device d);
+
+}  // namespace rt

@@ -1,0 +1,75 @@
+#include "engine/gradcheck.h"
+
+#include <cmath>
+#include <sstream>
+
+#include "engine/autograd.h"
+#include "engine/random.h"
+
+namespace rt {
+
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
+  for (const Tensor& t : inputs) {
+    if (!t.defined()) continue;
+    RT_CHECK(t.device().is_cpu() && t.dtype() == DType::f64 && t.is_leaf(),
+             "gradcheck: inputs must be f64 CPU leaf tensors, got ", t.str());
+  }
+  for (const Tensor& t : inputs)
+    if (t.defined() && t.requires_grad()) t.zero_grad();
+
+  Tensor y = f(inputs);
+  RT_CHECK(y.requires_grad(), "gradcheck: the output does not require grad; mark an input with set_requires_grad");
+  Generator g(opt.seed);
+  Tensor r = randn(y.shape(), g, DType::f64, Device::cpu(), y.format());
+  const std::vector<double> rv = r.to_vector<double>();
+  y.backward(r);
+
+  // L(x) = sum(r * f(x)), in logical order, without recording.
+  auto loss = [&]() {
+    NoGradGuard ng;
+    const std::vector<double> v = f(inputs).to_vector<double>();
+    double s = 0;
+    for (size_t i = 0; i < v.size(); ++i) s += v[i] * rv[i];
+    return s;
+  };
+
+  GradcheckResult res;
+  std::ostringstream msg;
+  int reported = 0;
+  for (size_t k = 0; k < inputs.size(); ++k) {
+    const Tensor& x = inputs[k];
+    if (!x.defined() || !x.requires_grad()) continue;
+    Tensor ga = x.grad();
+    const std::vector<double> analytic = ga.defined() ? ga.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
+    // Perturb in memory order; map memory index -> logical index for the comparison.
+    const std::vector<int64_t> st = strides_of(x.shape(), x.format());
+    double* p = x.data<double>();
+    for (int64_t li = 0; li < x.numel(); ++li) {
+      int64_t rem = li, mi = 0;
+      for (int d = x.ndim() - 1; d >= 0; --d) {
+        mi += (rem % x.shape()[d]) * st[d];
+        rem /= x.shape()[d];
+      }
+      const double orig = p[mi];
+      p[mi] = orig + opt.eps;
+      const double lp = loss();
+      p[mi] = orig - opt.eps;
+      const double lm = loss();
+      p[mi] = orig;
+      const double numeric = (lp - lm) / (2 * opt.eps);
+      const double err = std::abs(analytic[li] - numeric);
+      res.max_abs_err = std::max(res.max_abs_err, err);
+      if (err > opt.atol + opt.rtol * std::abs(numeric)) {
+        res.ok = false;
+        if (reported++ < 10)
+          msg << "input " << k << " " << x.str() << " element " << li << ": analytic " << analytic[li]
+              << ", numeric " << numeric << "\n";
+      }
+    }
+  }
+  res.message = msg.str();
+  return res;
+}
+
+}  // namespace rt

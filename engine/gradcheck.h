@@ -1,0 +1,36 @@
+// gradcheck: compares an op's (or a whole module's) backward with central finite
+// differences in f64. Public: every op's tests use it, and so can anyone adding a layer.
+//
+// For f(inputs) -> y, it draws a fixed random cotangent r (shape of y) and checks, for
+// every element x_j of every input that requires grad,
+//     d/dx_j sum(r * f(x))  ~=  (L(x_j + eps) - L(x_j - eps)) / (2 eps)
+// against the analytic gradient from y.backward(r). A random r makes every output
+// element count, so a wrong entry anywhere in the Jacobian shows.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "engine/tensor.h"
+
+namespace rt {
+
+struct GradcheckOptions {
+  double eps = 1e-6;
+  double atol = 1e-6;  // |analytic - numeric| <= atol + rtol * |numeric|
+  double rtol = 1e-4;
+  uint64_t seed = 1234;
+};
+
+struct GradcheckResult {
+  bool ok = true;
+  double max_abs_err = 0;
+  std::string message;  // the first mismatches, naming input and element
+};
+
+// Inputs must be f64 CPU leaves; those with requires_grad are checked.
+GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                          const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
+
+}  // namespace rt

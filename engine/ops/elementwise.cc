@@ -1,0 +1,169 @@
+// Elementwise ops: add, sub, mul, scalar affine, relu, add_relu, square, sqrt; in-place
+// add_/mul_ for gradient accumulation and optimizers.
+#include "kernels/cpu/elementwise.h"
+
+#include "engine/ops.h"
+#include "engine/ops/op_util.h"
+
+namespace rt {
+namespace {
+
+using cpu::Binary;
+using cpu::Unary;
+
+// Checks a binary op's operands; returns b in a's memory format.
+Tensor check_binary(const Tensor& a, const Tensor& b, const char* op) {
+  check_defined(a, op, "a");
+  check_defined(b, op, "b");
+  RT_CHECK(a.shape() == b.shape(), op, ": shapes differ: ", a.str(), " and ", b.str(),
+           " (ringtape does not broadcast elementwise ops)");
+  check_same_dtype(a, b, op);
+  check_same_device(a, b, op);
+  check_cpu_only(a, op);
+  return ops::in_format(b, a.format());
+}
+
+Tensor binary_raw(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
+  Tensor bb = check_binary(a, b, op);
+  Tensor y = ops::empty_like(a);
+  ops::dispatch_float(a.dtype(), op, [&](auto t) {
+    using T = decltype(t);
+    cpu::binary<T>(kind, a.numel(), a.data<T>(), bb.data<T>(), y.data<T>());
+  });
+  return y;
+}
+
+Tensor affine_raw(const Tensor& a, double s, double t, const char* op) {
+  check_defined(a, op, "a");
+  check_cpu_only(a, op);
+  Tensor y = ops::empty_like(a);
+  ops::dispatch_float(a.dtype(), op, [&](auto z) {
+    using T = decltype(z);
+    cpu::affine<T>(a.numel(), a.data<T>(), s, t, y.data<T>());
+  });
+  return y;
+}
+
+Tensor unary_raw(Unary kind, const Tensor& x, const char* op) {
+  check_defined(x, op, "x");
+  check_cpu_only(x, op);
+  Tensor y = ops::empty_like(x);
+  ops::dispatch_float(x.dtype(), op, [&](auto z) {
+    using T = decltype(z);
+    cpu::unary<T>(kind, x.numel(), x.data<T>(), y.data<T>());
+  });
+  return y;
+}
+
+// dx = dy where y > 0.
+Tensor relu_grad(const Tensor& y, const Tensor& g) {
+  Tensor gg = ops::in_format(g, y.format());
+  Tensor dx = ops::empty_like(y);
+  ops::dispatch_float(y.dtype(), "relu backward", [&](auto z) {
+    using T = decltype(z);
+    cpu::relu_backward<T>(y.numel(), y.data<T>(), gg.data<T>(), dx.data<T>());
+  });
+  return dx;
+}
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(Binary::add, a, b, "add");
+  record("add", y, {a, b}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g, g}; });
+  return y;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(Binary::sub, a, b, "sub");
+  record("sub", y, {a, b}, [](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{g, needs[1] ? mul(g, -1.0) : Tensor()};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(Binary::mul, a, b, "mul");
+  // d(a*b)/da needs b and vice versa: save each only if the other side needs a gradient.
+  const Tensor sa = b.defined() && b.requires_grad() ? a.detach() : Tensor();
+  const Tensor sb = a.defined() && a.requires_grad() ? b.detach() : Tensor();
+  record("mul", y, {a, b}, [sa, sb](const Tensor& g, const std::vector<bool>& needs) {
+    return std::vector<Tensor>{needs[0] ? mul(ops::in_format(g, sb.format()), sb) : Tensor(),
+                               needs[1] ? mul(ops::in_format(g, sa.format()), sa) : Tensor()};
+  });
+  return y;
+}
+
+Tensor mul(const Tensor& a, double s) {
+  Tensor y = affine_raw(a, s, 0.0, "mul");
+  record("mul_scalar", y, {a}, [s](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{mul(g, s)}; });
+  return y;
+}
+
+Tensor add(const Tensor& a, double s) {
+  Tensor y = affine_raw(a, 1.0, s, "add");
+  record("add_scalar", y, {a}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g}; });
+  return y;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor y = unary_raw(Unary::relu, x, "relu");
+  record("relu", y, {x}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{relu_grad(y, g)};
+  });
+  return y;
+}
+
+Tensor add_relu(const Tensor& a, const Tensor& b) {
+  Tensor y = binary_raw(Binary::add_relu, a, b, "add_relu");
+  record("add_relu", y, {a, b}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
+    Tensor d = relu_grad(y, g);
+    return std::vector<Tensor>{d, d};
+  });
+  return y;
+}
+
+Tensor square(const Tensor& x) {
+  Tensor y = unary_raw(Unary::square, x, "square");
+  record("square", y, {x}, [x = x.detach()](const Tensor& g, const std::vector<bool>&) {
+    return std::vector<Tensor>{mul(mul(ops::in_format(g, x.format()), x), 2.0)};
+  });
+  return y;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor y = unary_raw(Unary::sqrt, x, "sqrt");
+  record("sqrt", y, {x}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
+    // d sqrt(x) = g / (2 sqrt(x))
+    Tensor gg = ops::in_format(g, y.format());
+    Tensor dx = ops::empty_like(y);
+    ops::dispatch_float(y.dtype(), "sqrt backward", [&](auto z) {
+      using T = decltype(z);
+      const T* yp = y.data<T>();
+      const T* gp = gg.data<T>();
+      T* dp = dx.data<T>();
+      for (int64_t i = 0; i < y.numel(); ++i) dp[i] = gp[i] / (T(2) * yp[i]);
+    });
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
+void add_(Tensor a, const Tensor& b, double alpha) {
+  Tensor bb = check_binary(a, b, "add_");
+  ops::dispatch_float(a.dtype(), "add_", [&](auto z) {
+    using T = decltype(z);
+    cpu::axpy<T>(a.numel(), alpha, bb.data<T>(), a.data<T>());
+  });
+}
+
+void mul_(Tensor a, double s) {
+  check_defined(a, "mul_", "a");
+  check_cpu_only(a, "mul_");
+  ops::dispatch_float(a.dtype(), "mul_", [&](auto z) {
+    using T = decltype(z);
+    cpu::affine<T>(a.numel(), a.data<T>(), s, 0.0, a.data<T>());
+  });
+}
+
+}  // namespace rt

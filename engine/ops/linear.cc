@@ -1,0 +1,49 @@
+// linear: y = x W^T + b, PyTorch's weight layout (out, in). Kernel: kernels/cpu/linear.cc.
+#include "kernels/cpu/linear.h"
+
+#include "engine/ops.h"
+#include "engine/ops/op_util.h"
+
+namespace rt {
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  const char* op = "linear";
+  check_ndim(x, 2, op, "input");
+  check_ndim(weight, 2, op, "weight");
+  check_float(x, op, "input");
+  check_same_dtype(x, weight, op);
+  check_same_device(x, weight, op);
+  check_cpu_only(x, op);
+  const int64_t N = x.size(0), in = x.size(1), out = weight.size(0);
+  RT_CHECK(weight.size(1) == in, op, ": input has ", in, " features but weight ", weight.str(), " expects ",
+           weight.size(1));
+  if (bias.defined()) {
+    check_same_dtype(x, bias, op);
+    check_same_device(x, bias, op);
+    RT_CHECK(bias.shape() == Shape{out}, op, ": bias must be [", out, "], got ", bias.str());
+  }
+  Tensor y = Tensor::empty({N, out}, x.dtype(), x.device());
+  ops::dispatch_float(x.dtype(), op, [&](auto z) {
+    using T = decltype(z);
+    cpu::linear_forward<T>(N, in, out, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                           y.data<T>());
+  });
+  const Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
+  const Tensor saved_w = x.requires_grad() ? weight.detach() : Tensor();
+  record(op, y, {x, weight, bias}, [N, in, out, saved_x, saved_w](const Tensor& dy, const std::vector<bool>& needs) {
+    Tensor dx = needs[0] ? Tensor::empty({N, in}, dy.dtype(), dy.device()) : Tensor();
+    Tensor dw = needs[1] ? Tensor::empty({out, in}, dy.dtype(), dy.device()) : Tensor();
+    Tensor db = needs[2] ? Tensor::empty({out}, dy.dtype(), dy.device()) : Tensor();
+    ops::dispatch_float(dy.dtype(), "linear backward", [&](auto z) {
+      using T = decltype(z);
+      cpu::linear_backward<T>(N, in, out, saved_x.defined() ? saved_x.data<T>() : nullptr,
+                              saved_w.defined() ? saved_w.data<T>() : nullptr, dy.data<T>(),
+                              dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
+                              db.defined() ? db.data<T>() : nullptr);
+    });
+    return std::vector<Tensor>{dx, dw, db};
+  });
+  return y;
+}
+
+}  // namespace rt

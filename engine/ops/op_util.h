@@ -1,0 +1,26 @@
+// Helpers shared by the op files (internal to engine/ops).
+#pragma once
+
+#include "engine/autograd.h"
+#include "engine/tensor.h"
+
+namespace rt::ops {
+
+// Calls f(T{}) with T = float or double for the tensor's dtype.
+template <typename F>
+decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
+  switch (t) {
+    case DType::f32: return f(float{});
+    case DType::f64: return f(double{});
+    default: RT_FAIL(op, ": the CPU backend computes in f32 or f64, got ", dtype_name(t),
+                     "; convert with .to(DType::f32)");
+  }
+}
+
+// A new tensor shaped like t (same dtype, device, format).
+inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device(), t.format()); }
+
+// g in memory format f (a no-op when it already is, or when g is not 4-D).
+inline Tensor in_format(const Tensor& g, MemoryFormat f) { return g.ndim() == 4 ? g.to(f) : g; }
+
+}  // namespace rt::ops

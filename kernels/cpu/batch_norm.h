@@ -1,0 +1,30 @@
+// batch_norm on the CPU: per-channel statistics over (N, spatial), NCHW or NHWC.
+// Statistics are accumulated in double whatever T is.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rt::cpu {
+
+struct BatchNormGeom {
+  int64_t N, C, S;  // S = spatial size (H*W; 1 for (N, C) inputs)
+  bool nhwc;        // element (n, c, s) at (n*S + s)*C + c, else (n*C + c)*S + s
+};
+
+// Batch statistics: mean and biased variance per channel.
+template <typename T>
+void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* var);
+
+// y = (x - mean) * invstd * gamma + beta; gamma/beta may be null (1 and 0).
+template <typename T>
+void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, const double* invstd, const T* gamma,
+                      const T* beta, T* y);
+
+// Backward. With training, mean/invstd are the batch's and the gradient flows through
+// them; otherwise they are constants (running statistics). dx, dgamma, dbeta may be null.
+template <typename T>
+void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const double* mean, const double* invstd,
+                         const T* gamma, bool training, T* dx, T* dgamma, T* dbeta);
+
+}  // namespace rt::cpu

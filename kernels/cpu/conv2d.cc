@@ -1,0 +1,393 @@
+// conv2d as GEMM over patch matrices.
+//
+// NCHW: im2col builds C (K x M), K = Cg*KH*KW rows ordered (c, kh, kw), M = images*HO*WO
+//   columns; then  Y_g (Og x M) = W_g (Og x K) * C.  Each row of C is a strided copy of an
+//   input row, so building it streams memory.
+// NHWC: the patch matrix P (M x K) has columns ordered (kh, kw, c): each (kh, kw) is a
+//   contiguous run of Cg channels; then  Y (M x Og, row stride O) = P * W_g^T,  written
+//   straight into the output.
+// 1x1, stride-1, unpadded convolutions skip the patch matrix: the input already is one.
+// Backward reuses the same matrices:  dW_g = dY_g * C^T  (or dY_g^T * P), and the data
+// gradient  dC = W_g^T * dY_g  (dP = dY_g * W_g)  is folded back by col2im, written as a
+// gather over input pixels so threads never write the same element.
+#include "kernels/cpu/conv2d.h"
+
+#include <cstddef>
+#include <algorithm>
+#include <cstring>
+#include <vector>
+
+#include "kernels/cpu/eigen_maps.h"
+#include "kernels/cpu/parallel.h"
+
+namespace rt::cpu {
+namespace {
+
+// Patch matrices larger than this are built a chunk of images at a time.
+constexpr int64_t kPatchBudgetBytes = 32 << 20;
+
+struct Dims {
+  int64_t Cg, Og, K, HOWO;
+  bool pointwise;  // 1x1, stride 1, no padding: the input is its own patch matrix
+};
+
+Dims dims(const Conv2dGeom& g) {
+  Dims d;
+  d.Cg = g.C / g.groups;
+  d.Og = g.O / g.groups;
+  d.K = d.Cg * g.KH * g.KW;
+  d.HOWO = g.HO * g.WO;
+  d.pointwise = g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
+  return d;
+}
+
+int64_t chunk_images(const Conv2dGeom& g, const Dims& d, size_t elem) {
+  const int64_t per_image = d.K * d.HOWO * int64_t(elem);
+  return std::clamp<int64_t>(kPatchBudgetBytes / std::max<int64_t>(per_image, 1), 1, g.N);
+}
+
+// Weight relayout between (O, Cg, KH, KW) and (O, KH, KW, Cg).
+template <typename T>
+void oihw_to_ohwi(const T* src, T* dst, int64_t O, int64_t Cg, int64_t KH, int64_t KW) {
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t k = 0; k < KH * KW; ++k) dst[(o * KH * KW + k) * Cg + c] = src[(o * Cg + c) * KH * KW + k];
+}
+template <typename T>
+void ohwi_to_oihw(const T* src, T* dst, int64_t O, int64_t Cg, int64_t KH, int64_t KW) {
+  for (int64_t o = 0; o < O; ++o)
+    for (int64_t c = 0; c < Cg; ++c)
+      for (int64_t k = 0; k < KH * KW; ++k) dst[(o * Cg + c) * KH * KW + k] = src[(o * KH * KW + k) * Cg + c];
+}
+
+// ---- NCHW ---------------------------------------------------------------------------
+
+// C (K x nb*HOWO) for images [n0, n0+nb), group grp.
+template <typename T>
+void im2col_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int64_t nb, int64_t grp, T* col) {
+  const int64_t M = nb * d.HOWO;
+  parallel_for(d.K * nb, [&](int64_t r) {
+    const int64_t k = r / nb, n = r % nb;
+    const int64_t c = k / (g.KH * g.KW), kh = (k / g.KW) % g.KH, kw = k % g.KW;
+    const T* plane = x + ((n0 + n) * g.C + grp * d.Cg + c) * g.H * g.W;
+    T* out = col + k * M + n * d.HOWO;
+    for (int64_t oh = 0; oh < g.HO; ++oh) {
+      const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+      T* o = out + oh * g.WO;
+      if (ih < 0 || ih >= g.H) {
+        std::fill_n(o, g.WO, T(0));
+        continue;
+      }
+      const T* row = plane + ih * g.W;
+      for (int64_t ow = 0; ow < g.WO; ++ow) {
+        const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+        o[ow] = (iw >= 0 && iw < g.W) ? row[iw] : T(0);
+      }
+    }
+  }, d.HOWO);
+}
+
+// dx planes of images [n0, n0+nb), group grp <- fold of dC (K x nb*HOWO).
+template <typename T>
+void col2im_nchw(const Conv2dGeom& g, const Dims& d, const T* dcol, int64_t n0, int64_t nb, int64_t grp, T* dx) {
+  const int64_t M = nb * d.HOWO;
+  parallel_for(nb * d.Cg, [&](int64_t r) {
+    const int64_t n = r / d.Cg, c = r % d.Cg;
+    T* plane = dx + ((n0 + n) * g.C + grp * d.Cg + c) * g.H * g.W;
+    std::fill_n(plane, g.H * g.W, T(0));
+    for (int64_t kh = 0; kh < g.KH; ++kh)
+      for (int64_t kw = 0; kw < g.KW; ++kw) {
+        const T* src = dcol + ((c * g.KH + kh) * g.KW + kw) * M + n * d.HOWO;
+        for (int64_t oh = 0; oh < g.HO; ++oh) {
+          const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          T* row = plane + ih * g.W;
+          const T* s = src + oh * g.WO;
+          for (int64_t ow = 0; ow < g.WO; ++ow) {
+            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+            if (iw >= 0 && iw < g.W) row[iw] += s[ow];
+          }
+        }
+      }
+  }, g.KH * g.KW * d.HOWO);
+}
+
+template <typename T>
+void forward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
+  // Large images: one image at a time, GEMM output lands in y directly.
+  const int64_t nb_max = d.HOWO >= 256 ? 1 : chunk_images(g, d, sizeof(T));
+  std::vector<T> col, out;
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.N - n0);
+    const int64_t M = nb * d.HOWO;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const T* C;
+      if (d.pointwise && nb == 1) {
+        C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
+      } else {
+        col.resize(size_t(d.K * M));
+        im2col_nchw(g, d, x, n0, nb, grp, col.data());
+        C = col.data();
+      }
+      auto Wg = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K);
+      if (nb == 1) {
+        mat(y + (n0 * g.O + grp * d.Og) * d.HOWO, d.Og, M, M).noalias() = Wg * cmat(C, d.K, M, M);
+      } else {
+        out.resize(size_t(d.Og * M));
+        mat(out.data(), d.Og, M, M).noalias() = Wg * cmat(C, d.K, M, M);
+        parallel_for(nb * d.Og, [&](int64_t r) {
+          const int64_t n = r / d.Og, o = r % d.Og;
+          std::memcpy(y + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO, out.data() + o * M + n * d.HOWO,
+                      size_t(d.HOWO) * sizeof(T));
+        }, d.HOWO);
+      }
+    }
+  }
+}
+
+template <typename T>
+void backward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
+  const int64_t nb_max = d.HOWO >= 256 ? 1 : chunk_images(g, d, sizeof(T));
+  std::vector<T> col, dcol, dyg;
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.N - n0);
+    const int64_t M = nb * d.HOWO;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      // dY_g (Og x M)
+      const T* DY;
+      if (nb == 1) {
+        DY = dy + (n0 * g.O + grp * d.Og) * d.HOWO;
+      } else {
+        dyg.resize(size_t(d.Og * M));
+        parallel_for(nb * d.Og, [&](int64_t r) {
+          const int64_t n = r / d.Og, o = r % d.Og;
+          std::memcpy(dyg.data() + o * M + n * d.HOWO, dy + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO,
+                      size_t(d.HOWO) * sizeof(T));
+        }, d.HOWO);
+        DY = dyg.data();
+      }
+      auto dYg = cmat(DY, d.Og, M, M);
+      const bool direct = d.pointwise && nb == 1;
+      if (dw) {
+        const T* C;
+        if (direct) {
+          C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
+        } else {
+          col.resize(size_t(d.K * M));
+          im2col_nchw(g, d, x, n0, nb, grp, col.data());
+          C = col.data();
+        }
+        auto dWg = mat(dw + grp * d.Og * d.K, d.Og, d.K, d.K);
+        if (n0 == 0) dWg.noalias() = dYg * cmat(C, d.K, M, M).transpose();
+        else dWg.noalias() += dYg * cmat(C, d.K, M, M).transpose();
+      }
+      if (dx) {
+        auto WgT = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K).transpose();
+        if (direct) {
+          mat(dx + (n0 * g.C + grp * d.Cg) * d.HOWO, d.K, M, M).noalias() = WgT * dYg;
+        } else {
+          dcol.resize(size_t(d.K * M));
+          mat(dcol.data(), d.K, M, M).noalias() = WgT * dYg;
+          col2im_nchw(g, d, dcol.data(), n0, nb, grp, dx);
+        }
+      }
+    }
+  }
+}
+
+// ---- NHWC ---------------------------------------------------------------------------
+
+// P (nb*HOWO x K) for images [n0, n0+nb), group grp; columns (kh, kw, c).
+template <typename T>
+void im2col_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int64_t nb, int64_t grp, T* P) {
+  parallel_for(nb * g.HO, [&](int64_t r) {
+    const int64_t n = r / g.HO, oh = r % g.HO;
+    const T* img = x + (n0 + n) * g.H * g.W * g.C + grp * d.Cg;
+    for (int64_t ow = 0; ow < g.WO; ++ow) {
+      T* row = P + ((n * g.HO + oh) * g.WO + ow) * d.K;
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
+          T* dst = row + (kh * g.KW + kw) * d.Cg;
+          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) std::fill_n(dst, d.Cg, T(0));
+          else std::memcpy(dst, img + (ih * g.W + iw) * g.C, size_t(d.Cg) * sizeof(T));
+        }
+      }
+    }
+  }, g.WO * d.K);
+}
+
+// dx of images [n0, n0+nb), group grp <- fold of dP (nb*HOWO x K).
+template <typename T>
+void col2im_nhwc(const Conv2dGeom& g, const Dims& d, const T* dP, int64_t n0, int64_t nb, int64_t grp, T* dx) {
+  parallel_for(nb * g.H, [&](int64_t r) {
+    const int64_t n = r / g.H, ih = r % g.H;
+    T* img = dx + (n0 + n) * g.H * g.W * g.C + grp * d.Cg;
+    for (int64_t iw = 0; iw < g.W; ++iw) {
+      T* out = img + (ih * g.W + iw) * g.C;
+      std::fill_n(out, d.Cg, T(0));
+      for (int64_t kh = 0; kh < g.KH; ++kh) {
+        const int64_t th = ih + g.ph - kh * g.dh;  // = oh * sh when this tap reaches ih
+        if (th < 0 || th % g.sh) continue;
+        const int64_t oh = th / g.sh;
+        if (oh >= g.HO) continue;
+        for (int64_t kw = 0; kw < g.KW; ++kw) {
+          const int64_t tw = iw + g.pw - kw * g.dw;
+          if (tw < 0 || tw % g.sw) continue;
+          const int64_t ow = tw / g.sw;
+          if (ow >= g.WO) continue;
+          const T* src = dP + ((n * g.HO + oh) * g.WO + ow) * d.K + (kh * g.KW + kw) * d.Cg;
+          for (int64_t c = 0; c < d.Cg; ++c) out[c] += src[c];
+        }
+      }
+    }
+  }, g.W * g.KH * g.KW * d.Cg);
+}
+
+template <typename T>
+void forward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
+  const int64_t nb_max = chunk_images(g, d, sizeof(T));
+  std::vector<T> P;
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.N - n0);
+    const int64_t M = nb * d.HOWO;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const T* p;
+      int64_t pstride;
+      if (d.pointwise) {
+        p = x + n0 * d.HOWO * g.C + grp * d.Cg;
+        pstride = g.C;
+      } else {
+        P.resize(size_t(M * d.K));
+        im2col_nhwc(g, d, x, n0, nb, grp, P.data());
+        p = P.data();
+        pstride = d.K;
+      }
+      auto Y = mat(y + n0 * d.HOWO * g.O + grp * d.Og, M, d.Og, g.O);
+      Y.noalias() = cmat(p, M, d.K, pstride) * cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K).transpose();
+    }
+  }
+}
+
+template <typename T>
+void backward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
+  const int64_t nb_max = chunk_images(g, d, sizeof(T));
+  std::vector<T> P;
+  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
+    const int64_t nb = std::min(nb_max, g.N - n0);
+    const int64_t M = nb * d.HOWO;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      auto dYg = cmat(dy + n0 * d.HOWO * g.O + grp * d.Og, M, d.Og, g.O);
+      auto Wg = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K);
+      if (dw) {
+        const T* p;
+        int64_t pstride;
+        if (d.pointwise) {
+          p = x + n0 * d.HOWO * g.C + grp * d.Cg;
+          pstride = g.C;
+        } else {
+          P.resize(size_t(M * d.K));
+          im2col_nhwc(g, d, x, n0, nb, grp, P.data());
+          p = P.data();
+          pstride = d.K;
+        }
+        auto dWg = mat(dw + grp * d.Og * d.K, d.Og, d.K, d.K);
+        if (n0 == 0) dWg.noalias() = dYg.transpose() * cmat(p, M, d.K, pstride);
+        else dWg.noalias() += dYg.transpose() * cmat(p, M, d.K, pstride);
+      }
+      if (dx) {
+        if (d.pointwise) {
+          mat(dx + n0 * d.HOWO * g.C + grp * d.Cg, M, d.K, g.C).noalias() = dYg * Wg;
+        } else {
+          P.resize(size_t(M * d.K));
+          mat(P.data(), M, d.K, d.K).noalias() = dYg * Wg;
+          col2im_nhwc(g, d, P.data(), n0, nb, grp, dx);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace
+
+template <typename T>
+void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
+  const Dims d = dims(g);
+  // The GEMMs want the weight's K axis in the patch matrix's order.
+  std::vector<T> wt;
+  const bool relayout = g.nhwc != g.weight_ohwi && g.KH * g.KW > 1;
+  if (relayout) {
+    wt.resize(size_t(g.O * d.K));
+    if (g.nhwc) oihw_to_ohwi(w, wt.data(), g.O, d.Cg, g.KH, g.KW);
+    else ohwi_to_oihw(w, wt.data(), g.O, d.Cg, g.KH, g.KW);
+    w = wt.data();
+  }
+  if (g.nhwc) forward_nhwc(g, d, x, w, y);
+  else forward_nchw(g, d, x, w, y);
+  if (!bias) return;
+  if (g.nhwc) {
+    parallel_for(g.N * d.HOWO, [&](int64_t r) {
+      T* row = y + r * g.O;
+      for (int64_t o = 0; o < g.O; ++o) row[o] += bias[o];
+    }, g.O);
+  } else {
+    parallel_for(g.N * g.O, [&](int64_t r) {
+      T* plane = y + r * d.HOWO;
+      const T b = bias[r % g.O];
+      for (int64_t i = 0; i < d.HOWO; ++i) plane[i] += b;
+    }, d.HOWO);
+  }
+}
+
+template <typename T>
+void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
+  const Dims d = dims(g);
+  const bool relayout = g.nhwc != g.weight_ohwi && g.KH * g.KW > 1;
+  std::vector<T> wt, dwt;
+  if (relayout) {
+    wt.resize(size_t(g.O * d.K));
+    if (g.nhwc) oihw_to_ohwi(w, wt.data(), g.O, d.Cg, g.KH, g.KW);
+    else ohwi_to_oihw(w, wt.data(), g.O, d.Cg, g.KH, g.KW);
+    w = wt.data();
+  }
+  T* dw_work = dw;
+  if (dw && relayout) {
+    dwt.resize(size_t(g.O * d.K));
+    dw_work = dwt.data();
+  }
+  if (dx || dw) {
+    if (g.nhwc) backward_nhwc(g, d, x, w, dy, dx, dw_work);
+    else backward_nchw(g, d, x, w, dy, dx, dw_work);
+  }
+  if (dw && relayout) {
+    if (g.nhwc) ohwi_to_oihw(dw_work, dw, g.O, d.Cg, g.KH, g.KW);
+    else oihw_to_ohwi(dw_work, dw, g.O, d.Cg, g.KH, g.KW);
+  }
+  if (db) {
+    std::vector<double> acc(size_t(g.O), 0.0);
+    if (g.nhwc) {
+      for (int64_t r = 0; r < g.N * d.HOWO; ++r)
+        for (int64_t o = 0; o < g.O; ++o) acc[o] += dy[r * g.O + o];
+    } else {
+      parallel_for(g.O, [&](int64_t o) {
+        double s = 0;
+        for (int64_t n = 0; n < g.N; ++n) {
+          const T* plane = dy + (n * g.O + o) * d.HOWO;
+          for (int64_t i = 0; i < d.HOWO; ++i) s += plane[i];
+        }
+        acc[o] = s;
+      }, g.N * d.HOWO);
+    }
+    for (int64_t o = 0; o < g.O; ++o) db[o] = T(acc[o]);
+  }
+}
+
+template void conv2d_forward<float>(const Conv2dGeom&, const float*, const float*, const float*, float*);
+template void conv2d_forward<double>(const Conv2dGeom&, const double*, const double*, const double*, double*);
+template void conv2d_backward<float>(const Conv2dGeom&, const float*, const float*, const float*, float*, float*,
+                                     float*);
+template void conv2d_backward<double>(const Conv2dGeom&, const double*, const double*, const double*, double*,
+                                      double*, double*);
+
+}  // namespace rt::cpu

@@ -1,0 +1,27 @@
+// conv2d on the CPU: im2col + Eigen GEMM, NCHW and NHWC, any stride/padding/dilation/groups.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rt::cpu {
+
+struct Conv2dGeom {
+  int64_t N, C, H, W;   // input x
+  int64_t O, KH, KW;    // weight (O, C/groups, KH, KW)
+  int64_t HO, WO;       // output y (N, O, HO, WO)
+  int64_t sh, sw, ph, pw, dh, dw, groups;
+  bool nhwc;            // x, y (and dy, dx) are NHWC in memory, else NCHW
+  bool weight_ohwi;     // weight (and dw) memory is (O, KH, KW, C/g), else (O, C/g, KH, KW)
+};
+
+// y = conv(x, w) + bias (bias may be null).
+template <typename T>
+void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y);
+
+// Gradients: dx (input), dw (weight), db (bias); each may be null when not needed.
+// Each requested gradient is overwritten, not accumulated.
+template <typename T>
+void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db);
+
+}  // namespace rt::cpu

@@ -1,0 +1,126 @@
+#include "kernels/cpu/pool.h"
+
+#include <cstddef>
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "kernels/cpu/parallel.h"
+
+namespace rt::cpu {
+namespace {
+
+// Element (n, c, h, w): NCHW offset ((n*C + c)*H + h)*W + w; NHWC ((n*H + h)*W + w)*C + c.
+// `plane_base(n, c)` and `pixel_stride` turn both into base + (h*W + w) * pixel_stride.
+struct Addr {
+  int64_t H, W, C;
+  bool nhwc;
+  int64_t base(int64_t n, int64_t c) const { return nhwc ? n * H * W * C + c : (n * C + c) * H * W; }
+  int64_t stride() const { return nhwc ? C : 1; }
+};
+
+inline int64_t start_index(int64_t i, int64_t out, int64_t in) { return (i * in) / out; }
+inline int64_t end_index(int64_t i, int64_t out, int64_t in) { return ((i + 1) * in + out - 1) / out; }
+
+}  // namespace
+
+template <typename T>
+void max_pool2d_forward(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
+  const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
+  parallel_for(g.N * g.C, [&](int64_t r) {
+    const int64_t n = r / g.C, c = r % g.C;
+    const T* xp = x + in.base(n, c);
+    const int64_t xs = in.stride(), ob = out.base(n, c), os = out.stride();
+    for (int64_t oh = 0; oh < g.HO; ++oh)
+      for (int64_t ow = 0; ow < g.WO; ++ow) {
+        T best = -std::numeric_limits<T>::infinity();
+        int64_t arg = -1;
+        for (int64_t i = 0; i < g.kh; ++i) {
+          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+          if (ih < 0 || ih >= g.H) continue;
+          for (int64_t j = 0; j < g.kw; ++j) {
+            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
+            if (iw < 0 || iw >= g.W) continue;
+            const T v = xp[(ih * g.W + iw) * xs];
+            if (v > best || std::isnan(v) || arg < 0) {
+              best = v;
+              arg = ih * g.W + iw;
+              if (std::isnan(v)) goto done;
+            }
+          }
+        }
+      done:
+        y[ob + (oh * g.WO + ow) * os] = best;
+        idx[ob + (oh * g.WO + ow) * os] = arg;
+      }
+  }, g.HO * g.WO * g.kh * g.kw);
+}
+
+template <typename T>
+void max_pool2d_backward(const Pool2dGeom& g, const T* dy, const int64_t* idx, T* dx) {
+  const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
+  // One image per task: the windows of one image only scatter into that image.
+  parallel_for(g.N, [&](int64_t n) {
+    for (int64_t c = 0; c < g.C; ++c) {
+      T* xp = dx + in.base(n, c);
+      for (int64_t i = 0; i < g.H * g.W; ++i) xp[i * in.stride()] = T(0);
+    }
+    for (int64_t c = 0; c < g.C; ++c) {
+      T* xp = dx + in.base(n, c);
+      const int64_t ob = out.base(n, c), os = out.stride();
+      for (int64_t k = 0; k < g.HO * g.WO; ++k) {
+        const int64_t a = idx[ob + k * os];
+        if (a >= 0) xp[a * in.stride()] += dy[ob + k * os];
+      }
+    }
+  }, g.C * (g.H * g.W + g.HO * g.WO));
+}
+
+template <typename T>
+void adaptive_avg_pool2d_forward(const Pool2dGeom& g, const T* x, T* y) {
+  const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
+  parallel_for(g.N * g.C, [&](int64_t r) {
+    const int64_t n = r / g.C, c = r % g.C;
+    const T* xp = x + in.base(n, c);
+    for (int64_t oh = 0; oh < g.HO; ++oh) {
+      const int64_t h0 = start_index(oh, g.HO, g.H), h1 = end_index(oh, g.HO, g.H);
+      for (int64_t ow = 0; ow < g.WO; ++ow) {
+        const int64_t w0 = start_index(ow, g.WO, g.W), w1 = end_index(ow, g.WO, g.W);
+        T s = 0;
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) s += xp[(h * g.W + w) * in.stride()];
+        y[out.base(n, c) + (oh * g.WO + ow) * out.stride()] = s / T((h1 - h0) * (w1 - w0));
+      }
+    }
+  }, g.H * g.W);
+}
+
+template <typename T>
+void adaptive_avg_pool2d_backward(const Pool2dGeom& g, const T* dy, T* dx) {
+  const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
+  parallel_for(g.N * g.C, [&](int64_t r) {
+    const int64_t n = r / g.C, c = r % g.C;
+    T* xp = dx + in.base(n, c);
+    for (int64_t i = 0; i < g.H * g.W; ++i) xp[i * in.stride()] = T(0);
+    for (int64_t oh = 0; oh < g.HO; ++oh) {
+      const int64_t h0 = start_index(oh, g.HO, g.H), h1 = end_index(oh, g.HO, g.H);
+      for (int64_t ow = 0; ow < g.WO; ++ow) {
+        const int64_t w0 = start_index(ow, g.WO, g.W), w1 = end_index(ow, g.WO, g.W);
+        const T v = dy[out.base(n, c) + (oh * g.WO + ow) * out.stride()] / T((h1 - h0) * (w1 - w0));
+        for (int64_t h = h0; h < h1; ++h)
+          for (int64_t w = w0; w < w1; ++w) xp[(h * g.W + w) * in.stride()] += v;
+      }
+    }
+  }, g.H * g.W);
+}
+
+#define RT_INSTANTIATE(T)                                                                          \
+  template void max_pool2d_forward<T>(const Pool2dGeom&, const T*, T*, int64_t*);                 \
+  template void max_pool2d_backward<T>(const Pool2dGeom&, const T*, const int64_t*, T*);          \
+  template void adaptive_avg_pool2d_forward<T>(const Pool2dGeom&, const T*, T*);                  \
+  template void adaptive_avg_pool2d_backward<T>(const Pool2dGeom&, const T*, T*);
+RT_INSTANTIATE(float)
+RT_INSTANTIATE(double)
+#undef RT_INSTANTIATE
+
+}  // namespace rt::cpu

@@ -1,0 +1,113 @@
+// Host-side CUDA runtime wrappers (see runtime.h). No kernels here.
+#include <cstdio>
+
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace rt::cuda {
+
+int device_count(std::string* why) {
+  int n = 0;
+  cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    if (why) *why = detail::cat(cudaGetErrorName(e), ": ", cudaGetErrorString(e));
+    cudaGetLastError();  // clear the sticky error so later queries start clean
+    return 0;
+  }
+  if (why) *why = n ? "" : "no CUDA device";
+  return n;
+}
+
+DeviceProps device_props(int device) {
+  cudaDeviceProp p{};
+  CUDA_CHECK(cudaGetDeviceProperties(&p, device));
+  DeviceProps r;
+  r.name = p.name;
+  r.total_bytes = p.totalGlobalMem;
+  r.sm_count = p.multiProcessorCount;
+  r.cc_major = p.major;
+  r.cc_minor = p.minor;
+  return r;
+}
+
+std::string runtime_versions() {
+  int rv = 0, dv = 0;
+  cudaRuntimeGetVersion(&rv);
+  cudaDriverGetVersion(&dv);
+  return detail::cat("runtime ", rv / 1000, ".", (rv % 1000) / 10, ", driver ", dv / 1000, ".",
+                     (dv % 1000) / 10);
+}
+
+void* malloc(int device, size_t bytes) {
+  CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    size_t free_b = 0, total_b = 0;
+    cudaMemGetInfo(&free_b, &total_b);
+    RT_FAIL("CUDA out of memory on cuda:", device, ": tried to allocate ", bytes, " bytes; the device has ",
+            free_b, " of ", total_b, " bytes free. Use a smaller --batch-size, or --accum-steps to keep "
+            "the global batch.");
+  }
+  CUDA_CHECK(e);
+  return p;
+}
+
+void free(int device, void* ptr) noexcept {
+  if (!ptr) return;
+  CUDA_WARN(cudaSetDevice(device));
+  CUDA_WARN(cudaFree(ptr));
+}
+
+void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes) {
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaMemGetInfo(free_bytes, total_bytes));
+}
+
+void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device, void* stream) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaSetDevice(device));
+  const cudaMemcpyKind k = kind == CopyKind::h2d   ? cudaMemcpyHostToDevice
+                           : kind == CopyKind::d2h ? cudaMemcpyDeviceToHost
+                                                   : cudaMemcpyDeviceToDevice;
+  auto s = static_cast<cudaStream_t>(stream);
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, k, s));
+  // Pageable host memory: the host buffer must stay valid until the copy is done, and a
+  // d2h result must be readable on return.
+  if (kind != CopyKind::d2d) CUDA_CHECK(cudaStreamSynchronize(s));
+}
+
+void* stream_create(int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaStream_t s;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  return s;
+}
+void stream_destroy(void* stream) noexcept { CUDA_WARN(cudaStreamDestroy(static_cast<cudaStream_t>(stream))); }
+void stream_synchronize(int device, void* stream) {
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
+}
+
+void* event_create(int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  cudaEvent_t e;
+  CUDA_CHECK(cudaEventCreate(&e));
+  return e;
+}
+void event_destroy(void* event) noexcept { CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }
+void event_record(void* event, void* stream) {
+  CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event), static_cast<cudaStream_t>(stream)));
+}
+void stream_wait_event(void* stream, void* event) {
+  CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
+}
+void event_synchronize(void* event) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+float event_elapsed_ms(void* start, void* end) {
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));
+  return ms;
+}
+
+}  // namespace rt::cuda

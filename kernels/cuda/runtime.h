@@ -1,0 +1,49 @@
+// The CUDA runtime as the engine sees it: a plain C++ interface (no CUDA headers), so
+// engine code compiles with the host compiler alone. Every call is checked; failures
+// throw rt::Error naming file:line, the CUDA call and the driver's message.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "engine/dtype.h"
+
+namespace rt::cuda {
+
+// 0 when no device or no driver is present; never throws. `why` receives the reason.
+int device_count(std::string* why = nullptr);
+
+struct DeviceProps {
+  std::string name;
+  size_t total_bytes = 0;
+  int sm_count = 0;
+  int cc_major = 0, cc_minor = 0;
+};
+DeviceProps device_props(int device);
+std::string runtime_versions();  // "runtime 13.0, driver 13.0" (driver 0 when absent)
+
+void* malloc(int device, size_t bytes);           // throws an out-of-memory rt::Error
+void free(int device, void* ptr) noexcept;
+void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
+
+enum class CopyKind { h2d, d2h, d2d };
+// Asynchronous on `stream` (cudaStream_t or nullptr); d2h copies synchronise the stream
+// before returning so the host can read the result.
+void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device, void* stream);
+
+void* stream_create(int device);
+void stream_destroy(void* stream) noexcept;
+void stream_synchronize(int device, void* stream);
+
+void* event_create(int device);
+void event_destroy(void* event) noexcept;
+void event_record(void* event, void* stream);
+void stream_wait_event(void* stream, void* event);
+void event_synchronize(void* event);
+float event_elapsed_ms(void* start, void* end);
+
+// dst[0:n] = value (converted to dtype) on `stream`.
+void fill(void* dst, DType dtype, int64_t n, double value, int device, void* stream);
+
+}  // namespace rt::cuda
