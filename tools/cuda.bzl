@@ -92,5 +92,8 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], defines = [],
         hdrs = hdrs,
         deps = deps + ["@cuda//:cudart"],
         defines = defines,
+        # No shared-object variant: the static CUDA runtime must be resolved in the final
+        # link, which a .so of this library would leave unresolved in dynamic test builds.
+        linkstatic = True,
         **kwargs
     )
