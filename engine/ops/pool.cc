@@ -11,8 +11,10 @@ namespace {
 // PyTorch's pooling_output_shape: with ceil_mode the last window must start inside the
 // input or its left padding.
 int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ceil_mode) {
-  const int64_t span = in + 2 * p - d * (k - 1) - 1;
-  int64_t out = (span + (ceil_mode ? s - 1 : 0)) / s + 1;
+  const int64_t span = in + 2 * p - d * (k - 1) - 1 + (ceil_mode ? s - 1 : 0);
+  // Division rounding toward -inf (C++ rounds toward zero): a window that does not fit
+  // gives a non-positive size, which the caller reports.
+  int64_t out = (span >= 0 ? span / s : -((-span + s - 1) / s)) + 1;
   if (ceil_mode && (out - 1) * s >= in + p) --out;
   return out;
 }
