@@ -1,6 +1,8 @@
 #include "engine/device.h"
 
 #include <cstdlib>
+#include <map>
+#include <unordered_map>
 #include <memory>
 #include <vector>
 
@@ -44,6 +46,10 @@ void Allocator::note_alloc(size_t bytes) {
   stats_.num_allocs++;
   if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
 }
+void Allocator::note_reserved(int64_t delta) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  stats_.reserved_bytes += delta;
+}
 void Allocator::note_free(size_t bytes) noexcept {
   std::lock_guard<std::mutex> g(mu_);
   stats_.current_bytes -= int64_t(bytes);
@@ -53,21 +59,86 @@ void Allocator::note_free(size_t bytes) noexcept {
 namespace {
 
 // Host memory, 64-byte aligned (a cache line; AVX-512 loads).
+//
+// Note [Host block cache]: blocks of 1 MiB and more are kept after free and handed out
+// again for a request of the same rounded size (up to 1/8 larger). A training step asks
+// for the same sizes every time, so after the first step large tensors cost neither a
+// system call nor page faults (fresh pages are zeroed by the kernel on first touch, which
+// costs as much as writing them). Small blocks go straight to malloc, which caches them.
 class CpuAllocator final : public Allocator {
  public:
+  static constexpr size_t kCacheMin = size_t(1) << 20;
+  static constexpr size_t kRound = size_t(64) << 10;
+
   void* allocate(size_t bytes) override {
-    const size_t rounded = (std::max<size_t>(bytes, 1) + 63) / 64 * 64;
-    void* p = std::aligned_alloc(64, rounded);
-    RT_CHECK(p, "out of host memory: tried to allocate ", bytes, " bytes (current ", stats().current_bytes,
-             " bytes in use by tensors). Use a smaller --batch-size.");
+    const size_t want = std::max<size_t>(bytes, 1);
+    if (want < kCacheMin) {
+      void* p = std::aligned_alloc(64, (want + 63) / 64 * 64);
+      RT_CHECK(p, oom(bytes));
+      note_alloc(bytes);
+      note_reserved(int64_t((want + 63) / 64 * 64));
+      return p;
+    }
+    const size_t size = (want + kRound - 1) / kRound * kRound;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      auto it = free_.lower_bound(size);
+      if (it != free_.end() && it->first <= size + size / 8) {
+        void* p = it->second;
+        live_[p] = it->first;
+        free_.erase(it);
+        note_alloc(bytes);
+        return p;
+      }
+    }
+    void* p = std::aligned_alloc(64, size);
+    if (!p) {  // give the cache back and try once more
+      empty_cache();
+      p = std::aligned_alloc(64, size);
+    }
+    RT_CHECK(p, oom(bytes));
+    std::lock_guard<std::mutex> g(mu_);
+    live_[p] = size;
     note_alloc(bytes);
+    note_reserved(int64_t(size));
     return p;
   }
+
   void deallocate(void* ptr, size_t bytes) noexcept override {
-    std::free(ptr);
     note_free(bytes);
+    if (std::max<size_t>(bytes, 1) < kCacheMin) {
+      note_reserved(-int64_t((std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+      std::free(ptr);
+      return;
+    }
+    std::lock_guard<std::mutex> g(mu_);
+    auto it = live_.find(ptr);
+    if (it == live_.end()) return;  // not ours: nothing sane to do in a noexcept path
+    free_.emplace(it->second, ptr);
+    live_.erase(it);
   }
+
+  void empty_cache() override {
+    std::lock_guard<std::mutex> g(mu_);
+    for (auto& [size, p] : free_) {
+      std::free(p);
+      note_reserved(-int64_t(size));
+    }
+    free_.clear();
+  }
+
   Device device() const override { return Device::cpu(); }
+
+ private:
+  std::string oom(size_t bytes) const {
+    const AllocatorStats s = stats();
+    return detail::cat("out of host memory: tried to allocate ", bytes, " bytes (", s.current_bytes,
+                       " bytes in use by tensors, ", s.reserved_bytes, " reserved). Use a smaller --batch-size.");
+  }
+
+  std::mutex mu_;
+  std::multimap<size_t, void*> free_;          // cached blocks by size
+  std::unordered_map<void*, size_t> live_;     // cached-size blocks in use -> their size
 };
 
 // Device memory straight from cudaMalloc. The CUDA backend replaces it with a caching,
@@ -78,11 +149,13 @@ class CudaAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     void* p = cuda::malloc(index_, std::max<size_t>(bytes, 1));
     note_alloc(bytes);
+    note_reserved(int64_t(bytes));
     return p;
   }
   void deallocate(void* ptr, size_t bytes) noexcept override {
     cuda::free(index_, ptr);
     note_free(bytes);
+    note_reserved(-int64_t(bytes));
   }
   Device device() const override { return Device::cuda(index_); }
 

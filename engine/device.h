@@ -37,6 +37,7 @@ struct AllocatorStats {
   int64_t peak_bytes = 0;      // maximum of current_bytes since the last reset_peak()
   int64_t num_allocs = 0;      // allocate() calls
   int64_t num_frees = 0;       // deallocate() calls
+  int64_t reserved_bytes = 0;  // held from the system: in use plus cached for reuse
 };
 
 class Allocator {
@@ -50,10 +51,13 @@ class Allocator {
 
   AllocatorStats stats() const;
   void reset_peak();
+  // Returns cached, unused blocks to the system (a no-op for allocators without a cache).
+  virtual void empty_cache() {}
 
  protected:
   void note_alloc(size_t bytes);
   void note_free(size_t bytes) noexcept;
+  void note_reserved(int64_t delta) noexcept;
 
  private:
   mutable std::mutex mu_;

@@ -129,6 +129,24 @@ TEST_CASE("allocator statistics track current and peak bytes") {
   CHECK(after.num_frees == before.num_frees + 1);
 }
 
+TEST_CASE("large host blocks are cached and reused (Note [Host block cache])") {
+  Allocator& a = allocator_for(Device::cpu());
+  void* first;
+  {
+    Tensor t = Tensor::empty({3 << 20}, DType::u8);
+    first = t.raw_data();
+  }
+  const int64_t reserved = a.stats().reserved_bytes;
+  CHECK(reserved >= (3 << 20));  // the freed block stays reserved
+  {
+    Tensor again = Tensor::empty({(3 << 20) - 100}, DType::u8);  // same rounded size
+    CHECK(again.raw_data() == first);
+    CHECK(a.stats().reserved_bytes == reserved);
+  }
+  a.empty_cache();
+  CHECK(a.stats().reserved_bytes <= reserved - (3 << 20));
+}
+
 TEST_CASE("devices parse and fail clearly") {
   CHECK(Device::parse("cpu") == Device::cpu());
   CHECK(Device::parse("cuda") == Device::cuda(0));

@@ -13,12 +13,15 @@
 #include "kernels/cpu/conv2d.h"
 
 #include <cstddef>
+#include <omp.h>
+
 #include <algorithm>
 #include <cstring>
 #include <vector>
 
-#include "kernels/cpu/eigen_maps.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/scratch.h"
 
 namespace rt::cpu {
 namespace {
@@ -62,6 +65,17 @@ void ohwi_to_oihw(const T* src, T* dst, int64_t O, int64_t Cg, int64_t KH, int64
 
 // ---- NCHW ---------------------------------------------------------------------------
 
+// Output columns [lo, hi) of a kernel tap at offset `off` (= kw*dw - pw) read inside the
+// input row: 0 <= ow*s + off < W. Outside it the tap sees padding.
+struct Span {
+  int64_t lo, hi;
+};
+inline Span valid_span(int64_t off, int64_t s, int64_t W, int64_t WO) {
+  const int64_t lo = off >= 0 ? 0 : (-off + s - 1) / s;
+  const int64_t hi = W - off <= 0 ? 0 : std::min(WO, (W - off - 1) / s + 1);
+  return {std::min(lo, WO), std::max(std::min(lo, WO), hi)};
+}
+
 // C (K x nb*HOWO) for images [n0, n0+nb), group grp.
 template <typename T>
 void im2col_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int64_t nb, int64_t grp, T* col) {
@@ -71,6 +85,8 @@ void im2col_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int
     const int64_t c = k / (g.KH * g.KW), kh = (k / g.KW) % g.KH, kw = k % g.KW;
     const T* plane = x + ((n0 + n) * g.C + grp * d.Cg + c) * g.H * g.W;
     T* out = col + k * M + n * d.HOWO;
+    const int64_t off = kw * g.dw - g.pw;
+    const Span sp = valid_span(off, g.sw, g.W, g.WO);
     for (int64_t oh = 0; oh < g.HO; ++oh) {
       const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
       T* o = out + oh * g.WO;
@@ -78,16 +94,20 @@ void im2col_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int
         std::fill_n(o, g.WO, T(0));
         continue;
       }
-      const T* row = plane + ih * g.W;
-      for (int64_t ow = 0; ow < g.WO; ++ow) {
-        const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-        o[ow] = (iw >= 0 && iw < g.W) ? row[iw] : T(0);
+      const T* row = plane + ih * g.W + off;
+      std::fill_n(o, sp.lo, T(0));
+      if (g.sw == 1) {
+        std::memcpy(o + sp.lo, row + sp.lo, size_t(sp.hi - sp.lo) * sizeof(T));
+      } else {
+        for (int64_t ow = sp.lo; ow < sp.hi; ++ow) o[ow] = row[ow * g.sw];
       }
+      std::fill_n(o + sp.hi, g.WO - sp.hi, T(0));
     }
   }, d.HOWO);
 }
 
-// dx planes of images [n0, n0+nb), group grp <- fold of dC (K x nb*HOWO).
+// dx planes of images [n0, n0+nb), group grp <- fold of dC (K x nb*HOWO). One task per
+// input plane: no two tasks write the same element.
 template <typename T>
 void col2im_nchw(const Conv2dGeom& g, const Dims& d, const T* dcol, int64_t n0, int64_t nb, int64_t grp, T* dx) {
   const int64_t M = nb * d.HOWO;
@@ -98,98 +118,134 @@ void col2im_nchw(const Conv2dGeom& g, const Dims& d, const T* dcol, int64_t n0, 
     for (int64_t kh = 0; kh < g.KH; ++kh)
       for (int64_t kw = 0; kw < g.KW; ++kw) {
         const T* src = dcol + ((c * g.KH + kh) * g.KW + kw) * M + n * d.HOWO;
+        const int64_t off = kw * g.dw - g.pw;
+        const Span sp = valid_span(off, g.sw, g.W, g.WO);
         for (int64_t oh = 0; oh < g.HO; ++oh) {
           const int64_t ih = oh * g.sh - g.ph + kh * g.dh;
           if (ih < 0 || ih >= g.H) continue;
-          T* row = plane + ih * g.W;
+          T* row = plane + ih * g.W + off;
           const T* s = src + oh * g.WO;
-          for (int64_t ow = 0; ow < g.WO; ++ow) {
-            const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
-            if (iw >= 0 && iw < g.W) row[iw] += s[ow];
+          if (g.sw == 1) {
+            for (int64_t ow = sp.lo; ow < sp.hi; ++ow) row[ow] += s[ow];
+          } else {
+            for (int64_t ow = sp.lo; ow < sp.hi; ++ow) row[ow * g.sw] += s[ow];
           }
         }
       }
   }, g.KH * g.KW * d.HOWO);
 }
 
+// Large images (HO*WO >= kPerImageMin): whole images in parallel, one per task, each
+// task's GEMMs single-threaded (Eigen runs serially inside a parallel region). Independent
+// images need no synchronisation, which beats splitting each small-M GEMM over threads.
+constexpr int64_t kPerImageMin = 256;
+
+// C_g for image n: the input itself when pointwise, else im2col into this thread's scratch.
+template <typename T>
+const T* patches_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n, int64_t grp) {
+  if (d.pointwise) return x + (n * g.C + grp * d.Cg) * d.HOWO;
+  T* col = scratch<T>(0, size_t(d.K * d.HOWO));
+  im2col_nchw(g, d, x, n, 1, grp, col);
+  return col;
+}
+
 template <typename T>
 void forward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
-  // Large images: one image at a time, GEMM output lands in y directly.
-  const int64_t nb_max = d.HOWO >= 256 ? 1 : chunk_images(g, d, sizeof(T));
-  std::vector<T> col, out;
+  if (d.HOWO >= kPerImageMin) {
+#pragma omp parallel for schedule(static)
+    for (int64_t n = 0; n < g.N; ++n)
+      for (int64_t grp = 0; grp < g.groups; ++grp)
+        gemm<T>(false, false, d.Og, d.HOWO, d.K, w + grp * d.Og * d.K, d.K, patches_nchw(g, d, x, n, grp), d.HOWO,
+                false, y + (n * g.O + grp * d.Og) * d.HOWO, d.HOWO);
+    return;
+  }
+  // Small images: a chunk of images per GEMM, Y_g (Og x nb*HOWO) scattered back to NCHW.
+  const int64_t nb_max = chunk_images(g, d, sizeof(T));
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
     const int64_t M = nb * d.HOWO;
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const T* C;
-      if (d.pointwise && nb == 1) {
-        C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
-      } else {
-        col.resize(size_t(d.K * M));
-        im2col_nchw(g, d, x, n0, nb, grp, col.data());
-        C = col.data();
-      }
-      auto Wg = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K);
-      if (nb == 1) {
-        mat(y + (n0 * g.O + grp * d.Og) * d.HOWO, d.Og, M, M).noalias() = Wg * cmat(C, d.K, M, M);
-      } else {
-        out.resize(size_t(d.Og * M));
-        mat(out.data(), d.Og, M, M).noalias() = Wg * cmat(C, d.K, M, M);
-        parallel_for(nb * d.Og, [&](int64_t r) {
-          const int64_t n = r / d.Og, o = r % d.Og;
-          std::memcpy(y + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO, out.data() + o * M + n * d.HOWO,
-                      size_t(d.HOWO) * sizeof(T));
-        }, d.HOWO);
-      }
+      T* col = scratch<T>(0, size_t(d.K * M));
+      im2col_nchw(g, d, x, n0, nb, grp, col);
+      T* out = scratch<T>(1, size_t(d.Og * M));
+      gemm<T>(false, false, d.Og, M, d.K, w + grp * d.Og * d.K, d.K, col, M, false, out, M);
+      parallel_for(nb * d.Og, [&](int64_t r) {
+        const int64_t n = r / d.Og, o = r % d.Og;
+        std::memcpy(y + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO, out + o * M + n * d.HOWO,
+                    size_t(d.HOWO) * sizeof(T));
+      }, d.HOWO);
     }
   }
 }
 
 template <typename T>
 void backward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
-  const int64_t nb_max = d.HOWO >= 256 ? 1 : chunk_images(g, d, sizeof(T));
-  std::vector<T> col, dcol, dyg;
+  if (d.HOWO >= kPerImageMin) {
+    // Each thread sums its images' weight gradients in its own buffer; the buffers are
+    // added in thread order afterwards (deterministic for a given thread count).
+    const int nt = omp_get_max_threads();
+    const size_t wsize = size_t(g.O * d.K);
+    T* partial = dw ? scratch<T>(3, wsize * nt) : nullptr;
+    std::vector<char> used(size_t(nt), 0);
+#pragma omp parallel num_threads(nt)
+    {
+      const int t = omp_get_thread_num();
+      T* acc = dw ? partial + wsize * t : nullptr;
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t grp = 0; grp < g.groups; ++grp) {
+          const T* DY = dy + (n * g.O + grp * d.Og) * d.HOWO;  // Og x HOWO
+          const T* Wg = w + grp * d.Og * d.K;
+          if (dw)
+            gemm<T>(false, true, d.Og, d.K, d.HOWO, DY, d.HOWO, patches_nchw(g, d, x, n, grp), d.HOWO, used[t] != 0,
+                    acc + grp * d.Og * d.K, d.K);
+          if (dx) {
+            T* dxg = dx + (n * g.C + grp * d.Cg) * d.HOWO;
+            if (d.pointwise) {
+              gemm<T>(true, false, d.K, d.HOWO, d.Og, Wg, d.K, DY, d.HOWO, false, dxg, d.HOWO);
+            } else {
+              T* dcol = scratch<T>(2, size_t(d.K * d.HOWO));
+              gemm<T>(true, false, d.K, d.HOWO, d.Og, Wg, d.K, DY, d.HOWO, false, dcol, d.HOWO);
+              col2im_nchw(g, d, dcol, n, 1, grp, dx);
+            }
+          }
+          if (grp == g.groups - 1) used[t] = 1;
+        }
+    }
+    if (dw) {
+      bool first = true;
+      for (int t = 0; t < nt; ++t) {
+        if (!used[t]) continue;
+        const T* src = partial + wsize * t;
+        if (first) std::memcpy(dw, src, wsize * sizeof(T));
+        else
+          for (size_t i = 0; i < wsize; ++i) dw[i] += src[i];
+        first = false;
+      }
+    }
+    return;
+  }
+  const int64_t nb_max = chunk_images(g, d, sizeof(T));
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
     const int64_t M = nb * d.HOWO;
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      // dY_g (Og x M)
-      const T* DY;
-      if (nb == 1) {
-        DY = dy + (n0 * g.O + grp * d.Og) * d.HOWO;
-      } else {
-        dyg.resize(size_t(d.Og * M));
-        parallel_for(nb * d.Og, [&](int64_t r) {
-          const int64_t n = r / d.Og, o = r % d.Og;
-          std::memcpy(dyg.data() + o * M + n * d.HOWO, dy + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO,
-                      size_t(d.HOWO) * sizeof(T));
-        }, d.HOWO);
-        DY = dyg.data();
-      }
-      auto dYg = cmat(DY, d.Og, M, M);
-      const bool direct = d.pointwise && nb == 1;
+      // dY_g (Og x M), gathered from the chunk's images.
+      T* dyg = scratch<T>(1, size_t(d.Og * M));
+      parallel_for(nb * d.Og, [&](int64_t r) {
+        const int64_t n = r / d.Og, o = r % d.Og;
+        std::memcpy(dyg + o * M + n * d.HOWO, dy + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO,
+                    size_t(d.HOWO) * sizeof(T));
+      }, d.HOWO);
       if (dw) {
-        const T* C;
-        if (direct) {
-          C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
-        } else {
-          col.resize(size_t(d.K * M));
-          im2col_nchw(g, d, x, n0, nb, grp, col.data());
-          C = col.data();
-        }
-        auto dWg = mat(dw + grp * d.Og * d.K, d.Og, d.K, d.K);
-        if (n0 == 0) dWg.noalias() = dYg * cmat(C, d.K, M, M).transpose();
-        else dWg.noalias() += dYg * cmat(C, d.K, M, M).transpose();
+        T* col = scratch<T>(0, size_t(d.K * M));
+        im2col_nchw(g, d, x, n0, nb, grp, col);
+        gemm<T>(false, true, d.Og, d.K, M, dyg, M, col, M, n0 > 0, dw + grp * d.Og * d.K, d.K);
       }
       if (dx) {
-        auto WgT = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K).transpose();
-        if (direct) {
-          mat(dx + (n0 * g.C + grp * d.Cg) * d.HOWO, d.K, M, M).noalias() = WgT * dYg;
-        } else {
-          dcol.resize(size_t(d.K * M));
-          mat(dcol.data(), d.K, M, M).noalias() = WgT * dYg;
-          col2im_nchw(g, d, dcol.data(), n0, nb, grp, dx);
-        }
+        T* dcol = scratch<T>(2, size_t(d.K * M));
+        gemm<T>(true, false, d.K, M, d.Og, w + grp * d.Og * d.K, d.K, dyg, M, false, dcol, M);
+        col2im_nchw(g, d, dcol, n0, nb, grp, dx);
       }
     }
   }
@@ -248,7 +304,6 @@ void col2im_nhwc(const Conv2dGeom& g, const Dims& d, const T* dP, int64_t n0, in
 template <typename T>
 void forward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
   const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  std::vector<T> P;
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
     const int64_t M = nb * d.HOWO;
@@ -259,13 +314,13 @@ void forward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T*
         p = x + n0 * d.HOWO * g.C + grp * d.Cg;
         pstride = g.C;
       } else {
-        P.resize(size_t(M * d.K));
-        im2col_nhwc(g, d, x, n0, nb, grp, P.data());
-        p = P.data();
+        T* P = scratch<T>(0, size_t(M * d.K));
+        im2col_nhwc(g, d, x, n0, nb, grp, P);
+        p = P;
         pstride = d.K;
       }
-      auto Y = mat(y + n0 * d.HOWO * g.O + grp * d.Og, M, d.Og, g.O);
-      Y.noalias() = cmat(p, M, d.K, pstride) * cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K).transpose();
+      gemm<T>(false, true, M, d.Og, d.K, p, pstride, w + grp * d.Og * d.K, d.K, false,
+              y + n0 * d.HOWO * g.O + grp * d.Og, g.O);
     }
   }
 }
@@ -273,13 +328,12 @@ void forward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T*
 template <typename T>
 void backward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
   const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  std::vector<T> P;
   for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
     const int64_t nb = std::min(nb_max, g.N - n0);
     const int64_t M = nb * d.HOWO;
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      auto dYg = cmat(dy + n0 * d.HOWO * g.O + grp * d.Og, M, d.Og, g.O);
-      auto Wg = cmat(w + grp * d.Og * d.K, d.Og, d.K, d.K);
+      const T* dYg = dy + n0 * d.HOWO * g.O + grp * d.Og;  // M x Og, row stride O
+      const T* Wg = w + grp * d.Og * d.K;
       if (dw) {
         const T* p;
         int64_t pstride;
@@ -287,22 +341,20 @@ void backward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, c
           p = x + n0 * d.HOWO * g.C + grp * d.Cg;
           pstride = g.C;
         } else {
-          P.resize(size_t(M * d.K));
-          im2col_nhwc(g, d, x, n0, nb, grp, P.data());
-          p = P.data();
+          T* P = scratch<T>(0, size_t(M * d.K));
+          im2col_nhwc(g, d, x, n0, nb, grp, P);
+          p = P;
           pstride = d.K;
         }
-        auto dWg = mat(dw + grp * d.Og * d.K, d.Og, d.K, d.K);
-        if (n0 == 0) dWg.noalias() = dYg.transpose() * cmat(p, M, d.K, pstride);
-        else dWg.noalias() += dYg.transpose() * cmat(p, M, d.K, pstride);
+        gemm<T>(true, false, d.Og, d.K, M, dYg, g.O, p, pstride, n0 > 0, dw + grp * d.Og * d.K, d.K);
       }
       if (dx) {
         if (d.pointwise) {
-          mat(dx + n0 * d.HOWO * g.C + grp * d.Cg, M, d.K, g.C).noalias() = dYg * Wg;
+          gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dx + n0 * d.HOWO * g.C + grp * d.Cg, g.C);
         } else {
-          P.resize(size_t(M * d.K));
-          mat(P.data(), M, d.K, d.K).noalias() = dYg * Wg;
-          col2im_nhwc(g, d, P.data(), n0, nb, grp, dx);
+          T* dP = scratch<T>(2, size_t(M * d.K));
+          gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dP, d.K);
+          col2im_nhwc(g, d, dP, n0, nb, grp, dx);
         }
       }
     }

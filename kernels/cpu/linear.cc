@@ -1,22 +1,29 @@
 #include "kernels/cpu/linear.h"
 
-#include "kernels/cpu/eigen_maps.h"
+#include <vector>
+
+#include "kernels/cpu/gemm.h"
 
 namespace rt::cpu {
 
 template <typename T>
 void linear_forward(int64_t N, int64_t in, int64_t out, const T* x, const T* w, const T* b, T* y) {
-  auto Y = mat(y, N, out, out);
-  Y.noalias() = cmat(x, N, in, in) * cmat(w, out, in, in).transpose();
-  if (b) Y.rowwise() += cmat(b, 1, out, out).row(0);
+  gemm<T>(false, true, N, out, in, x, in, w, in, false, y, out);  // y = x W^T
+  if (b)
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t o = 0; o < out; ++o) y[i * out + o] += b[o];
 }
 
 template <typename T>
 void linear_backward(int64_t N, int64_t in, int64_t out, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
-  auto dY = cmat(dy, N, out, out);
-  if (dx) mat(dx, N, in, in).noalias() = dY * cmat(w, out, in, in);
-  if (dw) mat(dw, out, in, in).noalias() = dY.transpose() * cmat(x, N, in, in);
-  if (db) mat(db, 1, out, out) = dY.colwise().sum();
+  if (dx) gemm<T>(false, false, N, in, out, dy, out, w, in, false, dx, in);  // dx = dy W
+  if (dw) gemm<T>(true, false, out, in, N, dy, out, x, in, false, dw, in);   // dw = dy^T x
+  if (db) {
+    std::vector<double> acc(static_cast<size_t>(out), 0.0);
+    for (int64_t i = 0; i < N; ++i)
+      for (int64_t o = 0; o < out; ++o) acc[o] += dy[i * out + o];
+    for (int64_t o = 0; o < out; ++o) db[o] = T(acc[o]);
+  }
 }
 
 template void linear_forward<float>(int64_t, int64_t, int64_t, const float*, const float*, const float*, float*);

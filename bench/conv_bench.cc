@@ -1,0 +1,373 @@
+// conv2d forward + backward on the CPU backend, timed for every distinct conv shape of
+// ResNet50 (bench/conv_shapes.txt). bench/conv_bench_torch.py measures PyTorch the same way
+// and prints the same lines and JSON; bench/run_conv_bench.sh runs both and compares.
+//
+//   bazel run //bench:conv_bench -- [--repeats 3] [--warmup 1] [--channels-last]
+//                                   [--json FILE] [--only SUBSTRING] [--shapes FILE]
+//
+// Per shape: x (N, C, H, W) and w (O, C, KH, KW) from rt::randn, no bias, both requiring
+// grad except the stem's input (conv1: the image needs no gradient in training). Each
+// repetition times y = conv2d(x, w) and then y.backward(seed) with a fixed random seed
+// gradient; the first `warmup` repetitions are dropped and the median of the rest is
+// reported. FLOPs: 2*N*O*HO*WO*C*KH*KW for the forward, twice that for the backward (data
+// and filter gradients), the data half left out where the input needs no gradient.
+#include <algorithm>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <fstream>
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#ifdef _OPENMP
+#include <omp.h>
+#endif
+
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "engine/tensor.h"
+
+namespace {
+
+struct ConvShape {
+  std::string name;
+  int64_t n = 0, c = 0, h = 0, w = 0, o = 0, kh = 0, kw = 0;
+  int stride = 1, pad = 0;
+  int64_t count = 0;
+};
+
+struct Options {
+  std::string shapes_path = "bench/conv_shapes.txt";
+  int repeats = 3;
+  int warmup = 1;
+  bool channels_last = false;
+  std::string json_path;
+  std::string only;
+};
+
+struct Result {
+  ConvShape s;
+  int64_t ho = 0, wo = 0;
+  bool input_grad = true;
+  double flops = 0;  // forward + backward, one occurrence
+  double fwd_ms = 0, bwd_ms = 0, ms = 0;
+  std::vector<double> ms_all;
+  double gflops() const { return flops / (ms * 1e6); }
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kUsage =
+    "usage: conv_bench [--repeats N] [--warmup N] [--channels-last] [--json FILE]\n"
+    "                  [--only SUBSTRING] [--shapes FILE]\n"
+    "  --repeats N       timed repetitions per shape; the median is reported (default 3)\n"
+    "  --warmup N        untimed repetitions first (default 1)\n"
+    "  --channels-last   NHWC input, weight and gradients (default NCHW)\n"
+    "  --json FILE       also write the results as JSON\n"
+    "  --only SUBSTRING  only the shapes whose name contains SUBSTRING\n"
+    "  --shapes FILE     the shape list (default bench/conv_shapes.txt)\n";
+
+// Under `bazel run` the working directory is the runfiles tree; paths the user typed are
+// relative to where they typed them.
+std::string user_path(const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return wd ? std::string(wd) + "/" + p : p;
+}
+
+int parse_int(const std::string& flag, const std::string& v, int lo) {
+  size_t used = 0;
+  int r = 0;
+  try {
+    r = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || r < lo)
+    throw UsageError(flag + " wants an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return r;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw UsageError(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--repeats") {
+      o.repeats = parse_int(a, next(), 1);
+    } else if (a == "--warmup") {
+      o.warmup = parse_int(a, next(), 0);
+    } else if (a == "--channels-last" && !has_value) {
+      o.channels_last = true;
+    } else if (a == "--json") {
+      o.json_path = user_path(next());
+    } else if (a == "--only") {
+      o.only = next();
+    } else if (a == "--shapes") {
+      o.shapes_path = user_path(next());
+    } else {
+      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  return o;
+}
+
+// Columns: name N C H W O KH KW stride pad count; '#' starts a comment.
+std::vector<ConvShape> read_shapes(const std::string& path) {
+  std::ifstream in(path);
+  if (!in)
+    throw std::runtime_error("cannot open the shape list '" + path +
+                             "' (run from the workspace root, use bazel run, or pass --shapes)");
+  std::vector<ConvShape> shapes;
+  std::string line;
+  for (int lineno = 1; std::getline(in, line); ++lineno) {
+    if (auto hash = line.find('#'); hash != std::string::npos) line.resize(hash);
+    std::istringstream ls(line);
+    ConvShape s;
+    if (!(ls >> s.name)) continue;  // blank or comment
+    std::string extra;
+    if (!(ls >> s.n >> s.c >> s.h >> s.w >> s.o >> s.kh >> s.kw >> s.stride >> s.pad >> s.count) || (ls >> extra))
+      throw std::runtime_error(path + ":" + std::to_string(lineno) +
+                               ": want 'name N C H W O KH KW stride pad count', got '" + line + "'");
+    if (s.n < 1 || s.c < 1 || s.h < 1 || s.w < 1 || s.o < 1 || s.kh < 1 || s.kw < 1 || s.stride < 1 || s.pad < 0 ||
+        s.count < 1 || s.h + 2 * s.pad < s.kh || s.w + 2 * s.pad < s.kw)
+      throw std::runtime_error(path + ":" + std::to_string(lineno) + ": impossible conv shape '" + line + "'");
+    shapes.push_back(s);
+  }
+  if (shapes.empty()) throw std::runtime_error("no shapes in '" + path + "'");
+  return shapes;
+}
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+using Clock = std::chrono::steady_clock;
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// How busy the machine was apart from this process: on 2 cores anything else running (a
+// build, a test) distorts the timings, and the run says so.
+inline constexpr double kBusyShare = 0.02;  // above this, warn
+
+struct CpuSample {
+  Clock::time_point t;
+  double busy_s = -1;  // all CPUs' non-idle time since boot (/proc/stat), incl. steal; -1: unknown
+  double own_s = 0;    // this process's CPU time, all threads
+};
+
+CpuSample sample_cpu() {
+  CpuSample c;
+  c.t = Clock::now();
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
+    c.busy_s = double(user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  c.own_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return c;
+}
+
+// The share of all CPUs' time between a and b that other processes used (0..1; -1 unknown).
+double others_cpu_share(const CpuSample& a, const CpuSample& b) {
+  if (a.busy_s < 0 || b.busy_s < 0) return -1;
+  const double wall_s = ms_between(a.t, b.t) * 1e-3;
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (wall_s <= 0 || ncpu < 1) return -1;
+  return std::max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s)) / (wall_s * double(ncpu));
+}
+
+Result run_one(const ConvShape& s, const Options& opt, rt::Generator& gen) {
+  const rt::MemoryFormat fmt = opt.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
+  const rt::DType f32 = rt::DType::f32;
+  const rt::Device cpu = rt::Device::cpu();
+
+  Result r;
+  r.s = s;
+  r.ho = (s.h + 2 * s.pad - s.kh) / s.stride + 1;
+  r.wo = (s.w + 2 * s.pad - s.kw) / s.stride + 1;
+  r.input_grad = s.name != "conv1";  // the stem's input is the image
+  const double fwd_flops = 2.0 * double(s.n) * double(s.o) * double(r.ho) * double(r.wo) * double(s.c) *
+                           double(s.kh) * double(s.kw);
+  r.flops = fwd_flops * (r.input_grad ? 3.0 : 2.0);
+
+  // The weight takes the input's format, as model.to(memory_format) does in PyTorch.
+  rt::Tensor x = rt::randn({s.n, s.c, s.h, s.w}, gen, f32, cpu, fmt);
+  rt::Tensor w = rt::randn({s.o, s.c, s.kh, s.kw}, gen, f32, cpu, fmt);
+  rt::Tensor seed = rt::randn({s.n, s.o, r.ho, r.wo}, gen, f32, cpu, fmt);
+  x.set_requires_grad(r.input_grad);
+  w.set_requires_grad(true);
+  const rt::Conv2dParams p = rt::Conv2dParams::make(s.stride, s.pad);
+
+  std::vector<double> fwd, bwd;
+  for (int i = 0; i < opt.warmup + opt.repeats; ++i) {
+    if (r.input_grad) x.zero_grad();
+    w.zero_grad();
+    const auto t0 = Clock::now();
+    rt::Tensor y = rt::conv2d(x, w, rt::Tensor(), p);
+    const auto t1 = Clock::now();
+    y.backward(seed);
+    const auto t2 = Clock::now();
+    if (i == 0) {
+      const rt::Shape want{s.n, s.o, r.ho, r.wo};
+      RT_CHECK(y.shape() == want, s.name, ": conv2d returned ", rt::shape_str(y.shape()), ", expected ",
+               rt::shape_str(want));
+      if (y.format() != fmt)
+        std::fprintf(stderr, "note: %s: conv2d of a %s input returned a %s output\n", s.name.c_str(),
+                     rt::format_name(fmt), rt::format_name(y.format()));
+      RT_CHECK(w.grad().defined() && w.grad().shape() == w.shape(), s.name, ": no weight gradient of shape ",
+               rt::shape_str(w.shape()), " after backward");
+      RT_CHECK(x.grad().defined() == r.input_grad, s.name, ": input gradient ",
+               r.input_grad ? "missing" : "computed although the input does not require grad");
+      if (r.input_grad)
+        RT_CHECK(x.grad().shape() == x.shape(), s.name, ": input gradient has shape ",
+                 rt::shape_str(x.grad().shape()), ", expected ", rt::shape_str(x.shape()));
+    }
+    if (i >= opt.warmup) {
+      fwd.push_back(ms_between(t0, t1));
+      bwd.push_back(ms_between(t1, t2));
+      r.ms_all.push_back(ms_between(t0, t2));
+    }
+  }
+  r.fwd_ms = median(fwd);
+  r.bwd_ms = median(bwd);
+  r.ms = median(r.ms_all);
+  return r;
+}
+
+// The same line format as conv_bench_torch.py.
+void print_result(const Result& r) {
+  const ConvShape& s = r.s;
+  char dims[96];
+  std::snprintf(dims, sizeof dims, "%lldx%lldx%lldx%lld->%lld k%lldx%lld s%d p%d", (long long)s.n, (long long)s.c,
+                (long long)s.h, (long long)s.w, (long long)s.o, (long long)s.kh, (long long)s.kw, s.stride, s.pad);
+  std::printf("%-22s %-32s x%-3lld %s fwd %9.3f ms  bwd %9.3f ms  total %9.3f ms  %7.1f GFLOP/s\n", s.name.c_str(),
+              dims, (long long)s.count, r.input_grad ? "   " : "(*)", r.fwd_ms, r.bwd_ms, r.ms, r.gflops());
+  std::fflush(stdout);
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      o += buf;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+void write_json(const std::string& path, const Options& opt, int threads, const std::vector<Result>& results,
+                double total_ms, double total_flops, int64_t convs, double others_cpu) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  out << "{\n  \"impl\": \"ringtape\",\n  \"version\": \"ringtape cpu (Eigen)\",\n  \"threads\": " << threads
+      << ",\n  \"format\": \"" << (opt.channels_last ? "nhwc" : "nchw") << "\",\n  \"dtype\": \"f32\",\n"
+      << "  \"warmup\": " << opt.warmup << ",\n  \"repeats\": " << opt.repeats << ",\n  \"shapes\": [\n";
+  for (size_t i = 0; i < results.size(); ++i) {
+    const Result& r = results[i];
+    const ConvShape& s = r.s;
+    out << "    {\"name\": " << json_str(s.name) << ", \"N\": " << s.n << ", \"C\": " << s.c << ", \"H\": " << s.h
+        << ", \"W\": " << s.w << ", \"O\": " << s.o << ", \"KH\": " << s.kh << ", \"KW\": " << s.kw
+        << ", \"stride\": " << s.stride << ", \"pad\": " << s.pad << ", \"count\": " << s.count
+        << ", \"HO\": " << r.ho << ", \"WO\": " << r.wo << ", \"input_grad\": " << (r.input_grad ? "true" : "false")
+        << ", \"flops\": " << num(r.flops) << ", \"fwd_ms\": " << num(r.fwd_ms) << ", \"bwd_ms\": " << num(r.bwd_ms)
+        << ", \"ms\": " << num(r.ms) << ", \"gflops\": " << num(r.gflops()) << ", \"ms_all\": [";
+    for (size_t j = 0; j < r.ms_all.size(); ++j) out << (j ? ", " : "") << num(r.ms_all[j]);
+    out << "]}" << (i + 1 < results.size() ? "," : "") << "\n";
+  }
+  out << "  ],\n  \"others_cpu\": " << num(others_cpu) << ",\n  \"total\": {\"convs\": " << convs << ", \"ms\": " << num(total_ms)
+      << ", \"flops\": " << num(total_flops) << ", \"gflops\": " << num(total_flops / (total_ms * 1e6)) << "}\n}\n";
+  if (!out) throw std::runtime_error("error writing '" + path + "'");
+}
+
+int run(const Options& opt) {
+  std::vector<ConvShape> shapes = read_shapes(opt.shapes_path);
+  if (!opt.only.empty()) {
+    std::erase_if(shapes, [&](const ConvShape& s) { return s.name.find(opt.only) == std::string::npos; });
+    if (shapes.empty()) throw UsageError("no shape name contains '" + opt.only + "'");
+  }
+  int threads = 1;
+#ifdef _OPENMP
+  threads = omp_get_max_threads();
+#endif
+  std::printf("ringtape conv2d f32 cpu | threads %d | %s | warmup %d | median of %d | %s\n", threads,
+              opt.channels_last ? "nhwc" : "nchw", opt.warmup, opt.repeats, opt.shapes_path.c_str());
+  std::fflush(stdout);
+
+  const CpuSample start = sample_cpu();
+  rt::Generator gen(1234);
+  std::vector<Result> results;
+  double total_ms = 0, total_flops = 0;
+  int64_t convs = 0;
+  for (const ConvShape& s : shapes) {
+    results.push_back(run_one(s, opt, gen));
+    print_result(results.back());
+    total_ms += double(s.count) * results.back().ms;
+    total_flops += double(s.count) * results.back().flops;
+    convs += s.count;
+  }
+  const double others = others_cpu_share(start, sample_cpu());
+  std::printf("TOTAL %lld convs, count-weighted: %.3f ms  %.1f GFLOP/s   ((*) = no input gradient)\n",
+              (long long)convs, total_ms, total_flops / (total_ms * 1e6));
+  if (others >= 0)
+    std::printf("other processes used %.1f%% of the machine's CPU time during the run%s\n", 100 * others,
+                others > kBusyShare ? ": the timings are distorted, rerun when the machine is idle" : "");
+  if (!opt.json_path.empty()) write_json(opt.json_path, opt, threads, results, total_ms, total_flops, convs, others);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "conv_bench: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "conv_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,43 @@
+#include "engine/nn/layers.h"
+
+#include <cmath>
+
+namespace rt::nn {
+
+Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Generator& g, bool with_bias, int groups)
+    : params(Conv2dParams::make(stride, padding, 1, groups)) {
+  const double std = std::sqrt(2.0 / double(out * kernel * kernel));
+  weight = register_parameter("weight", randn({out, in / groups, kernel, kernel}, g, DType::f32, Device::cpu(),
+                                              MemoryFormat::contiguous, 0.0, std));
+  if (with_bias) bias = register_parameter("bias", Tensor::zeros({out}));
+}
+
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, params); }
+
+BatchNorm2d::BatchNorm2d(int64_t channels, double m, double e) : momentum(m), eps(e) {
+  weight = register_parameter("weight", Tensor::full({channels}, 1.0));
+  bias = register_parameter("bias", Tensor::zeros({channels}));
+  running_mean = register_buffer("running_mean", Tensor::zeros({channels}));
+  running_var = register_buffer("running_var", Tensor::full({channels}, 1.0));
+  num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
+}
+
+Tensor BatchNorm2d::forward(const Tensor& x) {
+  if (is_training()) {  // PyTorch counts every training-mode forward
+    // A host-side counter of a CPU scalar; the CUDA backend keeps it on the host too.
+    Tensor host = num_batches_tracked.to(Device::cpu());
+    host.data<int64_t>()[0] += 1;
+    if (!host.same(num_batches_tracked)) num_batches_tracked.copy_(host);
+  }
+  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+}
+
+Linear::Linear(int64_t in, int64_t out, Generator& g, bool with_bias) {
+  const double bound = 1.0 / std::sqrt(double(in));
+  weight = register_parameter("weight", rand_uniform({out, in}, g, -bound, bound));
+  if (with_bias) bias = register_parameter("bias", rand_uniform({out}, g, -bound, bound));
+}
+
+Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+
+}  // namespace rt::nn

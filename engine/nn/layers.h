@@ -1,0 +1,38 @@
+// The layers of a ResNet, with torchvision's parameter names and initialisation.
+#pragma once
+
+#include "engine/nn/module.h"
+#include "engine/ops.h"
+#include "engine/random.h"
+
+namespace rt::nn {
+
+// weight (O, C/groups, KH, KW), Kaiming-normal with fan_out (torchvision's ResNet init:
+// std = sqrt(2 / (O * KH * KW))); no bias by default (a batch norm follows).
+class Conv2d : public Module {
+ public:
+  Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Generator& g, bool bias = false,
+         int groups = 1);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+  Conv2dParams params;
+};
+
+// weight 1, bias 0, running_mean 0, running_var 1, num_batches_tracked 0 (i64, 0-D).
+class BatchNorm2d : public Module {
+ public:
+  explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias, running_mean, running_var, num_batches_tracked;
+  double momentum, eps;
+};
+
+// PyTorch's default Linear init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
+class Linear : public Module {
+ public:
+  Linear(int64_t in, int64_t out, Generator& g, bool bias = true);
+  Tensor forward(const Tensor& x) override;
+  Tensor weight, bias;
+};
+
+}  // namespace rt::nn

@@ -1,0 +1,90 @@
+#include "models/resnet.h"
+
+namespace rt::models {
+namespace {
+
+std::shared_ptr<nn::Sequential> make_downsample(int64_t in, int64_t out, int stride, Generator& g) {
+  auto ds = std::make_shared<nn::Sequential>();
+  ds->push_back(std::make_shared<nn::Conv2d>(in, out, 1, stride, 0, g));  // downsample.0
+  ds->push_back(std::make_shared<nn::BatchNorm2d>(out));                  // downsample.1
+  return ds;
+}
+
+}  // namespace
+
+BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generator& g) {
+  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(in, planes, 3, stride, 1, g));
+  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+  conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(planes, planes, 3, 1, 1, g));
+  bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+  if (ds) downsample = register_module("downsample", make_downsample(in, planes, stride, g));
+}
+
+Tensor BasicBlock::forward(const Tensor& x) {
+  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  out = bn2->forward(conv2->forward(out));
+  return add_relu(out, downsample ? downsample->forward(x) : x);
+}
+
+Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g) {
+  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(in, planes, 1, 1, 0, g));
+  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
+  conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(planes, planes, 3, stride, 1, g));
+  bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+  conv3 = register_module("conv3", std::make_shared<nn::Conv2d>(planes, planes * kExpansion, 1, 1, 0, g));
+  bn3 = register_module("bn3", std::make_shared<nn::BatchNorm2d>(planes * kExpansion));
+  if (ds) downsample = register_module("downsample", make_downsample(in, planes * kExpansion, stride, g));
+}
+
+Tensor Bottleneck::forward(const Tensor& x) {
+  Tensor out = relu(bn1->forward(conv1->forward(x)));
+  out = relu(bn2->forward(conv2->forward(out)));
+  out = bn3->forward(conv3->forward(out));
+  return add_relu(out, downsample ? downsample->forward(x) : x);
+}
+
+ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
+  RT_CHECK(cfg.layers.size() == 4, "ResNet needs 4 stages, got ", cfg.layers.size());
+  RT_CHECK(cfg.width > 0 && cfg.num_classes > 0 && cfg.in_channels > 0, "ResNet: width, num_classes and in_channels ",
+           "must be positive");
+  Generator g(cfg.seed);
+  const int64_t w = cfg.width;
+  conv1_ = cfg.small_stem ? std::make_shared<nn::Conv2d>(cfg.in_channels, w, 3, 1, 1, g)
+                          : std::make_shared<nn::Conv2d>(cfg.in_channels, w, 7, 2, 3, g);
+  register_module("conv1", conv1_);
+  bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(w));
+  const int expansion = cfg.bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
+  int64_t in = w;
+  for (int s = 0; s < 4; ++s) {
+    const int64_t planes = w << s;
+    const int stride = s == 0 ? 1 : 2;
+    auto stage = std::make_shared<nn::Sequential>();
+    for (int b = 0; b < cfg.layers[s]; ++b) {
+      const int st = b == 0 ? stride : 1;
+      const bool ds = b == 0 && (st != 1 || in != planes * expansion);
+      if (cfg.bottleneck) {
+        auto blk = std::make_shared<Bottleneck>(in, planes, st, ds, g);
+        if (cfg.zero_init_residual) blk->bn3->weight.fill_(0.0);
+        stage->push_back(blk);
+      } else {
+        auto blk = std::make_shared<BasicBlock>(in, planes, st, ds, g);
+        if (cfg.zero_init_residual) blk->bn2->weight.fill_(0.0);
+        stage->push_back(blk);
+      }
+      in = planes * expansion;
+    }
+    stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
+  }
+  fc_ = register_module("fc", std::make_shared<nn::Linear>(in, cfg.num_classes, g));
+}
+
+Tensor ResNet::forward(const Tensor& x) {
+  RT_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_channels, "ResNet: expected input (N, ", cfg_.in_channels,
+           ", H, W), got ", x.str());
+  Tensor h = relu(bn1_->forward(conv1_->forward(x)));
+  if (!cfg_.small_stem) h = max_pool2d(h, Pool2dParams::make(3, 2, 1));
+  for (auto& stage : stages_) h = stage->forward(h);
+  return fc_->forward(global_avg_pool(h));
+}
+
+}  // namespace rt::models

@@ -1,0 +1,59 @@
+// ResNet18-152 with torchvision's topology (v1.5: a bottleneck's stride sits on its 3x3
+// conv), parameter names and initialisation; plus a small-image stem and a width
+// multiplier for 28x28 / 32x32 inputs.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/nn/layers.h"
+
+namespace rt::models {
+
+struct ResNetConfig {
+  bool bottleneck = false;               // Bottleneck (50/101/152) or BasicBlock (18/34)
+  std::vector<int> layers = {2, 2, 2, 2};  // blocks per stage
+  int64_t num_classes = 1000;
+  int64_t in_channels = 3;
+  int64_t width = 64;                    // channels of the first stage (torchvision: 64)
+  bool small_stem = false;               // 3x3 stride-1 conv1 and no max-pool
+  bool zero_init_residual = false;       // zero the last BN weight of every block
+  uint64_t seed = 0;                     // initialisation
+};
+
+class BasicBlock : public nn::Module {
+ public:
+  static constexpr int kExpansion = 1;
+  BasicBlock(int64_t in, int64_t planes, int stride, bool downsample, Generator& g);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::Conv2d> conv1, conv2;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
+  std::shared_ptr<nn::Sequential> downsample;  // null when the identity fits
+};
+
+class Bottleneck : public nn::Module {
+ public:
+  static constexpr int kExpansion = 4;
+  Bottleneck(int64_t in, int64_t planes, int stride, bool downsample, Generator& g);
+  Tensor forward(const Tensor& x) override;
+  std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
+  std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
+  std::shared_ptr<nn::Sequential> downsample;
+};
+
+class ResNet : public nn::Module {
+ public:
+  explicit ResNet(const ResNetConfig& cfg);
+  Tensor forward(const Tensor& x) override;  // (N, in_channels, H, W) -> logits (N, num_classes)
+  const ResNetConfig& config() const { return cfg_; }
+
+ private:
+  ResNetConfig cfg_;
+  std::shared_ptr<nn::Conv2d> conv1_;
+  std::shared_ptr<nn::BatchNorm2d> bn1_;
+  std::vector<std::shared_ptr<nn::Sequential>> stages_;
+  std::shared_ptr<nn::Linear> fc_;
+};
+
+}  // namespace rt::models
