@@ -67,6 +67,18 @@ void Module::to(Device d, MemoryFormat format) {
   }
 }
 
+void Module::to(DType dt) {
+  for (auto& [name, t] : state_dict()) {
+    if (!is_floating(t.dtype()) || t.dtype() == dt) continue;
+    const Tensor moved = t.to(dt);
+    TensorImpl& impl = t.impl();
+    impl.storage = moved.impl().storage;
+    impl.offset = moved.impl().offset;
+    impl.dtype = dt;
+    impl.autograd.grad = nullptr;
+  }
+}
+
 Module::LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state) {
   LoadReport r;
   std::set<std::string> seen;

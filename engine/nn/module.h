@@ -33,6 +33,8 @@ class Module {
   // Moves every parameter and buffer to `d` in place (handles stay valid); 4-D floating
   // tensors (conv weights) take `format`.
   void to(Device d, MemoryFormat format = MemoryFormat::contiguous);
+  // Converts every floating parameter and buffer to `t` in place (f64 for exact checks).
+  void to(DType t);
 
   struct LoadReport {
     std::vector<std::string> missing;     // in the model, not in the file
