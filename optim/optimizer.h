@@ -36,6 +36,8 @@ class Optimizer {
   // One update of every parameter that has a gradient (parameters without one are
   // skipped, like PyTorch). Runs without recording.
   virtual void step() = 0;
+  // Drops every parameter's gradient (PyTorch's zero_grad(set_to_none=True)): the next
+  // backward writes it anew, and a parameter it does not reach is skipped by step().
   void zero_grad();
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
@@ -44,6 +46,10 @@ class Optimizer {
   // Everything step() depends on besides the parameters, by name: "<kind>.<param name>"
   // tensors (e.g. "momentum_buffer.layer1.0.conv1.weight") plus scalars such as the step
   // count as 0-D tensors. load_state() restores it exactly (bit-identical resume).
+  // state() is a snapshot (copies); a parameter that never stepped has no entries.
+  // load_state() replaces the whole state (parameters without entries start afresh) and
+  // checks every entry, names and shapes, before changing anything. Buffers saved in the
+  // other float dtype are converted; resuming bit-identically needs the same dtype.
   virtual std::map<std::string, Tensor> state() const = 0;
   virtual void load_state(const std::map<std::string, Tensor>& state) = 0;
 
@@ -53,6 +59,9 @@ class Optimizer {
   double lr_;
 };
 
+// Both check the options and the parameters (f32 or f64, each listed once under a
+// unique name) and throw rt::Error naming what is wrong. step() updates CPU parameters;
+// on a CUDA parameter it throws (no CUDA kernel yet).
 std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt);
 std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt);
 

@@ -1,0 +1,126 @@
+// torch.optim.AdamW (1.13, amsgrad off): decoupled weight decay, then Adam's moments
+// with bias corrections from each parameter's own step count.
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "optim/optimizer.h"
+#include "optim/param_util.h"
+#include "optim/update_cpu.h"
+
+namespace rt::optim {
+namespace {
+
+constexpr const char* kWho = "AdamW";
+const std::string kExpAvg = "exp_avg";
+const std::string kExpAvgSq = "exp_avg_sq";
+const std::string kStep = "step";
+
+void check_options(const AdamWOptions& o) {
+  check_non_negative(o.lr, "lr", kWho);
+  check_non_negative(o.eps, "eps", kWho);
+  check_non_negative(o.weight_decay, "weight_decay", kWho);
+  RT_CHECK(o.beta1 >= 0.0 && o.beta1 < 1.0, kWho, ": beta1 must be in [0, 1), got ", o.beta1);
+  RT_CHECK(o.beta2 >= 0.0 && o.beta2 < 1.0, kWho, ": beta2 must be in [0, 1), got ", o.beta2);
+}
+
+// A parameter's state; created at its first step with a gradient.
+struct Slot {
+  Tensor exp_avg, exp_avg_sq;  // undefined until then
+  int64_t step = 0;            // steps this parameter took
+};
+
+// The saved step count: a 0-D integer tensor (i64 when ringtape wrote it).
+int64_t restore_step(const Tensor& t, const std::string& key) {
+  RT_CHECK(t.ndim() == 0 && (t.dtype() == DType::i64 || t.dtype() == DType::i32), kWho, ": state entry '", key,
+           "' must be a 0-D i64 step count, got ", t.str());
+  const Tensor h = t.to(Device::cpu());
+  const int64_t step = h.dtype() == DType::i64 ? *h.data<int64_t>() : *h.data<int32_t>();
+  RT_CHECK(step >= 0, kWho, ": state entry '", key, "' is a negative step count (", step, ")");
+  return step;
+}
+
+class AdamW final : public Optimizer {
+ public:
+  AdamW(nn::NamedTensors params, const AdamWOptions& opt)
+      : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()) {}
+
+  void step() override {
+    check_non_negative(lr_, "lr", kWho);
+    NoGradGuard no_grad;
+    // Every gradient is checked before any parameter changes (no half-updated model).
+    std::vector<Tensor> grads(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) grads[i] = grad_for_update(params_[i].first, params_[i].second, kWho);
+
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
+      const Tensor& p = params_[i].second;
+      Slot& st = slots_[i];
+      if (!st.exp_avg.defined()) {
+        st.exp_avg = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+        st.exp_avg_sq = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+      }
+      st.step += 1;
+      cpu::AdamWScalars s;
+      s.lr = lr_;
+      s.beta1 = opt_.beta1;
+      s.beta2 = opt_.beta2;
+      s.eps = opt_.eps;
+      s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+      s.step = st.step;
+      const int64_t n = p.numel();
+      if (p.dtype() == DType::f32) {
+        cpu::adamw_update<float>(p.data<float>(), grads[i].data<float>(), st.exp_avg.data<float>(),
+                                 st.exp_avg_sq.data<float>(), n, s);
+      } else {
+        cpu::adamw_update<double>(p.data<double>(), grads[i].data<double>(), st.exp_avg.data<double>(),
+                                  st.exp_avg_sq.data<double>(), n, s);
+      }
+    }
+  }
+
+  std::map<std::string, Tensor> state() const override {
+    std::map<std::string, Tensor> out;
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Slot& st = slots_[i];
+      if (!st.exp_avg.defined()) continue;
+      const std::string& name = params_[i].first;
+      out[kExpAvg + "." + name] = st.exp_avg.clone();
+      out[kExpAvgSq + "." + name] = st.exp_avg_sq.clone();
+      out[kStep + "." + name] = Tensor::from_vector<int64_t>({st.step}, {});
+    }
+    return out;
+  }
+
+  void load_state(const std::map<std::string, Tensor>& state) override {
+    StateByParam saved = split_state(state, params_, {kExpAvg, kExpAvgSq, kStep}, kWho);
+    std::vector<Slot> restored(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const std::string& name = params_[i].first;
+      const Tensor& m = saved[kExpAvg][i];
+      const Tensor& v = saved[kExpAvgSq][i];
+      const Tensor& step = saved[kStep][i];
+      const int present = int(m.defined()) + int(v.defined()) + int(step.defined());
+      if (present == 0) continue;  // never stepped with a gradient: starts afresh, like PyTorch
+      RT_CHECK(present == 3, kWho, ": the state of '", name, "' is incomplete: expected ", kExpAvg, ".", name, ", ",
+               kExpAvgSq, ".", name, " and ", kStep, ".", name, " together");
+      restored[i].exp_avg = restore_buffer(m, kExpAvg + "." + name, params_[i].second, kWho);
+      restored[i].exp_avg_sq = restore_buffer(v, kExpAvgSq + "." + name, params_[i].second, kWho);
+      restored[i].step = restore_step(step, kStep + "." + name);
+    }
+    slots_ = std::move(restored);  // only once everything checked out
+  }
+
+ private:
+  AdamWOptions opt_;
+  std::vector<Slot> slots_;
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt) {
+  check_options(opt);
+  check_param_list(params, kWho);
+  return std::make_unique<AdamW>(std::move(params), opt);
+}
+
+}  // namespace rt::optim

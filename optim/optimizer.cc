@@ -1,0 +1,87 @@
+#include "optim/optimizer.h"
+
+#include <cmath>
+#include <set>
+#include <string_view>
+
+#include "engine/autograd.h"
+#include "optim/param_util.h"
+
+namespace rt::optim {
+
+void Optimizer::zero_grad() {
+  // Dropping the gradient (PyTorch's set_to_none=True) rather than filling it with
+  // zeros: the next backward writes it anew, and skipped parameters stay skipped.
+  for (const auto& [name, p] : params_) p.zero_grad();
+}
+
+void check_param_list(const nn::NamedTensors& params, const char* who) {
+  RT_CHECK(!params.empty(), who, ": got an empty parameter list (expected the model's named_parameters())");
+  std::set<std::string> names;
+  std::set<const TensorImpl*> seen;
+  for (const auto& [name, p] : params) {
+    RT_CHECK(!name.empty(), who, ": a parameter has an empty name (names key the optimizer state)");
+    RT_CHECK(p.defined(), who, ": parameter '", name, "' is an undefined tensor");
+    RT_CHECK(p.dtype() == DType::f32 || p.dtype() == DType::f64, who, ": parameter '", name, "' is ",
+             dtype_name(p.dtype()), "; expected f32 or f64 (keep fp32 master weights for mixed precision)");
+    RT_CHECK(names.insert(name).second, who, ": parameter name '", name, "' is listed twice");
+    RT_CHECK(seen.insert(p.impl_ptr().get()).second, who, ": parameter '", name,
+             "' is the same tensor as an earlier parameter (it would be updated twice per step)");
+  }
+}
+
+Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who) {
+  Tensor g = param.grad();
+  if (!g.defined()) return g;
+  RT_CHECK(param.device().is_cpu(), who, ": parameter '", name, "' is on ", param.device().str(),
+           ", and the optimizer update has no CUDA kernel yet (train on the CPU for now)");
+  RT_CHECK(g.dtype() == param.dtype(), who, ": the gradient of '", name, "' is ", dtype_name(g.dtype()),
+           " but the parameter is ", dtype_name(param.dtype()));
+  RT_CHECK(g.device() == param.device(), who, ": the gradient of '", name, "' is on ", g.device().str(),
+           " but the parameter is on ", param.device().str());
+  RT_CHECK(g.shape() == param.shape(), who, ": the gradient of '", name, "' has shape ", shape_str(g.shape()),
+           " but the parameter has shape ", shape_str(param.shape()));
+  return g.to(param.format());
+}
+
+void check_non_negative(double value, const char* what, const char* who) {
+  RT_CHECK(std::isfinite(value) && value >= 0.0, who, ": ", what, " must be a finite number >= 0, got ", value);
+}
+
+StateByParam split_state(const std::map<std::string, Tensor>& state, const nn::NamedTensors& params,
+                         const std::vector<std::string>& kinds, const char* who) {
+  std::map<std::string, size_t> index;
+  for (size_t i = 0; i < params.size(); ++i) index[params[i].first] = i;
+  StateByParam out;
+  for (const std::string& k : kinds) out[k].resize(params.size());
+
+  std::string accepted;
+  for (const std::string& k : kinds) accepted += (accepted.empty() ? "" : ", ") + k + ".<param>";
+  for (const auto& [key, t] : state) {
+    // Parameter names contain dots ("layer1.0.conv1.weight"); kinds do not.
+    const size_t dot = key.find('.');
+    const std::string kind = dot == std::string::npos ? key : key.substr(0, dot);
+    auto slot = out.find(kind);
+    RT_CHECK(dot != std::string::npos && slot != out.end(), who, ": unexpected state entry '", key,
+             "'; expected keys ", accepted);
+    const std::string name = key.substr(dot + 1);
+    auto it = index.find(name);
+    RT_CHECK(it != index.end(), who, ": state entry '", key, "' names no parameter of this optimizer ('", name,
+             "'); was the state saved for a different model?");
+    RT_CHECK(t.defined(), who, ": state entry '", key, "' is an undefined tensor");
+    slot->second[it->second] = t;
+  }
+  return out;
+}
+
+Tensor restore_buffer(const Tensor& saved, const std::string& key, const Tensor& param, const char* who) {
+  RT_CHECK(saved.dtype() == DType::f32 || saved.dtype() == DType::f64, who, ": state entry '", key, "' is ",
+           dtype_name(saved.dtype()), "; expected f32 or f64");
+  RT_CHECK(saved.shape() == param.shape(), who, ": state entry '", key, "' has shape ", shape_str(saved.shape()),
+           " but the parameter has shape ", shape_str(param.shape()));
+  Tensor t = Tensor::empty(param.shape(), param.dtype(), param.device(), param.format());
+  t.copy_(saved);
+  return t;
+}
+
+}  // namespace rt::optim

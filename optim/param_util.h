@@ -1,0 +1,39 @@
+// Checks and lookups shared by the optimizers: the parameter list, the gradient a step
+// applies, and the "<kind>.<param name>" keys of their saved state.
+#pragma once
+
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/nn/module.h"
+#include "engine/tensor.h"
+
+namespace rt::optim {
+
+// Every parameter defined, f32 or f64, named, and listed once (a tensor listed twice
+// would be updated twice per step). `who` names the optimizer in errors.
+void check_param_list(const nn::NamedTensors& params, const char* who);
+
+// The gradient step() applies to parameter `name`: undefined when it has none (the
+// parameter is skipped); else checked against the parameter (dtype, device, shape) and
+// in its memory format, relaid when backward produced the other one. A parameter on a
+// CUDA device is an error until the update has a CUDA kernel.
+Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who);
+
+// Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
+void check_non_negative(double value, const char* what, const char* who);
+
+// The entries of a saved state, by parameter index: state[kind][i] is the tensor saved
+// under "<kind>.<name of params[i]>", undefined where there is none. Every key must be
+// "<kind>.<param name>" with a kind from `kinds` and a parameter of this optimizer;
+// anything else is an error naming the key and what is accepted.
+using StateByParam = std::map<std::string, std::vector<Tensor>>;
+StateByParam split_state(const std::map<std::string, Tensor>& state, const nn::NamedTensors& params,
+                         const std::vector<std::string>& kinds, const char* who);
+
+// A saved per-element buffer (momentum, moments) for `param`, checked (floating, same
+// shape) and copied into a new tensor with the parameter's dtype, device and format.
+Tensor restore_buffer(const Tensor& saved, const std::string& key, const Tensor& param, const char* who);
+
+}  // namespace rt::optim

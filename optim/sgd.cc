@@ -1,0 +1,95 @@
+// torch.optim.SGD (1.13): weight decay added to the gradient, optional (Nesterov)
+// momentum whose buffer starts as the first step's gradient.
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "optim/optimizer.h"
+#include "optim/param_util.h"
+#include "optim/update_cpu.h"
+
+namespace rt::optim {
+namespace {
+
+constexpr const char* kWho = "SGD";
+const std::string kMomentumBuffer = "momentum_buffer";
+
+void check_options(const SgdOptions& o) {
+  check_non_negative(o.lr, "lr", kWho);
+  check_non_negative(o.momentum, "momentum", kWho);
+  check_non_negative(o.weight_decay, "weight_decay", kWho);
+  RT_CHECK(std::isfinite(o.dampening), kWho, ": dampening must be finite, got ", o.dampening);
+  RT_CHECK(!o.nesterov || (o.momentum > 0.0 && o.dampening == 0.0), kWho,
+           ": nesterov needs momentum > 0 and dampening == 0, got momentum ", o.momentum, " and dampening ",
+           o.dampening);
+}
+
+class Sgd final : public Optimizer {
+ public:
+  Sgd(nn::NamedTensors params, const SgdOptions& opt)
+      : Optimizer(std::move(params), opt.lr), opt_(opt), buffers_(params_.size()) {}
+
+  void step() override {
+    check_non_negative(lr_, "lr", kWho);
+    NoGradGuard no_grad;
+    // Every gradient is checked before any parameter changes: a bad one must not leave
+    // the model half updated.
+    std::vector<Tensor> grads(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) grads[i] = grad_for_update(params_[i].first, params_[i].second, kWho);
+
+    for (size_t i = 0; i < params_.size(); ++i) {
+      if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
+      const Tensor& p = params_[i].second;
+      cpu::SgdScalars s;
+      s.lr = lr_;
+      s.momentum = opt_.momentum;
+      s.dampening = opt_.dampening;
+      s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+      s.nesterov = opt_.nesterov;
+      const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
+      if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
+      const int64_t n = p.numel();
+      if (p.dtype() == DType::f32) {
+        cpu::sgd_update<float>(p.data<float>(), grads[i].data<float>(),
+                               buffers_[i].defined() ? buffers_[i].data<float>() : nullptr, first, n, s);
+      } else {
+        cpu::sgd_update<double>(p.data<double>(), grads[i].data<double>(),
+                                buffers_[i].defined() ? buffers_[i].data<double>() : nullptr, first, n, s);
+      }
+    }
+  }
+
+  std::map<std::string, Tensor> state() const override {
+    std::map<std::string, Tensor> out;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (buffers_[i].defined()) out[kMomentumBuffer + "." + params_[i].first] = buffers_[i].clone();
+    return out;
+  }
+
+  void load_state(const std::map<std::string, Tensor>& state) override {
+    StateByParam saved = split_state(state, params_, {kMomentumBuffer}, kWho);
+    std::vector<Tensor> restored(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& t = saved[kMomentumBuffer][i];
+      if (!t.defined()) continue;  // never stepped with a gradient: starts afresh, like PyTorch
+      const std::string key = kMomentumBuffer + "." + params_[i].first;
+      RT_CHECK(opt_.momentum != 0.0, kWho, ": state entry '", key,
+               "' is a momentum buffer, but this optimizer has momentum 0");
+      restored[i] = restore_buffer(t, key, params_[i].second, kWho);
+    }
+    buffers_ = std::move(restored);  // only once everything checked out
+  }
+
+ private:
+  SgdOptions opt_;
+  std::vector<Tensor> buffers_;  // per parameter; undefined until its first momentum step
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt) {
+  check_options(opt);
+  check_param_list(params, kWho);
+  return std::make_unique<Sgd>(std::move(params), opt);
+}
+
+}  // namespace rt::optim

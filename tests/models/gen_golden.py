@@ -1,0 +1,306 @@
+#!/usr/bin/python3
+"""torchvision reference values for ringtape's ResNets: tests/models/resnet_parity_test.cc
+and resnet_names_test.cc check the models against them.
+
+Run with Debian's Python (torch 1.13, torchvision 0.14, CPU), from anywhere:
+    /usr/bin/python3 tests/models/gen_golden.py
+It rewrites, next to this script:
+
+  torchvision_names.txt   the state_dict of full-size torchvision resnet18/34/50/101/152
+                          (num_classes=1000): "## <model>" then one "<key> <d0>,<d1>,..."
+                          line per entry, in state_dict order ("-" for a 0-D shape).
+  batch.safetensors       the training batch shared by every case: `input` f16
+                          [16, 3, 32, 32] and `target` i64 [16].
+  <case>.safetensors      one per case (see CASES), the keys below.
+
+The models are torchvision's own ResNet class, BasicBlock and Bottleneck at a reduced
+base width (NarrowResNet: torchvision's __init__ with 64 replaced by `width`), so names,
+order, topology and initialisation are torchvision's. The parity cases then train them
+for three SGD steps twice, in float64 and in float32, from the same starting values:
+
+  init.<key>      every state_dict entry before training. Floating tensors are stored as
+                  F16 and were rounded to f16 before training, so the stored values are
+                  exactly the ones both runs started from (f16 -> f32 -> f64 is exact).
+                  Batch-norm affine parameters and running statistics are randomised
+                  (torchvision starts them at 1/0/0/1) so eval mode and the BN affine
+                  transform are tested with non-trivial values, and the last batch norm
+                  of every residual branch is scaled by 0.2 to keep the case well
+                  conditioned (see initial_state).
+  logits_eval     F64 [16, 10]: eval-mode logits of the initial model on `input`.
+  loss            F64 [3]: the training-mode loss of steps 0, 1, 2 (each measured before
+                  that step's update; step 0 is the initial model).
+  delta.<param>   F32: final - init of every parameter after the three steps, computed in
+                  float64. Stored as f32 to keep the files small: a delta is ~1e-3 of its
+                  parameter's magnitude (at most ~3e-2, for small biases), so init +
+                  f32(delta) reproduces the f64 final weight to ~1e-10 relative (worst
+                  ~2e-9), and the delta itself keeps 2^-24 relative precision.
+  final.<buffer>  F64 running_mean / running_var after the three steps; I64
+                  num_batches_tracked (3).
+  err32.<name>    F64 0-D: max |PyTorch float32 - PyTorch float64| of the same quantity
+                  (<name> is logits_eval, loss, or a state_dict key: the error of the final
+                  value), the yardstick for ringtape's float32 run (see
+                  ../shared/conventions/NUMERICS.md).
+  __metadata__    model, width, small_stem ("true"/"false"), num_classes, lr, momentum,
+                  weight_decay, steps, torch and torchvision versions (all strings).
+
+Training: torch.optim.SGD(lr=1e-3, momentum=0.9, weight_decay=1e-2), F.cross_entropy
+(mean), the same batch of 16 every step, batch norm momentum 0.1, eps 1e-5.
+The output is deterministic (fixed seeds, one thread): regenerating must not change it.
+"""
+
+import json
+import os
+import struct
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import torchvision
+from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
+
+OUT_DIR = os.path.dirname(os.path.abspath(__file__))
+DTYPES = {torch.float16: "F16", torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
+
+BATCH, IMAGE, NUM_CLASSES = 16, 32, 10
+LR, MOMENTUM, WEIGHT_DECAY, STEPS = 1e-3, 0.9, 1e-2, 3
+
+# case, model, torchvision block and stages, base width (ringtape's ResNetConfig.width),
+# small stem, seed. Narrow enough to keep the files small (the data scale with the number
+# of parameters): ~45k, ~23k and ~11k parameters.
+CASES = [
+    ("resnet18_w4", "resnet18", BasicBlock, [2, 2, 2, 2], 4, False, 18),
+    ("resnet50_w2", "resnet50", Bottleneck, [3, 4, 6, 3], 2, False, 50),
+    ("resnet18_w2_small_stem", "resnet18", BasicBlock, [2, 2, 2, 2], 2, True, 19),
+]
+FULL_SIZE = [
+    ("resnet18", BasicBlock, [2, 2, 2, 2]),
+    ("resnet34", BasicBlock, [3, 4, 6, 3]),
+    ("resnet50", Bottleneck, [3, 4, 6, 3]),
+    ("resnet101", Bottleneck, [3, 4, 23, 3]),
+    ("resnet152", Bottleneck, [3, 8, 36, 3]),
+]
+
+
+class NarrowResNet(ResNet):
+    """torchvision.models.resnet.ResNet with first-stage width `width` instead of 64.
+
+    The body is ResNet.__init__ (torchvision 0.14) with 64/128/256/512 replaced by
+    width * 1/2/4/8: the same modules registered in the same order, built by torchvision's
+    own _make_layer, BasicBlock and Bottleneck, initialised the same way; forward() is
+    torchvision's. With width=64 it is exactly torchvision's model (checked in main).
+
+    small_stem: conv1 is 3x3 stride 1 padding 1 and the max-pool an identity (the usual
+    CIFAR variant; ringtape's ResNetConfig.small_stem). Names and order do not change."""
+
+    def __init__(self, block, layers, width, num_classes, small_stem=False):
+        nn.Module.__init__(self)
+        norm_layer = nn.BatchNorm2d
+        self._norm_layer = norm_layer
+        self.inplanes = width
+        self.dilation = 1
+        self.groups = 1
+        self.base_width = 64  # Bottleneck's inner width is planes * base_width / 64 = planes
+        if small_stem:
+            self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=3, stride=1, padding=1, bias=False)
+        else:
+            self.conv1 = nn.Conv2d(3, self.inplanes, kernel_size=7, stride=2, padding=3, bias=False)
+        self.bn1 = norm_layer(self.inplanes)
+        self.relu = nn.ReLU(inplace=True)
+        self.maxpool = nn.Identity() if small_stem else nn.MaxPool2d(kernel_size=3, stride=2, padding=1)
+        self.layer1 = self._make_layer(block, width, layers[0])
+        self.layer2 = self._make_layer(block, width * 2, layers[1], stride=2)
+        self.layer3 = self._make_layer(block, width * 4, layers[2], stride=2)
+        self.layer4 = self._make_layer(block, width * 8, layers[3], stride=2)
+        self.avgpool = nn.AdaptiveAvgPool2d((1, 1))
+        self.fc = nn.Linear(width * 8 * block.expansion, num_classes)
+        for m in self.modules():
+            if isinstance(m, nn.Conv2d):
+                nn.init.kaiming_normal_(m.weight, mode="fan_out", nonlinearity="relu")
+            elif isinstance(m, nn.BatchNorm2d):
+                nn.init.constant_(m.weight, 1)
+                nn.init.constant_(m.bias, 0)
+
+
+def shape_list(shape):
+    return [int(d) for d in shape]
+
+
+def write_safetensors(path, tensors, metadata):
+    """The safetensors format: u64 header length, JSON header padded with spaces to a
+    multiple of 8, then the tensors' bytes in sorted key order."""
+    header = {"__metadata__": metadata}
+    blobs = []
+    offset = 0
+    for name in sorted(tensors):
+        t = tensors[name].detach().contiguous()
+        data = t.numpy().tobytes()  # little-endian on every machine torch runs here
+        header[name] = {"dtype": DTYPES[t.dtype], "shape": shape_list(t.shape),
+                        "data_offsets": [offset, offset + len(data)]}
+        blobs.append(data)
+        offset += len(data)
+    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
+    text += b" " * ((8 - len(text) % 8) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(text)))
+        f.write(text)
+        for b in blobs:
+            f.write(b)
+
+
+def read_safetensors(path):
+    """Reads a file back (self-check of the writer)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    (n,) = struct.unpack("<Q", raw[:8])
+    header = json.loads(raw[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    np_types = {"F16": "<f2", "F32": "<f4", "F64": "<f8", "I64": "<i8"}
+    out = {}
+    for name, e in header.items():
+        b, end = e["data_offsets"]
+        arr = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=np_types[e["dtype"]])
+        out[name] = torch.from_numpy(arr.copy()).reshape(e["shape"])
+    return out, meta
+
+
+def check_written(path, tensors, meta):
+    back, back_meta = read_safetensors(path)
+    assert back_meta == meta
+    assert back.keys() == tensors.keys()
+    for k, v in tensors.items():
+        assert back[k].dtype == v.dtype and torch.equal(back[k], v.detach()), k
+    return os.path.getsize(path)
+
+
+def write_names():
+    """Full-size torchvision models: the names, order and shapes ringtape must match."""
+    lines = []
+    for name, block, layers in FULL_SIZE:
+        ref = getattr(torchvision.models, name)(weights=None, num_classes=1000)
+        mine = NarrowResNet(block, layers, 64, 1000)
+        ref_sd, mine_sd = ref.state_dict(), mine.state_dict()
+        # NarrowResNet at width 64 is torchvision's model.
+        assert [(k, v.shape) for k, v in ref_sd.items()] == [(k, v.shape) for k, v in mine_sd.items()], name
+        lines.append(f"## {name}")
+        for k, v in ref_sd.items():
+            lines.append(f"{k} {','.join(str(d) for d in v.shape) or '-'}")
+    path = os.path.join(OUT_DIR, "torchvision_names.txt")
+    with open(path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    print(f"{path}: {len(lines) - len(FULL_SIZE)} entries, {os.path.getsize(path)} bytes")
+    return os.path.getsize(path)
+
+
+def make_batch():
+    g = torch.Generator().manual_seed(1234)
+    x = torch.randn(BATCH, 3, IMAGE, IMAGE, generator=g).half()
+    # Every class at least once, then random ones.
+    y = torch.cat([torch.arange(NUM_CLASSES), torch.randint(0, NUM_CLASSES, (BATCH - NUM_CLASSES,), generator=g)])
+    return x, y
+
+
+def initial_state(block, layers, width, small_stem, seed):
+    """torchvision's initialisation, randomised batch norms, every float rounded to f16.
+
+    The last batch norm of each residual branch (bn2 / bn3) gets weights ~0.2 (a milder
+    form of torchvision's zero_init_residual): with weights ~1 the gradient of this
+    narrow, deep resnet50 explodes at init (norm ~400), three steps at lr 1e-3 become
+    chaotic and PyTorch's own float32 run ends further from its float64 run than the
+    update is long. At ~0.2 the gradient norm is ~5-10, the loss falls every step and
+    float32 stays within ~1e-3 of each update."""
+    torch.manual_seed(seed)
+    model = NarrowResNet(block, layers, width, NUM_CLASSES, small_stem)
+    g = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.BatchNorm2d):
+                c = m.num_features
+                m.weight.copy_(0.75 + 0.5 * torch.rand(c, generator=g))
+                m.bias.copy_(0.2 * torch.rand(c, generator=g) - 0.1)
+                m.running_mean.copy_(0.1 * torch.randn(c, generator=g))
+                m.running_var.copy_(0.75 + 0.5 * torch.rand(c, generator=g))
+        for m in model.modules():
+            last = m.bn3 if isinstance(m, Bottleneck) else m.bn2 if isinstance(m, BasicBlock) else None
+            if last is not None:
+                last.weight.mul_(0.2)
+    state = {}
+    for k, v in model.state_dict().items():
+        state[k] = v.half() if v.is_floating_point() else v.clone()
+    return state
+
+
+def train(block, layers, width, small_stem, state, x, y, dtype):
+    """Eval logits of the initial model, then STEPS SGD steps on the same batch."""
+    model = NarrowResNet(block, layers, width, NUM_CLASSES, small_stem).to(dtype)
+    model.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()})
+    x = x.to(dtype)
+    model.eval()
+    with torch.no_grad():
+        logits = model(x)
+    model.train()
+    opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+    losses = []
+    for _ in range(STEPS):
+        opt.zero_grad(set_to_none=True)
+        loss = F.cross_entropy(model(x), y)
+        loss.backward()
+        assert all(p.grad is not None for p in model.parameters())
+        opt.step()
+        losses.append(loss.detach())
+    return logits, torch.stack(losses), {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def gen_case(case, arch, block, layers, width, small_stem, seed, x, y):
+    state = initial_state(block, layers, width, small_stem, seed)
+    logits64, loss64, final64 = train(block, layers, width, small_stem, state, x, y, torch.float64)
+    logits32, loss32, final32 = train(block, layers, width, small_stem, state, x, y, torch.float32)
+    param_names = {k for k, _ in NarrowResNet(block, layers, width, NUM_CLASSES, small_stem).named_parameters()}
+
+    def err(a32, b64):
+        return (a32.double() - b64).abs().max().reshape(())
+
+    t = {"logits_eval": logits64, "loss": loss64,
+         "err32.logits_eval": err(logits32, logits64), "err32.loss": err(loss32, loss64)}
+    for k, v in state.items():
+        t["init." + k] = v
+        if k in param_names:
+            t["delta." + k] = (final64[k] - v.double()).float()
+            t["err32." + k] = err(final32[k], final64[k])
+        elif v.is_floating_point():
+            t["final." + k] = final64[k]
+            t["err32." + k] = err(final32[k], final64[k])
+        else:
+            t["final." + k] = final64[k]
+            assert int(final64[k]) == STEPS
+    meta = {"model": arch, "width": str(width), "num_classes": str(NUM_CLASSES), "lr": repr(LR),
+            "momentum": repr(MOMENTUM), "weight_decay": repr(WEIGHT_DECAY), "steps": str(STEPS),
+            "small_stem": str(small_stem).lower(), "torch": torch.__version__,
+            "torchvision": torchvision.__version__}
+    path = os.path.join(OUT_DIR, case + ".safetensors")
+    write_safetensors(path, t, meta)
+    size = check_written(path, t, meta)
+    # How far PyTorch's own float32 run strays, relative to the size of the update.
+    worst = max((float(t["err32." + k]) / float(t["delta." + k].abs().max()), k) for k in param_names)
+    print(f"{path}: {len(state)} state entries, {sum(v.numel() for v in state.values())} values, {size} bytes; "
+          f"loss {loss64.tolist()}, fp32 loss err {float(t['err32.loss']):.2e}, "
+          f"worst fp32 err / |delta| {worst[0]:.2e} ({worst[1]})")
+    return size
+
+
+def main():
+    torch.set_num_threads(1)  # one summation order, whatever the machine
+    total = write_names()
+    x, y = make_batch()
+    batch = {"input": x, "target": y}
+    meta = {"torch": torch.__version__}
+    path = os.path.join(OUT_DIR, "batch.safetensors")
+    write_safetensors(path, batch, meta)
+    total += check_written(path, batch, meta)
+    for case in CASES:
+        total += gen_case(*case, x, y)
+    print(f"total {total} bytes")
+
+
+if __name__ == "__main__":
+    main()
