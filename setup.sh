@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# Installs what ringtape's build and tests need, from Debian's packages. Idempotent: quiet
+# Installs what ringtape's build and tests need (and Fashion-MNIST, the default dataset), from
+# Debian's packages. Idempotent: quiet
 # when everything is there. `./setup.sh --with-torch` also installs PyTorch (CPU), the peer
 # of the benchmarks and the generator of the golden test files.
 set -euo pipefail
 
-want=(bazel-bootstrap g++ libeigen3-dev doctest-dev)
+want=(bazel-bootstrap g++ libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist)
 for arg in "$@"; do
   case "$arg" in
     --with-torch) want+=(python3-torch python3-numpy) ;;

@@ -1,26 +1,32 @@
 // ringtape: the command-line entry point.
+#include <omp.h>
+
 #include <cstdio>
 #include <cstring>
 #include <string>
+#include <vector>
 
-#include <omp.h>
-
+#include "cli/flags.h"
 #include "engine/device.h"
 #include "engine/error.h"
+#include "kernels/cpu/gemm.h"
 #include "kernels/cuda/runtime.h"
+#include "train/train_flags.h"
+#include "train/trainer.h"
 
 namespace {
 
-void usage(FILE* out) {
-  std::fprintf(out,
-               "usage: ringtape <command> [flags]\n\n"
-               "commands:\n"
-               "  info    the devices ringtape sees, its CPU threads and memory allocators\n");
-}
+const char* kUsage =
+    "usage: ringtape <command> [flags]\n\n"
+    "commands:\n"
+    "  train   train a model (with no flags: a small ResNet on Fashion-MNIST)\n"
+    "  eval    evaluate weights or a checkpoint on a dataset's test split\n"
+    "  info    the devices ringtape sees, its CPU threads and instruction set\n\n"
+    "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
   std::printf("ringtape: C++ training engine for ResNet-class networks\n");
-  std::printf("cpu: %d OpenMP threads\n", omp_get_max_threads());
+  std::printf("cpu: %d OpenMP threads, GEMM instruction set %s\n", omp_get_max_threads(), rt::cpu::gemm_isa());
   std::string why;
   const int n = rt::cuda::device_count(&why);
   std::printf("cuda: %s\n", rt::cuda::runtime_versions().c_str());
@@ -38,17 +44,30 @@ int cmd_info() {
 
 int main(int argc, char** argv) {
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
-    usage(argc < 2 ? stderr : stdout);
+    std::fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  const std::vector<std::string> args(argv + 2, argv + argc);
   try {
     if (cmd == "info") return cmd_info();
+    if (cmd == "train" || cmd == "eval") {
+      rt::cli::Flags flags(cmd == "train" ? rt::train::train_flags() : rt::train::eval_flags());
+      for (const auto& a : args)
+        if (a == "--help" || a == "-h") {
+          std::printf("%s\n", flags.help("usage: ringtape " + cmd + " [flags]").c_str());
+          return 0;
+        }
+      flags.parse(args);
+      return cmd == "train" ? rt::train::run_train(flags) : rt::train::run_eval(flags);
+    }
+  } catch (const rt::cli::UsageError& e) {
+    std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
+    return 2;
   } catch (const rt::Error& e) {
     std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }
-  std::fprintf(stderr, "ringtape: unknown command '%s'\n\n", cmd.c_str());
-  usage(stderr);
+  std::fprintf(stderr, "ringtape: unknown command '%s'\n\n%s\n", cmd.c_str(), kUsage);
   return 2;
 }

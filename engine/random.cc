@@ -26,24 +26,34 @@ int64_t Generator::randint(int64_t lo, int64_t hi) {
 }
 
 namespace {
-Tensor place(const std::vector<double>& v, const Shape& shape, DType dtype, Device device, MemoryFormat format) {
-  Tensor host = Tensor::from_vector(v, shape).to(dtype);
-  return host.to(format).to(device);
+
+// Draws numel values in logical order straight into a host tensor of `dtype` (f32 and f64
+// without a detour through double buffers), then relayouts and moves it.
+template <typename Draw>
+Tensor draw(const Shape& shape, DType dtype, Device device, MemoryFormat format, Draw next) {
+  const DType host_type = dtype == DType::f64 ? DType::f64 : DType::f32;
+  Tensor host = Tensor::empty(shape, host_type);
+  const int64_t n = host.numel();
+  if (host_type == DType::f64) {
+    double* p = host.data<double>();
+    for (int64_t i = 0; i < n; ++i) p[i] = next();
+  } else {
+    float* p = host.data<float>();
+    for (int64_t i = 0; i < n; ++i) p[i] = float(next());
+  }
+  return host.to(dtype).to(format).to(device);
 }
+
 }  // namespace
 
 Tensor randn(const Shape& shape, Generator& g, DType dtype, Device device, MemoryFormat format, double mean,
              double std) {
-  std::vector<double> v(size_t(shape_numel(shape)));
-  for (double& x : v) x = mean + std * g.normal();
-  return place(v, shape, dtype, device, format);
+  return draw(shape, dtype, device, format, [&] { return mean + std * g.normal(); });
 }
 
 Tensor rand_uniform(const Shape& shape, Generator& g, double lo, double hi, DType dtype, Device device,
                     MemoryFormat format) {
-  std::vector<double> v(size_t(shape_numel(shape)));
-  for (double& x : v) x = lo + (hi - lo) * g.uniform();
-  return place(v, shape, dtype, device, format);
+  return draw(shape, dtype, device, format, [&] { return lo + (hi - lo) * g.uniform(); });
 }
 
 Tensor randint(const Shape& shape, Generator& g, int64_t lo, int64_t hi, Device device) {

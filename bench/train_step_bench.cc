@@ -1,0 +1,109 @@
+// One training step of a ResNet on the CPU backend: forward, cross-entropy, backward and
+// the SGD update (momentum 0.9, weight decay), timed over repeated steps on a fixed random
+// batch. bench/train_step_bench_torch.py does the same in PyTorch;
+// bench/run_train_step_bench.sh runs both configurations of the issue side by side:
+//   resnet50, batch 8, 3x224x224, 1000 classes (the ImageNet step), and
+//   the default Fashion-MNIST model: resnet18, width 16, small stem, batch 128, 1x28x28.
+//
+//   bazel run //bench:train_step_bench -- --model resnet50 --batch 8 --size 3x224x224
+//       --classes 1000 [--width 64] [--small-stem] [--steps 5] [--warmup 2] [--channels-last]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <omp.h>
+
+#include "engine/ops.h"
+#include "engine/random.h"
+#include "models/registry.h"
+#include "optim/optimizer.h"
+
+namespace {
+
+struct Options {
+  std::string model = "resnet50";
+  int64_t batch = 8, C = 3, H = 224, W = 224, classes = 1000, width = 64;
+  bool small_stem = false, channels_last = false;
+  int steps = 5, warmup = 2;
+};
+
+[[noreturn]] void usage(const char* why) {
+  std::fprintf(stderr,
+               "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
+               "[--classes K] [--width W] [--small-stem] [--channels-last] [--steps N] [--warmup N]\n",
+               why);
+  std::exit(2);
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
+      return argv[++i];
+    };
+    if (a == "--model") o.model = next();
+    else if (a == "--batch") o.batch = std::atol(next().c_str());
+    else if (a == "--size") {
+      const std::string s = next();
+      if (std::sscanf(s.c_str(), "%ldx%ldx%ld", &o.C, &o.H, &o.W) != 3) usage("--size takes CxHxW");
+    } else if (a == "--classes") o.classes = std::atol(next().c_str());
+    else if (a == "--width") o.width = std::atol(next().c_str());
+    else if (a == "--small-stem") o.small_stem = true;
+    else if (a == "--channels-last") o.channels_last = true;
+    else if (a == "--steps") o.steps = std::atoi(next().c_str());
+    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
+    else usage(("unknown argument " + a).c_str());
+  }
+  if (o.batch < 1 || o.steps < 1 || o.warmup < 0) usage("--batch and --steps must be positive");
+  return o;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  rt::models::ModelOptions mo;
+  mo.num_classes = o.classes;
+  mo.in_channels = o.C;
+  mo.width = o.width;
+  mo.small_stem = o.small_stem;
+  auto model = rt::models::make_model(o.model, mo);
+  const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
+  model->to(rt::Device::cpu(), fmt);
+  model->train();
+  rt::optim::SgdOptions so;
+  so.lr = 0.01;
+  so.momentum = 0.9;
+  so.weight_decay = 1e-4;
+  auto opt = rt::optim::make_sgd(model->named_parameters(), so);
+  rt::Generator g(1);
+  const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, rt::Device::cpu(), fmt);
+  const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes);
+
+  std::vector<double> ms;
+  double loss = 0;
+  for (int s = 0; s < o.warmup + o.steps; ++s) {
+    const auto t0 = std::chrono::steady_clock::now();
+    opt->zero_grad();
+    rt::Tensor l = rt::cross_entropy(model->forward(x), y);
+    l.backward();
+    opt->step();
+    loss = l.item();
+    const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    if (s >= o.warmup) ms.push_back(t);
+  }
+  std::sort(ms.begin(), ms.end());
+  const double med = ms[ms.size() / 2];
+  const rt::AllocatorStats st = rt::allocator_for(rt::Device::cpu()).stats();
+  std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
+              "\"channels_last\": %s, \"threads\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, "
+              "\"peak_tensor_bytes\": %ld}\n",
+              o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, o.channels_last ? "true" : "false",
+              omp_get_max_threads(), med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes);
+  return 0;
+}

@@ -1,0 +1,35 @@
+// open_dataset: name and split dispatch, default paths.
+#include "data/dataset.h"
+
+#include "data/datasets.h"
+#include "engine/error.h"
+
+namespace rt::data {
+
+const char* dataset_names() { return "fashion-mnist, cifar10, synthetic, tensors"; }
+
+std::string default_data_path(const std::string& name) {
+  if (name == "fashion-mnist") return kFashionMnistDefaultPath;
+  return "";
+}
+
+std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string& data_path, const std::string& split,
+                                      const DatasetOptions& opt) {
+  RT_CHECK(split == "train" || split == "test", "dataset split '", split, "': expected \"train\" or \"test\"");
+  const std::string path = data_path.empty() ? default_data_path(name) : data_path;
+  if (name == "fashion-mnist") return open_fashion_mnist(path, split);
+  if (name == "synthetic") return make_synthetic(opt.synthetic, split);
+  if (name == "cifar10") {
+    RT_CHECK(!path.empty(), "dataset cifar10 has no default location: download the binary version ",
+             "(cifar-10-binary.tar.gz), unpack it and pass --data-path <folder>/cifar-10-batches-bin");
+    return open_cifar10(path, split);
+  }
+  if (name == "tensors") {
+    RT_CHECK(!path.empty(), "dataset tensors needs --data-path: a .safetensors file with \"images\" (N,C,H,W) ",
+             "and \"labels\" (N), or a folder holding train.safetensors and test.safetensors");
+    return open_tensors(path, split, opt);
+  }
+  RT_FAIL("unknown dataset '", name, "': expected one of ", dataset_names());
+}
+
+}  // namespace rt::data

@@ -1,0 +1,47 @@
+#include "data/sampler.h"
+
+#include <numeric>
+
+#include "data/seed.h"
+#include "engine/error.h"
+#include "engine/random.h"
+
+namespace rt::data {
+
+Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions& opt)
+    : dataset_size_(dataset_size), batch_size_(batch_size), opt_(opt) {
+  RT_CHECK(dataset_size > 0, "sampler: the dataset is empty (", dataset_size, " examples); check --data-path");
+  RT_CHECK(batch_size > 0, "sampler: batch size ", batch_size, " must be positive");
+  RT_CHECK(opt.world_size >= 1, "sampler: world size ", opt.world_size, " must be >= 1");
+  RT_CHECK(opt.rank >= 0 && opt.rank < opt.world_size, "sampler: rank ", opt.rank, " must be in [0, ",
+           opt.world_size, ") for world size ", opt.world_size);
+  per_rank_ = (dataset_size + opt.world_size - 1) / opt.world_size;
+  num_batches_ = opt.drop_last ? per_rank_ / batch_size : (per_rank_ + batch_size - 1) / batch_size;
+  num_samples_ = opt.drop_last ? num_batches_ * batch_size : per_rank_;
+  RT_CHECK(num_batches_ > 0, "sampler: with drop_last, ", per_rank_, " examples per rank (", dataset_size,
+           " over ", opt.world_size, " ranks) do not fill one batch of ", batch_size,
+           "; lower the batch size or turn drop_last off");
+}
+
+std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const {
+  RT_CHECK(epoch >= 0, "sampler: epoch ", epoch, " must be >= 0");
+  std::vector<int64_t> order(static_cast<size_t>(dataset_size_));
+  std::iota(order.begin(), order.end(), int64_t(0));
+  if (opt_.shuffle) {
+    // Fisher-Yates with a generator seeded from (seed, epoch) alone: the same order on
+    // every rank, so the shards below are disjoint.
+    Generator g(derive_seed(derive_seed(opt_.seed, kShuffleStream), uint64_t(epoch)));
+    for (int64_t i = dataset_size_ - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
+  }
+  std::vector<int64_t> mine;
+  mine.reserve(size_t(num_samples_));
+  // Position p of the padded order is order[p % size]: the padding wraps to the start
+  // (several times over when there are fewer examples than ranks).
+  for (int64_t k = 0; k < num_samples_; ++k) {
+    const int64_t p = opt_.rank + k * opt_.world_size;
+    mine.push_back(order[size_t(p % dataset_size_)]);
+  }
+  return mine;
+}
+
+}  // namespace rt::data

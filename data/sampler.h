@@ -1,0 +1,54 @@
+// Sampler: which examples, in which order, one epoch of one rank sees.
+//
+// The order is a pure function of (seed, epoch): a run resumed mid-epoch recomputes the
+// exact order and skips the batches it already trained on. Without shuffling it is file
+// order.
+//
+// Distributed training (world_size > 1) works like PyTorch's DistributedSampler: the
+// epoch's order is padded by repeating its first examples until its length is a multiple
+// of world_size, then rank r takes positions r, r + world_size, r + 2 * world_size, ...
+// Every rank gets the same number of examples (and so of batches), which collective
+// gradient averaging needs; at most world_size - 1 examples appear twice per epoch.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace rt::data {
+
+struct SamplerOptions {
+  bool shuffle = true;
+  uint64_t seed = 0;
+  // Drop each rank's last batch when it is smaller than batch_size (keeps every step's
+  // batch size, e.g. for BatchNorm statistics). Otherwise the last batch is short.
+  bool drop_last = false;
+  int rank = 0;
+  int world_size = 1;
+};
+
+class Sampler {
+ public:
+  // Throws rt::Error on a size/batch/rank/world_size that cannot work, and when drop_last
+  // would leave no batch at all.
+  Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions& opt = {});
+
+  // This rank's example indices for `epoch` (>= 0), in order, after padding and drop_last;
+  // num_samples() of them.
+  std::vector<int64_t> epoch_indices(int64_t epoch) const;
+
+  int64_t dataset_size() const { return dataset_size_; }
+  int64_t batch_size() const { return batch_size_; }
+  int64_t num_samples() const { return num_samples_; }  // per rank per epoch
+  int64_t num_batches() const { return num_batches_; }  // per rank per epoch
+  const SamplerOptions& options() const { return opt_; }
+
+ private:
+  int64_t dataset_size_;
+  int64_t batch_size_;
+  SamplerOptions opt_;
+  int64_t per_rank_ = 0;  // before drop_last
+  int64_t num_samples_ = 0;
+  int64_t num_batches_ = 0;
+};
+
+}  // namespace rt::data

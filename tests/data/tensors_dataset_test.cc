@@ -1,0 +1,118 @@
+// The "tensors" dataset: safetensors files written with rt::save_safetensors.
+#include <doctest/doctest.h>
+
+#include <cmath>
+
+#include "data/dataset.h"
+#include "engine/io/safetensors.h"
+#include "engine/random.h"
+#include "tests/data/data_test_util.h"
+
+using namespace rt::data;
+using namespace rt::data::test;
+using rt::DType;
+using rt::Tensor;
+
+namespace {
+
+// 4 images of 2x2x3 with pixel values (i * 12 + k) * 5 and labels 3, 0, 2, 1.
+Tensor u8_images() {
+  std::vector<uint8_t> v;
+  for (int k = 0; k < 48; ++k) v.push_back(uint8_t(k * 5));
+  return Tensor::from_vector(v, {4, 2, 2, 3});
+}
+Tensor labels(std::vector<int64_t> v = {3, 0, 2, 1}) { return Tensor::from_vector(v, {int64_t(v.size())}); }
+
+std::string write(const std::string& dir, const std::string& file, const std::map<std::string, Tensor>& t) {
+  const std::string path = dir + "/" + file;
+  rt::save_safetensors(path, t);
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("tensors: u8 images are scaled to [0, 1] and normalised per channel") {
+  const std::string path = write(fresh_dir("t_u8"), "d.safetensors", {{"images", u8_images()}, {"labels", labels()}});
+  DatasetOptions o;
+  o.mean = {0.5, 0.25};
+  o.std = {0.5, 2.0};
+  auto ds = open_dataset("tensors", path, "train", o);
+  REQUIRE(ds->size() == 4);
+  CHECK(ds->image_shape() == rt::Shape{2, 2, 3});
+  CHECK(ds->num_classes() == 4);  // largest label + 1
+  std::vector<float> img(12);
+  for (int i = 0; i < 4; ++i) {
+    int64_t label = -1;
+    ds->get(i, img.data(), &label);
+    CHECK(label == std::vector<int64_t>{3, 0, 2, 1}[size_t(i)]);
+    for (int k = 0; k < 12; ++k) {
+      const int c = k / 6;
+      const double ref = (((i * 12 + k) * 5) / 255.0 - o.mean[size_t(c)]) / o.std[size_t(c)];
+      CHECK(std::abs(img[size_t(k)] - ref) < 1e-6);
+    }
+  }
+  // No mean/std: just /255. One value: every channel.
+  auto plain = open_dataset("tensors", path, "test");
+  int64_t label;
+  plain->get(1, img.data(), &label);
+  CHECK(std::abs(img[11] - (23 * 5) / 255.0) < 1e-6);
+  o.mean = {0.1};
+  o.std = {0.2};
+  auto one = open_dataset("tensors", path, "test", o);
+  one->get(1, img.data(), &label);
+  CHECK(std::abs(img[11] - ((23 * 5) / 255.0 - 0.1) / 0.2) < 1e-5);
+}
+
+TEST_CASE("tensors: f32 images are used as stored; num_classes from the options") {
+  rt::Generator g(4);
+  const Tensor images = rt::randn({3, 1, 2, 2}, g);
+  const std::string path =
+      write(fresh_dir("t_f32"), "d.safetensors", {{"images", images}, {"labels", labels({0, 1, 0})}});
+  DatasetOptions o;
+  o.num_classes = 10;
+  auto ds = open_dataset("tensors", path, "train", o);
+  CHECK(ds->num_classes() == 10);
+  std::vector<float> img(4);
+  int64_t label;
+  ds->get(2, img.data(), &label);
+  CHECK(label == 0);
+  const std::vector<float> all = images.to_vector<float>();
+  CHECK(img == std::vector<float>(all.begin() + 8, all.end()));
+  o.mean = {0.5};
+  check_error([&] { open_dataset("tensors", path, "train", o); }, {path, "f32", "mean/std apply to u8"});
+}
+
+TEST_CASE("tensors: a folder holds <split>.safetensors") {
+  const std::string dir = fresh_dir("t_dir");
+  write(dir, "train.safetensors", {{"images", u8_images()}, {"labels", labels()}});
+  CHECK(open_dataset("tensors", dir, "train")->size() == 4);
+  check_error([&] { open_dataset("tensors", dir, "test"); }, {dir + "/test.safetensors", "not found"});
+  check_error([&] { open_dataset("tensors", dir + "/x.safetensors", "test"); }, {dir + "/x.safetensors", "not found"});
+}
+
+TEST_CASE("tensors: wrong names, shapes, dtypes and labels are refused clearly") {
+  const std::string dir = fresh_dir("t_bad");
+  auto err = [&](const std::map<std::string, Tensor>& t, const std::vector<std::string>& parts,
+                 DatasetOptions o = {}) {
+    const std::string path = write(dir, "bad.safetensors", t);
+    std::vector<std::string> all = parts;
+    all.push_back(path);
+    check_error([&] { open_dataset("tensors", path, "train", o); }, all);
+  };
+  err({{"images", u8_images()}}, {"no tensor \"labels\""});
+  err({{"x", u8_images()}, {"labels", labels()}}, {"no tensor \"images\""});
+  err({{"images", u8_images().view({4, 12})}, {"labels", labels()}}, {"[4, 12]", "(N, C, H, W)"});
+  err({{"images", u8_images().to(DType::f64)}, {"labels", labels()}}, {"f64", "u8", "f32"});
+  err({{"images", u8_images()}, {"labels", labels().to(DType::i32)}}, {"i32", "expected i64"});
+  err({{"images", u8_images()}, {"labels", labels({1, 2, 3})}}, {"[3]", "expected (4)"});
+  err({{"images", u8_images()}, {"labels", labels({1, -2, 3, 0})}}, {"label -2 of example 1"});
+  DatasetOptions o;
+  o.num_classes = 3;
+  err({{"images", u8_images()}, {"labels", labels()}}, {"label 3 of example 0", "[0, 3)"}, o);
+  o = {};
+  o.mean = {0.1, 0.2, 0.3};
+  err({{"images", u8_images()}, {"labels", labels()}}, {"mean has 3 values", "one per channel (2)"}, o);
+  o = {};
+  o.std = {0.0};
+  err({{"images", u8_images()}, {"labels", labels()}}, {"std > 0"}, o);
+}

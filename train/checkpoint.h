@@ -1,0 +1,45 @@
+// Training checkpoints: model state, optimizer state, and where training stands, in one
+// safetensors file written atomically (temporary file, fsync, rename): an interrupted
+// save never damages the previous checkpoint.
+//
+// Keys: "model.<torchvision state_dict key>", "optimizer.<optimizer state key>".
+// Metadata: format, epoch, batch (next batch of that epoch), step (optimizer steps done),
+// samples_seen, and the run's flags as JSON (to refuse resuming with different settings).
+// The data order and augmentations are pure functions of (seed, epoch, index), so no
+// random-generator state needs saving.
+#pragma once
+
+#include <map>
+#include <string>
+
+#include "engine/nn/module.h"
+#include "optim/optimizer.h"
+
+namespace rt::train {
+
+struct Progress {
+  int64_t epoch = 0;         // the epoch in progress (or the next one at an epoch boundary)
+  int64_t batch = 0;         // next batch within that epoch
+  int64_t step = 0;          // optimizer steps done
+  int64_t samples_seen = 0;
+};
+
+void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
+                     const Progress& progress, const std::map<std::string, std::string>& flags);
+
+// Restores model and optimizer in place; returns the progress and (via `flags`) the flags
+// the checkpoint was written with. Errors name the file and what is wrong with it.
+Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
+                         std::map<std::string, std::string>* flags);
+
+// Only the model part of a checkpoint (for evaluation).
+void load_checkpoint_model(const std::string& path, nn::Module& model);
+
+// The model's full state (every parameter and buffer, torchvision's keys): what
+// --init-weights reads and what a user takes to PyTorch.
+void save_weights(const std::string& path, const nn::Module& model);
+// Loads such a file (or any state dict with those keys). Reports missing and unexpected
+// keys on `log` (stderr); a shape mismatch is an error.
+void load_weights(const std::string& path, nn::Module& model);
+
+}  // namespace rt::train

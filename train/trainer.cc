@@ -1,0 +1,359 @@
+// The training loop: flags -> dataset, model, optimizer and schedule -> steps with logging,
+// per-epoch evaluation and checkpoints -> model.safetensors.
+//
+// Note [Exact resume]: on the CPU every step is a deterministic function of the weights,
+// the optimizer state and the batch (fixed OpenMP partitioning for a given thread count),
+// and the batch is a pure function of (seed, epoch, batch index). A checkpoint therefore
+// only records where training stands; resuming from it replays the same batches and
+// reproduces the uninterrupted run bit for bit, also from the middle of an epoch.
+#include "train/trainer.h"
+
+#include <omp.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <ctime>
+#include <filesystem>
+#include <optional>
+#include <set>
+
+#include "data/dataset.h"
+#include "data/loader.h"
+#include "engine/autograd.h"
+#include "engine/io/json.h"
+#include "engine/ops.h"
+#include "models/registry.h"
+#include "optim/optimizer.h"
+#include "optim/schedule.h"
+#include "train/checkpoint.h"
+#include "train/metrics.h"
+
+namespace rt::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace fs = std::filesystem;
+
+// Flags that shape the trajectory: resuming with a different value would not continue the
+// same run.
+const std::set<std::string> kTrajectoryFlags = {
+    "model", "width", "small-stem", "num-classes", "dataset", "batch-size", "epochs", "optimizer", "lr",
+    "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
+    "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
+    "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size"};
+
+Device pick_device(const std::string& s) {
+  if (s == "auto") {
+    // The CPU backend is the only complete one so far: "auto" picks it even with a GPU.
+    return Device::cpu();
+  }
+  const Device d = Device::parse(s);
+  RT_CHECK(d.is_cpu(), "--device ", s, ": ringtape's CUDA training backend is not implemented yet; use --device cpu");
+  return d;
+}
+
+data::DatasetOptions dataset_options(const cli::Flags& f) {
+  data::DatasetOptions o;
+  if (f.str("dataset") == "synthetic") {
+    int64_t n, c, h, w;
+    RT_CHECK(std::sscanf(f.str("synthetic-size").c_str(), "%ldx%ldx%ldx%ld", &n, &c, &h, &w) == 4 && n > 0 && c > 0 &&
+                 h > 0 && w > 0,
+             "--synthetic-size must look like 1024x3x32x32 (N x C x H x W), got '", f.str("synthetic-size"), "'");
+    o.synthetic.size = n;
+    o.synthetic.image_shape = {c, h, w};
+    o.synthetic.seed = uint64_t(f.integer("seed"));
+    if (f.integer("num-classes") > 0) o.synthetic.num_classes = f.integer("num-classes");
+  }
+  return o;
+}
+
+struct Setup {
+  std::unique_ptr<data::Dataset> train_set, test_set;
+  std::shared_ptr<nn::Module> model;
+  Device device;
+};
+
+Setup build(const cli::Flags& f, bool need_train) {
+  if (f.integer("threads") > 0) omp_set_num_threads(int(f.integer("threads")));
+  RT_CHECK(f.integer("batch-size") > 0, "--batch-size must be positive, got ", f.integer("batch-size"));
+  Setup s;
+  s.device = pick_device(f.str("device"));
+  const data::DatasetOptions dopt = dataset_options(f);
+  if (need_train) s.train_set = data::open_dataset(f.str("dataset"), f.str("data-path"), "train", dopt);
+  s.test_set = data::open_dataset(f.str("dataset"), f.str("data-path"), "test", dopt);
+  const data::Dataset& ref = need_train ? *s.train_set : *s.test_set;
+  const Shape img = ref.image_shape();
+  const bool small = std::max(img[1], img[2]) <= 64;
+  models::ModelOptions mo;
+  mo.num_classes = f.integer("num-classes") > 0 ? f.integer("num-classes") : ref.num_classes();
+  mo.in_channels = img[0];
+  if (f.str("width") == "auto") {
+    mo.width = small ? 16 : 64;
+  } else {
+    char* end = nullptr;
+    mo.width = std::strtol(f.str("width").c_str(), &end, 10);
+    RT_CHECK(*end == '\0' && mo.width > 0, "--width takes a positive integer or auto, got '", f.str("width"), "'");
+  }
+  mo.small_stem = f.str("small-stem") == "auto" ? small : f.str("small-stem") == "true";
+  if (need_train) {
+    mo.zero_init_residual = f.boolean("zero-init-residual");
+    mo.seed = uint64_t(f.integer("seed"));
+  }
+  s.model = models::make_model(f.str("model"), mo);
+  std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters\n",
+              f.str("model").c_str(), mo.width, mo.small_stem ? "small" : "imagenet", mo.num_classes, mo.in_channels,
+              double(s.model->num_parameters()) / 1e6);
+  return s;
+}
+
+struct EvalResult {
+  double loss = 0, top1 = 0, top5 = 0;
+  int64_t n = 0;
+};
+
+EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flags& f) {
+  NoGradGuard ng;
+  model.eval();
+  data::LoaderOptions lo;
+  lo.workers = int(f.integer("workers"));
+  data::SamplerOptions so;
+  so.shuffle = false;
+  data::Loader loader(set, data::Sampler(set.size(), f.integer("batch-size"), so), lo);
+  EvalResult r;
+  int64_t top1 = 0, top5 = 0;
+  double loss_sum = 0;
+  loader.start_epoch(0, 0);
+  while (auto b = loader.next()) {
+    const Tensor logits = model.forward(b->images).to(Device::cpu());
+    const int64_t n = b->images.size(0);
+    loss_sum += cross_entropy(logits, b->labels, f.number("label-smoothing")).item() * double(n);
+    topk_hits(logits.data<float>(), b->labels.data<int64_t>(), n, logits.size(1), &top1, &top5);
+    r.n += n;
+  }
+  model.train();
+  r.loss = loss_sum / double(std::max<int64_t>(r.n, 1));
+  r.top1 = 100.0 * double(top1) / double(std::max<int64_t>(r.n, 1));
+  r.top5 = 100.0 * double(top5) / double(std::max<int64_t>(r.n, 1));
+  return r;
+}
+
+std::string default_output_dir(const cli::Flags& f) {
+  char stamp[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return "runs/" + f.str("dataset") + "-" + f.str("model") + "-" + stamp;
+}
+
+void prepare_output_dir(const std::string& dir, bool resuming) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  RT_CHECK(!ec, "cannot create --output-dir '", dir, "': ", ec.message());
+  RT_CHECK(::access(dir.c_str(), W_OK) == 0, "--output-dir '", dir, "' is not writable");
+  RT_CHECK(resuming || !fs::exists(fs::path(dir) / "checkpoint.safetensors"), "--output-dir '", dir,
+           "' already holds a checkpoint: pass --resume ", (fs::path(dir) / "checkpoint.safetensors").string(),
+           " to continue it, or choose another --output-dir (nothing is overwritten)");
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const cli::Flags& f, const nn::Module& model) {
+  if (f.str("optimizer") == "adamw") {
+    optim::AdamWOptions o;
+    o.lr = f.number("lr");
+    o.weight_decay = f.number("weight-decay");
+    o.no_decay_1d = f.boolean("no-bn-bias-decay");
+    return optim::make_adamw(model.named_parameters(), o);
+  }
+  optim::SgdOptions o;
+  o.lr = f.number("lr");
+  o.momentum = f.number("momentum");
+  o.nesterov = f.boolean("nesterov");
+  o.weight_decay = f.number("weight-decay");
+  o.no_decay_1d = f.boolean("no-bn-bias-decay");
+  return optim::make_sgd(model.named_parameters(), o);
+}
+
+std::string fmt_eta(double s) {
+  char b[32];
+  const long t = long(s);
+  std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return b;
+}
+
+}  // namespace
+
+int run_train(const cli::Flags& f) {
+  const int64_t epochs = f.integer("epochs"), accum = f.integer("accum-steps"), print_freq = f.integer("print-freq");
+  RT_CHECK(epochs > 0, "--epochs must be positive, got ", epochs);
+  RT_CHECK(accum > 0, "--accum-steps must be positive, got ", accum);
+  RT_CHECK(print_freq > 0, "--print-freq must be positive, got ", print_freq);
+  RT_CHECK(f.integer("steps") >= 0 && f.integer("checkpoint-every") >= 0, "--steps and --checkpoint-every must be >= 0");
+  Setup s = build(f, true);
+  nn::Module& model = *s.model;
+  const bool resuming = !f.str("resume").empty();
+  const std::string out = f.str("output-dir").empty()
+                              ? (resuming ? fs::path(f.str("resume")).parent_path().string() : default_output_dir(f))
+                              : f.str("output-dir");
+  prepare_output_dir(out.empty() ? "." : out, resuming);
+  const fs::path dir = out.empty() ? fs::path(".") : fs::path(out);
+
+  if (!f.str("init-weights").empty()) load_weights(f.str("init-weights"), model);
+  model.to(s.device);
+  model.train();
+  auto opt = make_optimizer(f, model);
+
+  data::LoaderOptions lo;
+  lo.workers = int(f.integer("workers"));
+  lo.augment.enabled = f.boolean("augment");
+  lo.augment.pad = std::max(s.train_set->image_shape()[1], s.train_set->image_shape()[2]) <= 28 ? 2 : 4;
+  lo.augment.seed = uint64_t(f.integer("seed"));
+  data::SamplerOptions so;
+  so.shuffle = !f.boolean("no-shuffle");
+  so.seed = uint64_t(f.integer("seed"));
+  so.drop_last = true;  // every step sees a full batch (batch-norm statistics, exact resume)
+  data::Loader loader(*s.train_set, data::Sampler(s.train_set->size(), f.integer("batch-size"), so), lo);
+  const int64_t batches_per_epoch = loader.num_batches();
+  RT_CHECK(batches_per_epoch >= accum, "the training set (", s.train_set->size(), " images) is smaller than one step of ",
+           accum, " x --batch-size ", f.integer("batch-size"));
+  const int64_t steps_per_epoch = batches_per_epoch / accum;
+  optim::LrScheduleOptions sched;
+  sched.kind = optim::parse_lr_schedule(f.str("lr-scheduler"));
+  sched.warmup_epochs = f.integer("lr-warmup-epochs");
+  sched.warmup_decay = f.number("lr-warmup-decay");
+  sched.step_size = f.integer("lr-step-size");
+  sched.gamma = f.number("lr-gamma");
+  if (sched.kind == optim::LrScheduleKind::multistep) sched.milestones = optim::parse_milestones(f.str("lr-milestones"));
+  sched.lr_min = f.number("lr-min");
+  sched.power = f.number("lr-power");
+  const optim::LrSchedule schedule(f.number("lr"), steps_per_epoch, epochs, sched);
+
+  Progress p;
+  const auto flags = f.effective();
+  if (resuming) {
+    std::map<std::string, std::string> saved;
+    p = load_checkpoint(f.str("resume"), model, *opt, &saved);
+    for (const auto& k : kTrajectoryFlags)
+      if (saved.count(k) && saved.at(k) != flags.at(k))
+        RT_FAIL("--resume: the checkpoint was trained with --", k, " ", saved.at(k), " but this run has --", k, " ",
+                flags.at(k), "; resume with the same value (or start a new run)");
+    std::printf("resumed %s at epoch %ld, batch %ld, step %ld\n", f.str("resume").c_str(), p.epoch, p.batch, p.step);
+  }
+  MetricsLog metrics((dir / "metrics.jsonl").string());
+  const int64_t max_steps = f.integer("steps") > 0 ? f.integer("steps") : epochs * steps_per_epoch;
+  const fs::path ckpt = dir / "checkpoint.safetensors";
+  auto save = [&]() { save_checkpoint(ckpt.string(), model, *opt, p, flags); };
+
+  std::printf("training on %s: %ld images, %ld steps per epoch, %ld epochs, %s; output %s\n",
+              s.device.str().c_str(), s.train_set->size(), steps_per_epoch, epochs, schedule.describe().c_str(),
+              dir.string().c_str());
+  const auto t_start = Clock::now();
+  auto t_log = t_start;
+  int64_t samples_since_log = 0, steps_since_log = 0;
+  double loss_since_log = 0;
+  const int64_t start_step = p.step;
+  bool stop = p.step >= max_steps;
+  while (!stop && p.epoch < epochs) {
+    loader.start_epoch(p.epoch, p.batch);
+    while (!stop) {
+      // One optimizer step over `accum` micro-batches.
+      opt->set_lr(schedule.lr_at(p.step));
+      double step_loss = 0;
+      int got = 0;
+      for (; got < accum; ++got) {
+        const std::optional<data::Batch> b = loader.next();
+        if (!b) break;
+        Tensor x = b->images.to(s.device);
+        Tensor loss = cross_entropy(model.forward(x), b->labels.to(s.device), f.number("label-smoothing"));
+        const double l = loss.item();
+        if (!std::isfinite(l)) {
+          RT_CHECK(f.boolean("skip-nonfinite"), "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch,
+                   "): training diverged. Lower --lr, add --lr-warmup-epochs, or pass --skip-nonfinite to skip "
+                   "such steps");
+          std::fprintf(stderr, "step %ld: loss %g, step skipped (--skip-nonfinite)\n", p.step + 1, l);
+          step_loss = NAN;
+        }
+        if (accum > 1) loss = mul(loss, 1.0 / double(accum));
+        if (std::isfinite(step_loss)) loss.backward();
+        step_loss += l / double(accum);
+        p.samples_seen += b->images.size(0);
+        samples_since_log += b->images.size(0);
+      }
+      if (got < accum) {  // end of epoch: a partial accumulation is dropped, like drop_last
+        opt->zero_grad();
+        break;
+      }
+      p.batch += accum;
+      if (std::isfinite(step_loss)) opt->step();
+      opt->zero_grad();
+      ++p.step;
+      loss_since_log += std::isfinite(step_loss) ? step_loss : 0.0;
+      ++steps_since_log;
+      stop = p.step >= max_steps;
+      if (p.step % print_freq == 0 || stop) {
+        const auto now = Clock::now();
+        const double dt = std::chrono::duration<double>(now - t_log).count();
+        const double elapsed = std::chrono::duration<double>(now - t_start).count();
+        const double ips = double(samples_since_log) / std::max(dt, 1e-9);
+        const double eta = elapsed / double(p.step - start_step) * double(max_steps - p.step);
+        const double mean_loss = loss_since_log / double(steps_since_log);
+        std::printf("epoch %ld step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  eta %s\n", p.epoch, p.step, max_steps,
+                    mean_loss, opt->lr(), ips, fmt_eta(eta).c_str());
+        std::fflush(stdout);
+        json::Value m = json::Value::object();
+        m.set("type", "train");
+        m.set("epoch", p.epoch);
+        m.set("step", p.step);
+        m.set("loss", mean_loss);
+        m.set("lr", opt->lr());
+        m.set("img_per_s", ips);
+        m.set("eta_s", eta);
+        metrics.write(m);
+        t_log = now;
+        samples_since_log = steps_since_log = 0;
+        loss_since_log = 0;
+      }
+      if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
+    }
+    if (p.batch + accum > batches_per_epoch) {  // the epoch is complete: evaluate, move on
+      const EvalResult e = evaluate(model, *s.test_set, f);
+      std::printf("epoch %ld eval: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images)\n", p.epoch, e.loss, e.top1,
+                  e.top5, e.n);
+      std::fflush(stdout);
+      json::Value m = json::Value::object();
+      m.set("type", "eval");
+      m.set("epoch", p.epoch);
+      m.set("step", p.step);
+      m.set("loss", e.loss);
+      m.set("top1", e.top1);
+      m.set("top5", e.top5);
+      metrics.write(m);
+      ++p.epoch;
+      p.batch = 0;
+    }
+    save();
+  }
+  save();
+  save_weights((dir / "model.safetensors").string(), model);
+  const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
+  std::printf("done: %ld steps in %.1f s; weights in %s\n", p.step, total, (dir / "model.safetensors").c_str());
+  return 0;
+}
+
+int run_eval(const cli::Flags& f) {
+  Setup s = build(f, false);
+  nn::Module& model = *s.model;
+  RT_CHECK(!(f.str("checkpoint").empty() && f.str("init-weights").empty()),
+           "ringtape eval needs weights: --init-weights FILE.safetensors or --checkpoint FILE");
+  if (!f.str("checkpoint").empty()) load_checkpoint_model(f.str("checkpoint"), model);
+  else load_weights(f.str("init-weights"), model);
+  model.to(s.device);
+  const auto t0 = Clock::now();
+  const EvalResult e = evaluate(model, *s.test_set, f);
+  const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+  std::printf("eval %s on %s: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images, %.1f img/s)\n",
+              f.str("model").c_str(), f.str("dataset").c_str(), e.loss, e.top1, e.top5, e.n, double(e.n) / dt);
+  return 0;
+}
+
+}  // namespace rt::train
