@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# Installs what ringtape's build and tests need (and Fashion-MNIST, the default dataset), from
-# Debian's packages. Idempotent: quiet
-# when everything is there. `./setup.sh --with-torch` also installs PyTorch (CPU), the peer
-# of the benchmarks and the generator of the golden test files.
+# Installs what ringtape's build and tests need, and Fashion-MNIST (the default dataset),
+# from Debian's packages. Idempotent: quiet when everything is there.
+# `./setup.sh --with-torch` also installs PyTorch (CPU) and torchvision: the peers of the
+# benchmarks and the generators of the golden test files.
 set -euo pipefail
 
 want=(bazel-bootstrap g++ libeigen3-dev doctest-dev zlib1g-dev dataset-fashion-mnist)
 for arg in "$@"; do
   case "$arg" in
-    --with-torch) want+=(python3-torch python3-numpy) ;;
-    -h|--help) sed -n '2,4p' "$0" | sed 's/^# //'; exit 0 ;;
+    --with-torch) want+=(python3-torch python3-torchvision python3-numpy) ;;
+    -h|--help) sed -n '2,5p' "$0" | sed 's/^# //'; exit 0 ;;
     *) echo "setup.sh: unknown option '$arg' (accepted: --with-torch)" >&2; exit 2 ;;
   esac
 done
