@@ -11,46 +11,87 @@
 
 namespace rt::cpu {
 
+namespace {
+
+// The loops, over plain pointer arguments so that they vectorise (see parallel_range).
 template <typename T>
-void binary(Binary op, int64_t n, const T* a, const T* b, T* y) {
+void binary_loop(Binary op, const T* a, const T* b, T* y, int64_t n) {
   switch (op) {
-    case Binary::add: parallel_for(n, [&](int64_t i) { y[i] = a[i] + b[i]; }); break;
-    case Binary::sub: parallel_for(n, [&](int64_t i) { y[i] = a[i] - b[i]; }); break;
-    case Binary::mul: parallel_for(n, [&](int64_t i) { y[i] = a[i] * b[i]; }); break;
+    case Binary::add:
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] + b[i];
+      break;
+    case Binary::sub:
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] - b[i];
+      break;
+    case Binary::mul:
+      for (int64_t i = 0; i < n; ++i) y[i] = a[i] * b[i];
+      break;
     case Binary::add_relu:
-      parallel_for(n, [&](int64_t i) {
-        const T v = a[i] + b[i];
-        y[i] = v > T(0) ? v : T(0);
-      });
+      for (int64_t i = 0; i < n; ++i) {
+        y[i] = std::max(a[i] + b[i], T(0));
+      }
       break;
   }
 }
 
 template <typename T>
-void affine(int64_t n, const T* a, double s, double t, T* y) {
-  const T st = T(s), tt = T(t);
-  parallel_for(n, [&](int64_t i) { y[i] = a[i] * st + tt; });
-}
-
-template <typename T>
-void unary(Unary op, int64_t n, const T* x, T* y) {
+void unary_loop(Unary op, const T* x, T* y, int64_t n) {
   switch (op) {
-    case Unary::relu: parallel_for(n, [&](int64_t i) { y[i] = x[i] > T(0) ? x[i] : T(0); }); break;
-    case Unary::square: parallel_for(n, [&](int64_t i) { y[i] = x[i] * x[i]; }); break;
-    case Unary::sqrt: parallel_for(n, [&](int64_t i) { y[i] = std::sqrt(x[i]); }); break;
+    case Unary::relu:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::max(x[i], T(0));  // NaN stays NaN, like PyTorch
+      break;
+    case Unary::square:
+      for (int64_t i = 0; i < n; ++i) y[i] = x[i] * x[i];
+      break;
+    case Unary::sqrt:
+      for (int64_t i = 0; i < n; ++i) y[i] = std::sqrt(x[i]);
+      break;
   }
 }
 
 template <typename T>
+void affine_loop(const T* a, T s, T t, T* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) y[i] = a[i] * s + t;
+}
+
+template <typename T>
+void relu_backward_loop(const T* y, const T* dy, T* dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = dy[i];  // loaded unconditionally: a select, not a branch, so it vectorises
+    dx[i] = y[i] > T(0) ? g : T(0);
+  }
+}
+
+template <typename T>
+void axpy_loop(T alpha, const T* b, T* a, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) a[i] += alpha * b[i];
+}
+
+}  // namespace
+
+template <typename T>
+void binary(Binary op, int64_t n, const T* a, const T* b, T* y) {
+  parallel_range(n, [=](int64_t s, int64_t e) { binary_loop(op, a + s, b + s, y + s, e - s); });
+}
+
+template <typename T>
+void affine(int64_t n, const T* a, double s, double t, T* y) {
+  parallel_range(n, [=](int64_t b, int64_t e) { affine_loop(a + b, T(s), T(t), y + b, e - b); });
+}
+
+template <typename T>
+void unary(Unary op, int64_t n, const T* x, T* y) {
+  parallel_range(n, [=](int64_t b, int64_t e) { unary_loop(op, x + b, y + b, e - b); });
+}
+
+template <typename T>
 void relu_backward(int64_t n, const T* y, const T* dy, T* dx) {
-  parallel_for(n, [&](int64_t i) { dx[i] = y[i] > T(0) ? dy[i] : T(0); });
+  parallel_range(n, [=](int64_t b, int64_t e) { relu_backward_loop(y + b, dy + b, dx + b, e - b); });
 }
 
 template <typename T>
 void axpy(int64_t n, double alpha, const T* b, T* a) {
-  const T al = T(alpha);
-  if (alpha == 1.0) parallel_for(n, [&](int64_t i) { a[i] += b[i]; });
-  else parallel_for(n, [&](int64_t i) { a[i] += al * b[i]; });
+  parallel_range(n, [=](int64_t s, int64_t e) { axpy_loop(T(alpha), b + s, a + s, e - s); });
 }
 
 template <typename T>
