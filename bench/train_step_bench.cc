@@ -27,6 +27,7 @@ struct Options {
   std::string model = "resnet50";
   int64_t batch = 8, C = 3, H = 224, W = 224, classes = 1000, width = 64;
   bool small_stem = false, channels_last = false;
+  int stem_stride = 1;
   int steps = 5, warmup = 2;
 };
 
@@ -54,6 +55,7 @@ Options parse(int argc, char** argv) {
     } else if (a == "--classes") o.classes = std::atol(next().c_str());
     else if (a == "--width") o.width = std::atol(next().c_str());
     else if (a == "--small-stem") o.small_stem = true;
+    else if (a == "--stem-stride") o.stem_stride = std::atoi(next().c_str());
     else if (a == "--channels-last") o.channels_last = true;
     else if (a == "--steps") o.steps = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
   mo.in_channels = o.C;
   mo.width = o.width;
   mo.small_stem = o.small_stem;
+  mo.stem_stride = o.stem_stride;
   auto model = rt::models::make_model(o.model, mo);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
   model->to(rt::Device::cpu(), fmt);

@@ -17,6 +17,7 @@ ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> lay
             c.in_channels = o.in_channels;
             c.width = o.width;
             c.small_stem = o.small_stem;
+            c.stem_stride = o.stem_stride;
             c.zero_init_residual = o.zero_init_residual;
             c.seed = o.seed;
             return std::make_shared<ResNet>(c);

@@ -14,7 +14,8 @@ struct ModelOptions {
   int64_t num_classes = 1000;
   int64_t in_channels = 3;
   int64_t width = 64;          // channels of the first stage
-  bool small_stem = false;     // 3x3 stride-1 stem without max-pool, for 28x28 / 32x32 images
+  bool small_stem = false;     // 3x3 stem without max-pool, for 28x28 / 32x32 images
+  int stem_stride = 1;         // the small stem's stride
   bool zero_init_residual = false;
   uint64_t seed = 0;
 };

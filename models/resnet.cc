@@ -49,7 +49,9 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
            "must be positive");
   Generator g(cfg.seed);
   const int64_t w = cfg.width;
-  conv1_ = cfg.small_stem ? std::make_shared<nn::Conv2d>(cfg.in_channels, w, 3, 1, 1, g)
+  RT_CHECK(cfg.stem_stride == 1 || (cfg.small_stem && cfg.stem_stride == 2),
+           "ResNet: stem stride 2 goes with the small stem only (the ImageNet stem has its own)");
+  conv1_ = cfg.small_stem ? std::make_shared<nn::Conv2d>(cfg.in_channels, w, 3, cfg.stem_stride, 1, g)
                           : std::make_shared<nn::Conv2d>(cfg.in_channels, w, 7, 2, 3, g);
   register_module("conv1", conv1_);
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(w));

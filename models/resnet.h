@@ -17,7 +17,8 @@ struct ResNetConfig {
   int64_t num_classes = 1000;
   int64_t in_channels = 3;
   int64_t width = 64;                    // channels of the first stage (torchvision: 64)
-  bool small_stem = false;               // 3x3 stride-1 conv1 and no max-pool
+  bool small_stem = false;               // 3x3 conv1 (stride stem_stride) and no max-pool
+  int stem_stride = 1;                   // small stem only: 2 halves every stage's resolution
   bool zero_init_residual = false;       // zero the last BN weight of every block
   uint64_t seed = 0;                     // initialisation
 };

@@ -15,6 +15,11 @@ std::vector<Flag> model_and_data_flags() {
        "channels of the first stage (torchvision: 64); auto = 64 for images over 64 px, else 16", {}},
       {"small-stem", FlagType::string, "auto",
        "3x3 stride-1 stem without max-pool; auto = on for images of 64 px or less", {"auto", "true", "false"}},
+      {"stem-stride", FlagType::string, "auto",
+       "small stem's stride; auto = 2 for images of 28 px or less (halves every stage), else 1", {"auto", "1", "2"}},
+      {"memory-format", FlagType::string, "auto",
+       "activation and weight layout; auto = channels_last (the faster one on CPU and GPU)",
+       {"auto", "contiguous", "channels_last"}},
       {"num-classes", FlagType::integer, "0", "classifier outputs; 0 = the dataset's class count", {}},
       {"dataset", FlagType::string, "fashion-mnist", "dataset", {"fashion-mnist", "cifar10", "synthetic", "tensors"}},
       {"data-path", FlagType::string, "",
@@ -34,7 +39,7 @@ std::vector<Flag> model_and_data_flags() {
 std::vector<Flag> train_flags() {
   std::vector<Flag> f = model_and_data_flags();
   const std::vector<Flag> more = {
-      {"epochs", FlagType::integer, "3", "passes over the training set", {}},
+      {"epochs", FlagType::integer, "5", "passes over the training set", {}},
       {"steps", FlagType::integer, "0", "stop after this many optimizer steps in total (0 = no limit)", {}},
       {"optimizer", FlagType::string, "sgd", "optimizer", {"sgd", "adamw"}},
       {"lr", FlagType::number, "0.1", "peak learning rate", {}},

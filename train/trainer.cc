@@ -43,7 +43,8 @@ const std::set<std::string> kTrajectoryFlags = {
     "model", "width", "small-stem", "num-classes", "dataset", "batch-size", "epochs", "optimizer", "lr",
     "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
     "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
-    "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size"};
+    "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size",
+    "stem-stride", "memory-format"};
 
 Device pick_device(const std::string& s) {
   if (s == "auto") {
@@ -74,6 +75,7 @@ struct Setup {
   std::unique_ptr<data::Dataset> train_set, test_set;
   std::shared_ptr<nn::Module> model;
   Device device;
+  MemoryFormat format = MemoryFormat::channels_last;
 };
 
 Setup build(const cli::Flags& f, bool need_train) {
@@ -98,14 +100,21 @@ Setup build(const cli::Flags& f, bool need_train) {
     RT_CHECK(*end == '\0' && mo.width > 0, "--width takes a positive integer or auto, got '", f.str("width"), "'");
   }
   mo.small_stem = f.str("small-stem") == "auto" ? small : f.str("small-stem") == "true";
+  if (mo.small_stem)
+    mo.stem_stride = f.str("stem-stride") == "auto" ? (std::max(img[1], img[2]) <= 28 ? 2 : 1)
+                                                     : int(std::stoi(f.str("stem-stride")));
+  else
+    RT_CHECK(f.str("stem-stride") != "2", "--stem-stride 2 needs the small stem (--small-stem true)");
+  s.format = f.str("memory-format") == "contiguous" ? MemoryFormat::contiguous : MemoryFormat::channels_last;
   if (need_train) {
     mo.zero_init_residual = f.boolean("zero-init-residual");
     mo.seed = uint64_t(f.integer("seed"));
   }
   s.model = models::make_model(f.str("model"), mo);
-  std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters\n",
-              f.str("model").c_str(), mo.width, mo.small_stem ? "small" : "imagenet", mo.num_classes, mo.in_channels,
-              double(s.model->num_parameters()) / 1e6);
+  std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters, %s\n",
+              f.str("model").c_str(), mo.width,
+              !mo.small_stem ? "imagenet" : mo.stem_stride == 1 ? "small stride-1" : "small stride-2",
+              mo.num_classes, mo.in_channels, double(s.model->num_parameters()) / 1e6, format_name(s.format));
   return s;
 }
 
@@ -114,7 +123,8 @@ struct EvalResult {
   int64_t n = 0;
 };
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flags& f) {
+EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flags& f, Device device,
+                    MemoryFormat format) {
   NoGradGuard ng;
   model.eval();
   data::LoaderOptions lo;
@@ -127,7 +137,7 @@ EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flag
   double loss_sum = 0;
   loader.start_epoch(0, 0);
   while (auto b = loader.next()) {
-    const Tensor logits = model.forward(b->images).to(Device::cpu());
+    const Tensor logits = model.forward(b->images.to(format).to(device)).to(Device::cpu());
     const int64_t n = b->images.size(0);
     loss_sum += cross_entropy(logits, b->labels, f.number("label-smoothing")).item() * double(n);
     topk_hits(logits.data<float>(), b->labels.data<int64_t>(), n, logits.size(1), &top1, &top5);
@@ -199,7 +209,7 @@ int run_train(const cli::Flags& f) {
   const fs::path dir = out.empty() ? fs::path(".") : fs::path(out);
 
   if (!f.str("init-weights").empty()) load_weights(f.str("init-weights"), model);
-  model.to(s.device);
+  model.to(s.device, s.format);
   model.train();
   auto opt = make_optimizer(f, model);
 
@@ -263,7 +273,7 @@ int run_train(const cli::Flags& f) {
       for (; got < accum; ++got) {
         const std::optional<data::Batch> b = loader.next();
         if (!b) break;
-        Tensor x = b->images.to(s.device);
+        Tensor x = b->images.to(s.format).to(s.device);
         Tensor loss = cross_entropy(model.forward(x), b->labels.to(s.device), f.number("label-smoothing"));
         const double l = loss.item();
         if (!std::isfinite(l)) {
@@ -316,7 +326,7 @@ int run_train(const cli::Flags& f) {
       if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
     }
     if (p.batch + accum > batches_per_epoch) {  // the epoch is complete: evaluate, move on
-      const EvalResult e = evaluate(model, *s.test_set, f);
+      const EvalResult e = evaluate(model, *s.test_set, f, s.device, s.format);
       std::printf("epoch %ld eval: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images)\n", p.epoch, e.loss, e.top1,
                   e.top5, e.n);
       std::fflush(stdout);
@@ -347,9 +357,9 @@ int run_eval(const cli::Flags& f) {
            "ringtape eval needs weights: --init-weights FILE.safetensors or --checkpoint FILE");
   if (!f.str("checkpoint").empty()) load_checkpoint_model(f.str("checkpoint"), model);
   else load_weights(f.str("init-weights"), model);
-  model.to(s.device);
+  model.to(s.device, s.format);
   const auto t0 = Clock::now();
-  const EvalResult e = evaluate(model, *s.test_set, f);
+  const EvalResult e = evaluate(model, *s.test_set, f, s.device, s.format);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("eval %s on %s: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images, %.1f img/s)\n",
               f.str("model").c_str(), f.str("dataset").c_str(), e.loss, e.top1, e.top5, e.n, double(e.n) / dt);

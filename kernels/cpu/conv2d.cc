@@ -26,9 +26,6 @@
 namespace rt::cpu {
 namespace {
 
-// Patch matrices larger than this are built a chunk of images at a time.
-constexpr int64_t kPatchBudgetBytes = 32 << 20;
-
 struct Dims {
   int64_t Cg, Og, K, HOWO;
   bool pointwise;  // 1x1, stride 1, no padding: the input is its own patch matrix
@@ -42,11 +39,6 @@ Dims dims(const Conv2dGeom& g) {
   d.HOWO = g.HO * g.WO;
   d.pointwise = g.KH == 1 && g.KW == 1 && g.sh == 1 && g.sw == 1 && g.ph == 0 && g.pw == 0;
   return d;
-}
-
-int64_t chunk_images(const Conv2dGeom& g, const Dims& d, size_t elem) {
-  const int64_t per_image = d.K * d.HOWO * int64_t(elem);
-  return std::clamp<int64_t>(kPatchBudgetBytes / std::max<int64_t>(per_image, 1), 1, g.N);
 }
 
 // Weight relayout between (O, Cg, KH, KW) and (O, KH, KW, Cg).
@@ -135,122 +127,6 @@ void col2im_nchw(const Conv2dGeom& g, const Dims& d, const T* dcol, int64_t n0, 
   }, g.KH * g.KW * d.HOWO);
 }
 
-// Large images (HO*WO >= kPerImageMin): whole images in parallel, one per task, each
-// task's GEMMs single-threaded (Eigen runs serially inside a parallel region). Independent
-// images need no synchronisation, which beats splitting each small-M GEMM over threads.
-constexpr int64_t kPerImageMin = 256;
-
-// C_g for image n: the input itself when pointwise, else im2col into this thread's scratch.
-template <typename T>
-const T* patches_nchw(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n, int64_t grp) {
-  if (d.pointwise) return x + (n * g.C + grp * d.Cg) * d.HOWO;
-  T* col = scratch<T>(0, size_t(d.K * d.HOWO));
-  im2col_nchw(g, d, x, n, 1, grp, col);
-  return col;
-}
-
-template <typename T>
-void forward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
-  if (d.HOWO >= kPerImageMin) {
-#pragma omp parallel for schedule(static)
-    for (int64_t n = 0; n < g.N; ++n)
-      for (int64_t grp = 0; grp < g.groups; ++grp)
-        gemm<T>(false, false, d.Og, d.HOWO, d.K, w + grp * d.Og * d.K, d.K, patches_nchw(g, d, x, n, grp), d.HOWO,
-                false, y + (n * g.O + grp * d.Og) * d.HOWO, d.HOWO);
-    return;
-  }
-  // Small images: a chunk of images per GEMM, Y_g (Og x nb*HOWO) scattered back to NCHW.
-  const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
-    const int64_t nb = std::min(nb_max, g.N - n0);
-    const int64_t M = nb * d.HOWO;
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      T* col = scratch<T>(0, size_t(d.K * M));
-      im2col_nchw(g, d, x, n0, nb, grp, col);
-      T* out = scratch<T>(1, size_t(d.Og * M));
-      gemm<T>(false, false, d.Og, M, d.K, w + grp * d.Og * d.K, d.K, col, M, false, out, M);
-      parallel_for(nb * d.Og, [&](int64_t r) {
-        const int64_t n = r / d.Og, o = r % d.Og;
-        std::memcpy(y + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO, out + o * M + n * d.HOWO,
-                    size_t(d.HOWO) * sizeof(T));
-      }, d.HOWO);
-    }
-  }
-}
-
-template <typename T>
-void backward_nchw(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
-  if (d.HOWO >= kPerImageMin) {
-    // Each thread sums its images' weight gradients in its own buffer; the buffers are
-    // added in thread order afterwards (deterministic for a given thread count).
-    const int nt = omp_get_max_threads();
-    const size_t wsize = size_t(g.O * d.K);
-    T* partial = dw ? scratch<T>(3, wsize * nt) : nullptr;
-    std::vector<char> used(size_t(nt), 0);
-#pragma omp parallel num_threads(nt)
-    {
-      const int t = omp_get_thread_num();
-      T* acc = dw ? partial + wsize * t : nullptr;
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < g.N; ++n)
-        for (int64_t grp = 0; grp < g.groups; ++grp) {
-          const T* DY = dy + (n * g.O + grp * d.Og) * d.HOWO;  // Og x HOWO
-          const T* Wg = w + grp * d.Og * d.K;
-          if (dw)
-            gemm<T>(false, true, d.Og, d.K, d.HOWO, DY, d.HOWO, patches_nchw(g, d, x, n, grp), d.HOWO, used[t] != 0,
-                    acc + grp * d.Og * d.K, d.K);
-          if (dx) {
-            T* dxg = dx + (n * g.C + grp * d.Cg) * d.HOWO;
-            if (d.pointwise) {
-              gemm<T>(true, false, d.K, d.HOWO, d.Og, Wg, d.K, DY, d.HOWO, false, dxg, d.HOWO);
-            } else {
-              T* dcol = scratch<T>(2, size_t(d.K * d.HOWO));
-              gemm<T>(true, false, d.K, d.HOWO, d.Og, Wg, d.K, DY, d.HOWO, false, dcol, d.HOWO);
-              col2im_nchw(g, d, dcol, n, 1, grp, dx);
-            }
-          }
-          if (grp == g.groups - 1) used[t] = 1;
-        }
-    }
-    if (dw) {
-      bool first = true;
-      for (int t = 0; t < nt; ++t) {
-        if (!used[t]) continue;
-        const T* src = partial + wsize * t;
-        if (first) std::memcpy(dw, src, wsize * sizeof(T));
-        else
-          for (size_t i = 0; i < wsize; ++i) dw[i] += src[i];
-        first = false;
-      }
-    }
-    return;
-  }
-  const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
-    const int64_t nb = std::min(nb_max, g.N - n0);
-    const int64_t M = nb * d.HOWO;
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      // dY_g (Og x M), gathered from the chunk's images.
-      T* dyg = scratch<T>(1, size_t(d.Og * M));
-      parallel_for(nb * d.Og, [&](int64_t r) {
-        const int64_t n = r / d.Og, o = r % d.Og;
-        std::memcpy(dyg + o * M + n * d.HOWO, dy + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO,
-                    size_t(d.HOWO) * sizeof(T));
-      }, d.HOWO);
-      if (dw) {
-        T* col = scratch<T>(0, size_t(d.K * M));
-        im2col_nchw(g, d, x, n0, nb, grp, col);
-        gemm<T>(false, true, d.Og, d.K, M, dyg, M, col, M, n0 > 0, dw + grp * d.Og * d.K, d.K);
-      }
-      if (dx) {
-        T* dcol = scratch<T>(2, size_t(d.K * M));
-        gemm<T>(true, false, d.K, M, d.Og, w + grp * d.Og * d.K, d.K, dyg, M, false, dcol, M);
-        col2im_nchw(g, d, dcol, n0, nb, grp, dx);
-      }
-    }
-  }
-}
-
 // ---- NHWC ---------------------------------------------------------------------------
 
 // P (nb*HOWO x K) for images [n0, n0+nb), group grp; columns (kh, kw, c).
@@ -266,8 +142,14 @@ void im2col_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int
         for (int64_t kw = 0; kw < g.KW; ++kw) {
           const int64_t iw = ow * g.sw - g.pw + kw * g.dw;
           T* dst = row + (kh * g.KW + kw) * d.Cg;
-          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) std::fill_n(dst, d.Cg, T(0));
-          else std::memcpy(dst, img + (ih * g.W + iw) * g.C, size_t(d.Cg) * sizeof(T));
+          // Plain loops, not memcpy/fill_n: a tap is a few dozen channels and the calls
+          // cost more than the copies.
+          if (ih < 0 || ih >= g.H || iw < 0 || iw >= g.W) {
+            for (int64_t c = 0; c < d.Cg; ++c) dst[c] = T(0);
+          } else {
+            const T* src = img + (ih * g.W + iw) * g.C;
+            for (int64_t c = 0; c < d.Cg; ++c) dst[c] = src[c];
+          }
         }
       }
     }
@@ -301,63 +183,163 @@ void col2im_nhwc(const Conv2dGeom& g, const Dims& d, const T* dP, int64_t n0, in
   }, g.W * g.KH * g.KW * d.Cg);
 }
 
-template <typename T>
-void forward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
-  const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
-    const int64_t nb = std::min(nb_max, g.N - n0);
-    const int64_t M = nb * d.HOWO;
-    for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const T* p;
-      int64_t pstride;
-      if (d.pointwise) {
-        p = x + n0 * d.HOWO * g.C + grp * d.Cg;
-        pstride = g.C;
-      } else {
-        T* P = scratch<T>(0, size_t(M * d.K));
-        im2col_nhwc(g, d, x, n0, nb, grp, P);
-        p = P;
-        pstride = d.K;
-      }
-      gemm<T>(false, true, M, d.Og, d.K, p, pstride, w + grp * d.Og * d.K, d.K, false,
-              y + n0 * d.HOWO * g.O + grp * d.Og, g.O);
-    }
+// ---- tasks ----------------------------------------------------------------------------
+//
+// Note [Conv tasks]: the batch is cut into tasks of whole images, as many per task as keep
+// a task's patch matrix near kTileBytes (so it stays in cache between im2col, GEMM and
+// col2im), and tasks run in parallel with single-threaded GEMMs (Eigen runs serially
+// inside a parallel region). Independent tasks need no synchronisation, which beats
+// splitting each small GEMM over threads, and small-channel layers stop being bound by
+// memory traffic through a batch-sized patch matrix. Only a single task (one large
+// image) runs its GEMMs multi-threaded. Each thread sums its weight gradients in its own
+// buffer; the buffers are added in thread order (deterministic for a thread count).
+constexpr int64_t kTileBytes = 512 << 10;
+
+struct Tasks {
+  int64_t per_task, count;
+};
+
+Tasks plan_tasks(const Conv2dGeom& g, const Dims& d, size_t elem) {
+  const int64_t per_image = std::max<int64_t>(d.K * d.HOWO * int64_t(elem), 1);
+  const int64_t per = std::clamp<int64_t>(kTileBytes / per_image, 1, g.N);
+  return {per, (g.N + per - 1) / per};
+}
+
+// Runs body(n0, nb, thread) for every task, in parallel when there are several.
+template <typename F>
+void run_tasks(const Conv2dGeom& g, const Tasks& t, int nt, F&& body) {
+  if (t.count == 1) {
+    body(int64_t(0), g.N, 0);
+    return;
+  }
+#pragma omp parallel for schedule(static) num_threads(nt)
+  for (int64_t k = 0; k < t.count; ++k) {
+    const int64_t n0 = k * t.per_task;
+    body(n0, std::min(t.per_task, g.N - n0), omp_get_thread_num());
   }
 }
 
 template <typename T>
-void backward_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
-  const int64_t nb_max = chunk_images(g, d, sizeof(T));
-  for (int64_t n0 = 0; n0 < g.N; n0 += nb_max) {
-    const int64_t nb = std::min(nb_max, g.N - n0);
+void forward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
+  const Tasks t = plan_tasks(g, d, sizeof(T));
+  run_tasks(g, t, omp_get_max_threads(), [&](int64_t n0, int64_t nb, int) {
     const int64_t M = nb * d.HOWO;
     for (int64_t grp = 0; grp < g.groups; ++grp) {
-      const T* dYg = dy + n0 * d.HOWO * g.O + grp * d.Og;  // M x Og, row stride O
       const T* Wg = w + grp * d.Og * d.K;
-      if (dw) {
-        const T* p;
-        int64_t pstride;
-        if (d.pointwise) {
-          p = x + n0 * d.HOWO * g.C + grp * d.Cg;
-          pstride = g.C;
-        } else {
-          T* P = scratch<T>(0, size_t(M * d.K));
-          im2col_nhwc(g, d, x, n0, nb, grp, P);
-          p = P;
-          pstride = d.K;
+      if (g.nhwc) {
+        // Y (M x Og, row stride O) = P (M x K) * W_g^T
+        const T* P = x + n0 * d.HOWO * g.C + grp * d.Cg;
+        int64_t ldp = g.C;
+        if (!d.pointwise) {
+          T* buf = scratch<T>(0, size_t(M * d.K));
+          im2col_nhwc(g, d, x, n0, nb, grp, buf);
+          P = buf;
+          ldp = d.K;
         }
-        gemm<T>(true, false, d.Og, d.K, M, dYg, g.O, p, pstride, n0 > 0, dw + grp * d.Og * d.K, d.K);
+        gemm<T>(false, true, M, d.Og, d.K, P, ldp, Wg, d.K, false, y + n0 * d.HOWO * g.O + grp * d.Og, g.O);
+        continue;
+      }
+      // Y_g (Og x M) = W_g * C (K x M); straight into y for one image, else scattered.
+      const T* C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
+      if (!(d.pointwise && nb == 1)) {
+        T* col = scratch<T>(0, size_t(d.K * M));
+        im2col_nchw(g, d, x, n0, nb, grp, col);
+        C = col;
+      }
+      if (nb == 1) {
+        gemm<T>(false, false, d.Og, M, d.K, Wg, d.K, C, M, false, y + (n0 * g.O + grp * d.Og) * d.HOWO, M);
+        continue;
+      }
+      T* out = scratch<T>(1, size_t(d.Og * M));
+      gemm<T>(false, false, d.Og, M, d.K, Wg, d.K, C, M, false, out, M);
+      parallel_for(nb * d.Og, [&](int64_t r) {
+        const int64_t n = r / d.Og, o = r % d.Og;
+        std::memcpy(y + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO, out + o * M + n * d.HOWO,
+                    size_t(d.HOWO) * sizeof(T));
+      }, d.HOWO);
+    }
+  });
+}
+
+template <typename T>
+void backward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, const T* dy, T* dx, T* dw) {
+  const Tasks t = plan_tasks(g, d, sizeof(T));
+  const int nt = t.count == 1 ? 1 : omp_get_max_threads();
+  const size_t wsize = size_t(g.O * d.K);
+  T* partial = dw ? scratch<T>(3, wsize * size_t(nt)) : nullptr;
+  std::vector<char> used(size_t(nt), 0);
+  run_tasks(g, t, nt, [&](int64_t n0, int64_t nb, int th) {
+    const int64_t M = nb * d.HOWO;
+    T* acc = dw ? partial + wsize * size_t(th) : nullptr;
+    for (int64_t grp = 0; grp < g.groups; ++grp) {
+      const T* Wg = w + grp * d.Og * d.K;
+      T* accg = dw ? acc + grp * d.Og * d.K : nullptr;
+      if (g.nhwc) {
+        const T* dYg = dy + n0 * d.HOWO * g.O + grp * d.Og;  // M x Og, row stride O
+        if (dw) {
+          const T* P = x + n0 * d.HOWO * g.C + grp * d.Cg;
+          int64_t ldp = g.C;
+          if (!d.pointwise) {
+            T* buf = scratch<T>(0, size_t(M * d.K));
+            im2col_nhwc(g, d, x, n0, nb, grp, buf);
+            P = buf;
+            ldp = d.K;
+          }
+          gemm<T>(true, false, d.Og, d.K, M, dYg, g.O, P, ldp, used[th] != 0, accg, d.K);
+        }
+        if (dx) {
+          if (d.pointwise) {
+            gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dx + n0 * d.HOWO * g.C + grp * d.Cg, g.C);
+          } else {
+            T* dP = scratch<T>(2, size_t(M * d.K));
+            gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dP, d.K);
+            col2im_nhwc(g, d, dP, n0, nb, grp, dx);
+          }
+        }
+        continue;
+      }
+      // NCHW: dY_g (Og x M), direct for one image, else gathered.
+      const T* DY = dy + (n0 * g.O + grp * d.Og) * d.HOWO;
+      if (nb > 1) {
+        T* dyg = scratch<T>(1, size_t(d.Og * M));
+        parallel_for(nb * d.Og, [&](int64_t r) {
+          const int64_t n = r / d.Og, o = r % d.Og;
+          std::memcpy(dyg + o * M + n * d.HOWO, dy + ((n0 + n) * g.O + grp * d.Og + o) * d.HOWO,
+                      size_t(d.HOWO) * sizeof(T));
+        }, d.HOWO);
+        DY = dyg;
+      }
+      const bool direct = d.pointwise && nb == 1;
+      if (dw) {
+        const T* C = x + (n0 * g.C + grp * d.Cg) * d.HOWO;
+        if (!direct) {
+          T* col = scratch<T>(0, size_t(d.K * M));
+          im2col_nchw(g, d, x, n0, nb, grp, col);
+          C = col;
+        }
+        gemm<T>(false, true, d.Og, d.K, M, DY, M, C, M, used[th] != 0, accg, d.K);
       }
       if (dx) {
-        if (d.pointwise) {
-          gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dx + n0 * d.HOWO * g.C + grp * d.Cg, g.C);
+        if (direct) {
+          gemm<T>(true, false, d.K, M, d.Og, Wg, d.K, DY, M, false, dx + (n0 * g.C + grp * d.Cg) * d.HOWO, M);
         } else {
-          T* dP = scratch<T>(2, size_t(M * d.K));
-          gemm<T>(false, false, M, d.K, d.Og, dYg, g.O, Wg, d.K, false, dP, d.K);
-          col2im_nhwc(g, d, dP, n0, nb, grp, dx);
+          T* dcol = scratch<T>(2, size_t(d.K * M));
+          gemm<T>(true, false, d.K, M, d.Og, Wg, d.K, DY, M, false, dcol, M);
+          col2im_nchw(g, d, dcol, n0, nb, grp, dx);
         }
       }
     }
+    used[th] = 1;
+  });
+  if (!dw) return;
+  bool first = true;
+  for (int th = 0; th < nt; ++th) {
+    if (!used[th]) continue;
+    const T* src = partial + wsize * size_t(th);
+    if (first) std::memcpy(dw, src, wsize * sizeof(T));
+    else
+      for (size_t i = 0; i < wsize; ++i) dw[i] += src[i];
+    first = false;
   }
 }
 
@@ -375,8 +357,7 @@ void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, 
     else ohwi_to_oihw(w, wt.data(), g.O, d.Cg, g.KH, g.KW);
     w = wt.data();
   }
-  if (g.nhwc) forward_nhwc(g, d, x, w, y);
-  else forward_nchw(g, d, x, w, y);
+  forward_tasks(g, d, x, w, y);
   if (!bias) return;
   if (g.nhwc) {
     parallel_for(g.N * d.HOWO, [&](int64_t r) {
@@ -409,8 +390,7 @@ void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T
     dw_work = dwt.data();
   }
   if (dx || dw) {
-    if (g.nhwc) backward_nhwc(g, d, x, w, dy, dx, dw_work);
-    else backward_nchw(g, d, x, w, dy, dx, dw_work);
+    backward_tasks(g, d, x, w, dy, dx, dw_work);
   }
   if (dw && relayout) {
     if (g.nhwc) ohwi_to_oihw(dw_work, dw, g.O, d.Cg, g.KH, g.KW);
