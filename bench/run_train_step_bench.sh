@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # One CPU training step (forward, loss, backward, SGD) of ringtape and PyTorch, in the same
-# run, for the two configurations of the CPU-training milestone; prints the ratios.
+# run, for the two configurations of the CPU-training milestone (ResNet50 on ImageNet-sized
+# images; the default Fashion-MNIST model of `ringtape train`); prints the ratios.
+# --channels-last runs both in NHWC (ringtape's default layout).
 #   bench/run_train_step_bench.sh [--steps N] [--channels-last]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,7 +19,7 @@ done
 bazel build //bench:train_step_bench >/dev/null 2>&1 || bazel build //bench:train_step_bench
 configs=(
   "--model resnet50 --batch 8 --size 3x224x224 --classes 1000 --width 64"
-  "--model resnet18 --batch 128 --size 1x28x28 --classes 10 --width 16 --small-stem"
+  "--model resnet18 --batch 128 --size 1x28x28 --classes 10 --width 16 --small-stem --stem-stride 2"
 )
 for c in "${configs[@]}"; do
   # shellcheck disable=SC2086

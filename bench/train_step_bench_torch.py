@@ -16,18 +16,18 @@ LAYERS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4
           "resnet152": (Bottleneck, [3, 8, 36, 3])}
 
 
-def make_model(name, classes, in_ch, width, small_stem):
+def make_model(name, classes, in_ch, width, small_stem, stem_stride=1):
     """torchvision's ResNet; width != 64 rescales every stage like ringtape's --width."""
     block, layers = LAYERS[name]
     m = ResNet(block, layers, num_classes=classes)
-    if width != 64 or in_ch != 3 or small_stem:
+    if width != 64 or in_ch != 3 or small_stem or stem_stride != 1:
         # Rebuild with the same classes at another base width.
         class Narrow(ResNet):
             def __init__(self):
                 torch.nn.Module.__init__(self)
                 self._norm_layer = torch.nn.BatchNorm2d
                 self.inplanes, self.dilation, self.groups, self.base_width = width, 1, 1, 64
-                k, s, p = (3, 1, 1) if small_stem else (7, 2, 3)
+                k, s, p = (3, stem_stride, 1) if small_stem else (7, 2, 3)
                 self.conv1 = torch.nn.Conv2d(in_ch, width, k, s, p, bias=False)
                 self.bn1 = torch.nn.BatchNorm2d(width)
                 self.relu = torch.nn.ReLU(inplace=True)
@@ -50,6 +50,7 @@ def main():
     ap.add_argument("--classes", type=int, default=1000)
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--small-stem", action="store_true")
+    ap.add_argument("--stem-stride", type=int, default=1)
     ap.add_argument("--channels-last", action="store_true")
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
@@ -58,7 +59,7 @@ def main():
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     C, H, W = (int(v) for v in a.size.split("x"))
-    model = make_model(a.model, a.classes, C, a.width, a.small_stem)
+    model = make_model(a.model, a.classes, C, a.width, a.small_stem, a.stem_stride)
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
     model = model.to(memory_format=fmt).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
