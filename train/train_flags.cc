@@ -31,6 +31,7 @@ std::vector<Flag> model_and_data_flags() {
       {"synthetic-size", FlagType::string, "1024x3x32x32",
        "synthetic dataset: NxCxHxW (with --dataset synthetic)", {}},
       {"threads", FlagType::integer, "0", "CPU threads for the math (0 = all cores)", {}},
+      {"seed", FlagType::integer, "0", "seed of initialisation, data order, augmentation and synthetic data", {}},
   };
 }
 
@@ -59,7 +60,6 @@ std::vector<Flag> train_flags() {
       {"lr-min", FlagType::number, "0", "cosine schedule: final learning rate", {}},
       {"lr-power", FlagType::number, "1", "poly schedule: power", {}},
       {"accum-steps", FlagType::integer, "1", "micro-batches per optimizer step (gradient accumulation)", {}},
-      {"seed", FlagType::integer, "0", "seed of initialisation, data order and augmentation", {}},
       {"no-shuffle", FlagType::boolean, "false", "read the training set in file order", {}},
       {"augment", FlagType::boolean, "false", "random crop (padding 2 / 4) and horizontal flip for small images", {}},
       {"zero-init-residual", FlagType::boolean, "false", "zero the last batch-norm weight of every block", {}},

@@ -95,6 +95,28 @@ TEST_CASE("model.safetensors holds the full state under torchvision's keys") {
   CHECK(train(tiny(c), {"--steps", "1", "--init-weights", a + "/model.safetensors"}) == 0);
 }
 
+TEST_CASE("eval reproduces the last evaluation; accumulation counts micro-batches") {
+  const std::string a = tmpdir("eval");
+  REQUIRE(train(tiny(a), {"--epochs", "1"}) == 0);
+  cli::Flags e(train::eval_flags());
+  e.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
+           "--batch-size", "8", "--workers", "0", "--checkpoint", a + "/checkpoint.safetensors"});
+  CHECK(train::run_eval(e) == 0);
+  cli::Flags w(train::eval_flags());
+  w.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
+           "--batch-size", "8", "--workers", "0"});
+  CHECK_THROWS_WITH_AS(train::run_eval(w), doctest::Contains("needs weights"), Error);
+
+  // 8 batches per epoch, 2 per step: 4 optimizer steps, each logged.
+  const std::string b = tmpdir("accum");
+  REQUIRE(train(tiny(b), {"--epochs", "1", "--accum-steps", "2"}) == 0);
+  const std::vector<std::string> m = replayable(fs::path(b) / "metrics.jsonl");
+  REQUIRE(m.size() == 4 + 1);
+  CHECK(m[3].find("\"step\":4") != std::string::npos);
+  CHECK_THROWS_WITH_AS(train(tiny(tmpdir("accum_big")), {"--accum-steps", "9"}), doctest::Contains("smaller than one step"),
+                       Error);
+}
+
 TEST_CASE("bad input gets clear errors and loses nothing") {
   const std::string a = tmpdir("errors");
   REQUIRE(train(tiny(a), {"--steps", "1"}) == 0);
