@@ -8,8 +8,8 @@
 //   straight into the output.
 // 1x1, stride-1, unpadded convolutions skip the patch matrix: the input already is one.
 // Backward reuses the same matrices:  dW_g = dY_g * C^T  (or dY_g^T * P), and the data
-// gradient  dC = W_g^T * dY_g  (dP = dY_g * W_g)  is folded back by col2im, written as a
-// gather over input pixels so threads never write the same element.
+// gradient  dC = W_g^T * dY_g  (dP = dY_g * W_g)  is folded back by col2im.
+// The batch is processed in tasks of whole images (Note [Conv tasks]).
 #include "kernels/cpu/conv2d.h"
 
 #include <cstddef>
@@ -219,6 +219,21 @@ void run_tasks(const Conv2dGeom& g, const Tasks& t, int nt, F&& body) {
   }
 }
 
+// P (M x K, row stride *ld) for images [n0, n0+nb), group grp: the input itself when
+// pointwise, else im2col into this thread's scratch.
+template <typename T>
+const T* patches_nhwc(const Conv2dGeom& g, const Dims& d, const T* x, int64_t n0, int64_t nb, int64_t grp,
+                      int64_t* ld) {
+  if (d.pointwise) {
+    *ld = g.C;
+    return x + n0 * d.HOWO * g.C + grp * d.Cg;
+  }
+  T* buf = scratch<T>(0, size_t(nb * d.HOWO * d.K));
+  im2col_nhwc(g, d, x, n0, nb, grp, buf);
+  *ld = d.K;
+  return buf;
+}
+
 template <typename T>
 void forward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T* y) {
   const Tasks t = plan_tasks(g, d, sizeof(T));
@@ -228,14 +243,8 @@ void forward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, T
       const T* Wg = w + grp * d.Og * d.K;
       if (g.nhwc) {
         // Y (M x Og, row stride O) = P (M x K) * W_g^T
-        const T* P = x + n0 * d.HOWO * g.C + grp * d.Cg;
-        int64_t ldp = g.C;
-        if (!d.pointwise) {
-          T* buf = scratch<T>(0, size_t(M * d.K));
-          im2col_nhwc(g, d, x, n0, nb, grp, buf);
-          P = buf;
-          ldp = d.K;
-        }
+        int64_t ldp;
+        const T* P = patches_nhwc(g, d, x, n0, nb, grp, &ldp);
         gemm<T>(false, true, M, d.Og, d.K, P, ldp, Wg, d.K, false, y + n0 * d.HOWO * g.O + grp * d.Og, g.O);
         continue;
       }
@@ -277,14 +286,8 @@ void backward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, 
       if (g.nhwc) {
         const T* dYg = dy + n0 * d.HOWO * g.O + grp * d.Og;  // M x Og, row stride O
         if (dw) {
-          const T* P = x + n0 * d.HOWO * g.C + grp * d.Cg;
-          int64_t ldp = g.C;
-          if (!d.pointwise) {
-            T* buf = scratch<T>(0, size_t(M * d.K));
-            im2col_nhwc(g, d, x, n0, nb, grp, buf);
-            P = buf;
-            ldp = d.K;
-          }
+          int64_t ldp;
+          const T* P = patches_nhwc(g, d, x, n0, nb, grp, &ldp);
           gemm<T>(true, false, d.Og, d.K, M, dYg, g.O, P, ldp, used[th] != 0, accg, d.K);
         }
         if (dx) {

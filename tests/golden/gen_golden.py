@@ -37,52 +37,16 @@ Tensors per op:
 
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_py import read_safetensors, write_safetensors  # noqa: E402  (tests/safetensors_py.py)
 import struct
 
 import torch
 import torch.nn.functional as F
 
 OUT_DIR = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {torch.float32: "F32", torch.int64: "I64"}
-
-
-def write_safetensors(path, tensors, metadata):
-    """Writes the safetensors format: u64 header length, JSON header padded with spaces
-    to a multiple of 8, then the tensors' bytes in sorted key order."""
-    header = {"__metadata__": metadata}
-    blobs = []
-    offset = 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        data = t.numpy().tobytes()  # little-endian on every machine torch runs here
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """Reads a file back (self-check of the writer)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        dtype = {"F32": torch.float32, "I64": torch.int64}[e["dtype"]]
-        buf = bytearray(raw[8 + n + b:8 + n + end])
-        out[name] = torch.frombuffer(buf, dtype=dtype).reshape(e["shape"]) if buf else \
-            torch.empty(e["shape"], dtype=dtype)
-    return out, meta
 
 
 class OpFile:

@@ -50,6 +50,10 @@ The output is deterministic (fixed seeds, one thread): regenerating must not cha
 
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_py import read_safetensors, write_safetensors  # noqa: E402  (tests/safetensors_py.py)
 import struct
 
 import numpy as np
@@ -60,7 +64,6 @@ import torchvision
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 OUT_DIR = os.path.dirname(os.path.abspath(__file__))
-DTYPES = {torch.float16: "F16", torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
 
 BATCH, IMAGE, NUM_CLASSES = 16, 32, 10
 LR, MOMENTUM, WEIGHT_DECAY, STEPS = 1e-3, 0.9, 1e-2, 3
@@ -124,44 +127,6 @@ class NarrowResNet(ResNet):
 
 def shape_list(shape):
     return [int(d) for d in shape]
-
-
-def write_safetensors(path, tensors, metadata):
-    """The safetensors format: u64 header length, JSON header padded with spaces to a
-    multiple of 8, then the tensors' bytes in sorted key order."""
-    header = {"__metadata__": metadata}
-    blobs = []
-    offset = 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        data = t.numpy().tobytes()  # little-endian on every machine torch runs here
-        header[name] = {"dtype": DTYPES[t.dtype], "shape": shape_list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
-
-
-def read_safetensors(path):
-    """Reads a file back (self-check of the writer)."""
-    with open(path, "rb") as f:
-        raw = f.read()
-    (n,) = struct.unpack("<Q", raw[:8])
-    header = json.loads(raw[8:8 + n])
-    meta = header.pop("__metadata__", {})
-    np_types = {"F16": "<f2", "F32": "<f4", "F64": "<f8", "I64": "<i8"}
-    out = {}
-    for name, e in header.items():
-        b, end = e["data_offsets"]
-        arr = np.frombuffer(raw[8 + n + b:8 + n + end], dtype=np_types[e["dtype"]])
-        out[name] = torch.from_numpy(arr.copy()).reshape(e["shape"])
-    return out, meta
 
 
 def check_written(path, tensors, meta):

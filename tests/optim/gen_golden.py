@@ -32,6 +32,10 @@ elementwise loops (vectorised blocks of 16 float / 8 double, then a scalar tail)
 
 import json
 import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+from safetensors_py import read_safetensors, write_safetensors  # noqa: E402  (tests/safetensors_py.py)
 import struct
 
 import torch
@@ -40,7 +44,6 @@ OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "golden.safetenso
 STEPS = 5
 SHAPES = {"weight": (5, 7), "bias": (6,)}
 DTYPES = {"f32": torch.float32, "f64": torch.float64}
-ST_DTYPE = {torch.float32: "F32", torch.float64: "F64", torch.int64: "I64"}
 
 SGD_DEFAULTS = dict(lr=0.1, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False, no_decay_1d=False)
 ADAMW_DEFAULTS = dict(lr=1e-3, beta1=0.9, beta2=0.999, eps=1e-8, weight_decay=1e-2, no_decay_1d=False)
@@ -79,27 +82,6 @@ def make_torch_optimizer(o, params):
                                weight_decay=o["weight_decay"], nesterov=o["nesterov"], foreach=False)
     return torch.optim.AdamW(groups, lr=o["lr"], betas=(o["beta1"], o["beta2"]), eps=o["eps"],
                              weight_decay=o["weight_decay"], amsgrad=False, foreach=False)
-
-
-def write_safetensors(path, tensors, metadata):
-    """u64 header length, JSON header padded with spaces to a multiple of 8, then the
-    tensors' little-endian bytes in sorted key order."""
-    header = {"__metadata__": metadata}
-    blobs, offset = [], 0
-    for name in sorted(tensors):
-        t = tensors[name].detach().contiguous()
-        data = t.numpy().tobytes()
-        header[name] = {"dtype": ST_DTYPE[t.dtype], "shape": list(t.shape),
-                        "data_offsets": [offset, offset + len(data)]}
-        blobs.append(data)
-        offset += len(data)
-    text = json.dumps(header, separators=(",", ":")).encode("utf-8")
-    text += b" " * ((8 - len(text) % 8) % 8)
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)
 
 
 def cpu_capability():
