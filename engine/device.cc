@@ -6,7 +6,9 @@
 #include <memory>
 #include <vector>
 
+#include "engine/caching_allocator.h"
 #include "engine/error.h"
+#include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {
@@ -141,28 +143,6 @@ class CpuAllocator final : public Allocator {
   std::unordered_map<void*, size_t> live_;     // cached-size blocks in use -> their size
 };
 
-// Device memory straight from cudaMalloc. The CUDA backend replaces it with a caching,
-// stream-aware allocator; the interface and the statistics stay.
-class CudaAllocator final : public Allocator {
- public:
-  explicit CudaAllocator(int index) : index_(index) {}
-  void* allocate(size_t bytes) override {
-    void* p = cuda::malloc(index_, std::max<size_t>(bytes, 1));
-    note_alloc(bytes);
-    note_reserved(int64_t(bytes));
-    return p;
-  }
-  void deallocate(void* ptr, size_t bytes) noexcept override {
-    cuda::free(index_, ptr);
-    note_free(bytes);
-    note_reserved(-int64_t(bytes));
-  }
-  Device device() const override { return Device::cuda(index_); }
-
- private:
-  int index_;
-};
-
 }  // namespace
 
 Allocator& allocator_for(Device d) {
@@ -176,7 +156,10 @@ Allocator& allocator_for(Device d) {
   // Leaked on purpose: tensors freed during static destruction must still find it.
   static std::vector<Allocator*>* per_device = [n] {
     auto* v = new std::vector<Allocator*>();
-    for (int i = 0; i < n; ++i) v->push_back(new CudaAllocator(i));
+    // Blocks belong to the device's current stream at allocation (Note [Streams and blocks]).
+    for (int i = 0; i < n; ++i)
+      v->push_back(new CachingAllocator(Device::cuda(i), cuda_raw_memory(i),
+                                        [i] { return Stream::current(Device::cuda(i)).handle(); }));
     return v;
   }();
   return *(*per_device)[d.index];

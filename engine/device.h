@@ -38,6 +38,12 @@ struct AllocatorStats {
   int64_t num_allocs = 0;      // allocate() calls
   int64_t num_frees = 0;       // deallocate() calls
   int64_t reserved_bytes = 0;  // held from the system: in use plus cached for reuse
+  // Caching allocators only (engine/caching_allocator.h); zero elsewhere.
+  int64_t allocated_bytes = 0;   // bytes of the blocks handed out (requests rounded up)
+  int64_t num_cache_hits = 0;    // allocations served from cached blocks
+  int64_t num_segments = 0;      // segments held from the system now
+  int64_t num_system_allocs = 0; // segments requested from the system (cudaMalloc calls)
+  int64_t num_oom_retries = 0;   // times the cache was emptied to retry a failed request
 };
 
 class Allocator {
@@ -58,6 +64,12 @@ class Allocator {
   void note_alloc(size_t bytes);
   void note_free(size_t bytes) noexcept;
   void note_reserved(int64_t delta) noexcept;
+  // Any other change to the statistics, made under their lock: update_stats([](auto& s) {...}).
+  template <typename F>
+  void update_stats(F&& f) noexcept {
+    std::lock_guard<std::mutex> g(mu_);
+    f(stats_);
+  }
 
  private:
   mutable std::mutex mu_;

@@ -5,6 +5,7 @@
 
 #include "engine/autograd.h"
 #include "engine/stream.h"
+#include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {
@@ -223,7 +224,14 @@ void Tensor::copy_(const Tensor& src) {
     }
     return;
   }
-  // Convert on the host. (CUDA cast/relayout kernels take this over in the CUDA backend.)
+  // A dtype conversion within one GPU, same layout: the cast kernel, no host round trip.
+  if (src.device() == device() && device().is_cuda() && src.format() == format() &&
+      cuda::cast_supported(src.dtype(), dtype())) {
+    cuda::cast(src.dtype(), dtype(), numel(), src.raw_data(), raw_data(),
+               static_cast<cudaStream_t>(Stream::current(device()).handle()));
+    return;
+  }
+  // Otherwise convert on the host. (A CUDA relayout kernel takes the rest over later.)
   Tensor s = src.device().is_cpu() ? src : transfer(src, Device::cpu());
   if (device().is_cpu()) {
     Tensor self = *this;

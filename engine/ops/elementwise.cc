@@ -1,6 +1,7 @@
 // Elementwise ops: add, sub, mul, scalar affine, relu, add_relu, square, sqrt; in-place
 // add_/mul_ for gradient accumulation and optimizers.
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/elementwise.cuh"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
@@ -11,6 +12,11 @@ namespace {
 using cpu::Binary;
 using cpu::Unary;
 
+// The CUDA enums list the same ops in the same order.
+cuda::Binary on_cuda(Binary k) { return static_cast<cuda::Binary>(static_cast<int>(k)); }
+cuda::Unary on_cuda(Unary k) { return static_cast<cuda::Unary>(static_cast<int>(k)); }
+static_assert(int(Binary::add_relu) == int(cuda::Binary::add_relu) && int(Unary::sqrt) == int(cuda::Unary::sqrt));
+
 // Checks a binary op's operands; returns b in a's memory format.
 Tensor check_binary(const Tensor& a, const Tensor& b, const char* op) {
   check_defined(a, op, "a");
@@ -19,13 +25,16 @@ Tensor check_binary(const Tensor& a, const Tensor& b, const char* op) {
            " (ringtape does not broadcast elementwise ops)");
   check_same_dtype(a, b, op);
   check_same_device(a, b, op);
-  check_cpu_only(a, op);
   return ops::in_format(b, a.format());
 }
 
 Tensor binary_raw(Binary kind, const Tensor& a, const Tensor& b, const char* op) {
   Tensor bb = check_binary(a, b, op);
   Tensor y = ops::empty_like(a);
+  if (a.device().is_cuda()) {
+    cuda::binary(on_cuda(kind), a.dtype(), a.numel(), a.raw_data(), bb.raw_data(), y.raw_data(), ops::stream_of(a));
+    return y;
+  }
   ops::dispatch_float(a.dtype(), op, [&](auto t) {
     using T = decltype(t);
     cpu::binary<T>(kind, a.numel(), a.data<T>(), bb.data<T>(), y.data<T>());
@@ -35,8 +44,11 @@ Tensor binary_raw(Binary kind, const Tensor& a, const Tensor& b, const char* op)
 
 Tensor affine_raw(const Tensor& a, double s, double t, const char* op) {
   check_defined(a, op, "a");
-  check_cpu_only(a, op);
   Tensor y = ops::empty_like(a);
+  if (a.device().is_cuda()) {
+    cuda::affine(a.dtype(), a.numel(), a.raw_data(), s, t, y.raw_data(), ops::stream_of(a));
+    return y;
+  }
   ops::dispatch_float(a.dtype(), op, [&](auto z) {
     using T = decltype(z);
     cpu::affine<T>(a.numel(), a.data<T>(), s, t, y.data<T>());
@@ -46,8 +58,11 @@ Tensor affine_raw(const Tensor& a, double s, double t, const char* op) {
 
 Tensor unary_raw(Unary kind, const Tensor& x, const char* op) {
   check_defined(x, op, "x");
-  check_cpu_only(x, op);
   Tensor y = ops::empty_like(x);
+  if (x.device().is_cuda()) {
+    cuda::unary(on_cuda(kind), x.dtype(), x.numel(), x.raw_data(), y.raw_data(), ops::stream_of(x));
+    return y;
+  }
   ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
     cpu::unary<T>(kind, x.numel(), x.data<T>(), y.data<T>());
@@ -59,6 +74,10 @@ Tensor unary_raw(Unary kind, const Tensor& x, const char* op) {
 Tensor relu_grad(const Tensor& y, const Tensor& g) {
   Tensor gg = ops::in_format(g, y.format());
   Tensor dx = ops::empty_like(y);
+  if (y.device().is_cuda()) {
+    cuda::relu_backward(y.dtype(), y.numel(), y.raw_data(), gg.raw_data(), dx.raw_data(), ops::stream_of(y));
+    return dx;
+  }
   ops::dispatch_float(y.dtype(), "relu backward", [&](auto z) {
     using T = decltype(z);
     cpu::relu_backward<T>(y.numel(), y.data<T>(), gg.data<T>(), dx.data<T>());
@@ -137,6 +156,10 @@ Tensor sqrt(const Tensor& x) {
     // d sqrt(x) = g / (2 sqrt(x))
     Tensor gg = ops::in_format(g, y.format());
     Tensor dx = ops::empty_like(y);
+    if (y.device().is_cuda()) {
+      cuda::sqrt_backward(y.dtype(), y.numel(), y.raw_data(), gg.raw_data(), dx.raw_data(), ops::stream_of(y));
+      return std::vector<Tensor>{dx};
+    }
     ops::dispatch_float(y.dtype(), "sqrt backward", [&](auto z) {
       using T = decltype(z);
       const T* yp = y.data<T>();
@@ -151,6 +174,10 @@ Tensor sqrt(const Tensor& x) {
 
 void add_(Tensor a, const Tensor& b, double alpha) {
   Tensor bb = check_binary(a, b, "add_");
+  if (a.device().is_cuda()) {
+    cuda::axpy(a.dtype(), a.numel(), alpha, bb.raw_data(), a.raw_data(), ops::stream_of(a));
+    return;
+  }
   ops::dispatch_float(a.dtype(), "add_", [&](auto z) {
     using T = decltype(z);
     cpu::axpy<T>(a.numel(), alpha, bb.data<T>(), a.data<T>());
@@ -159,7 +186,10 @@ void add_(Tensor a, const Tensor& b, double alpha) {
 
 void mul_(Tensor a, double s) {
   check_defined(a, "mul_", "a");
-  check_cpu_only(a, "mul_");
+  if (a.device().is_cuda()) {
+    cuda::affine(a.dtype(), a.numel(), a.raw_data(), s, 0.0, a.raw_data(), ops::stream_of(a));
+    return;
+  }
   ops::dispatch_float(a.dtype(), "mul_", [&](auto z) {
     using T = decltype(z);
     cpu::affine<T>(a.numel(), a.data<T>(), s, 0.0, a.data<T>());

@@ -2,7 +2,9 @@
 #pragma once
 
 #include "engine/autograd.h"
+#include "engine/stream.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/stream.cuh"
 
 namespace rt::ops {
 
@@ -15,6 +17,12 @@ decltype(auto) dispatch_float(DType t, const char* op, F&& f) {
     default: RT_FAIL(op, ": the CPU backend computes in f32 or f64, got ", dtype_name(t),
                      "; convert with .to(DType::f32)");
   }
+}
+
+// The stream CUDA ops on t's device queue their kernels on (the device's current stream).
+// Launchers assume t's device is the CUDA current device (one GPU per process today).
+inline cudaStream_t stream_of(const Tensor& t) {
+  return static_cast<cudaStream_t>(Stream::current(t.device()).handle());
 }
 
 // A new tensor shaped like t (same dtype, device, format).

@@ -1,5 +1,7 @@
 // Full reductions: sum and mean to a 0-D tensor.
 #include "kernels/cpu/elementwise.h"
+#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/reduce.cuh"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
@@ -7,9 +9,23 @@
 namespace rt {
 namespace {
 
+// On CUDA the result and its gradient stay on the device: no host read anywhere.
+Tensor reduce_cuda(const Tensor& x, double scale, const char* op) {
+  Tensor y = Tensor::empty({}, x.dtype(), x.device());
+  Tensor partials = Tensor::empty({cuda::kSumBlocks}, DType::f64, x.device());  // scratch, 8 bytes a slot
+  cuda::sum(x.dtype(), x.numel(), x.raw_data(), scale, y.raw_data(), partials.raw_data(), ops::stream_of(x));
+  record(op, y, {x}, [shape = x.shape(), fmt = x.format(), scale](const Tensor& g, const std::vector<bool>&) {
+    // Every input element receives g * scale, broadcast from the device scalar.
+    Tensor dx = Tensor::empty(shape, g.dtype(), g.device(), fmt);
+    cuda::fill_from_scalar(g.dtype(), dx.numel(), g.raw_data(), scale, dx.raw_data(), ops::stream_of(g));
+    return std::vector<Tensor>{dx};
+  });
+  return y;
+}
+
 Tensor reduce(const Tensor& x, double scale, const char* op) {
   check_defined(x, op, "x");
-  check_cpu_only(x, op);
+  if (x.device().is_cuda()) return reduce_cuda(x, scale, op);
   const double s = ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
     return cpu::sum<T>(x.numel(), x.data<T>());

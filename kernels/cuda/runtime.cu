@@ -54,6 +54,18 @@ void* malloc(int device, size_t bytes) {
   return p;
 }
 
+void* try_malloc(int device, size_t bytes) {
+  CUDA_CHECK(cudaSetDevice(device));
+  void* p = nullptr;
+  cudaError_t e = cudaMalloc(&p, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    return nullptr;
+  }
+  CUDA_CHECK(e);
+  return p;
+}
+
 void free(int device, void* ptr) noexcept {
   if (!ptr) return;
   CUDA_WARN(cudaSetDevice(device));

@@ -1,0 +1,310 @@
+#include "engine/caching_allocator.h"
+
+#include <cstdio>
+#include <functional>
+
+#include "engine/error.h"
+#include "kernels/cuda/runtime.h"
+
+namespace rt {
+
+// A piece of a segment: blocks of one segment form a doubly linked list in address order.
+struct CachingAllocator::Block {
+  char* ptr = nullptr;
+  size_t size = 0;
+  StreamId stream = nullptr;
+  Pool* pool = nullptr;      // the pool of its segment (not of its size: blocks merge)
+  Block* prev = nullptr;     // neighbours in the segment
+  Block* next = nullptr;
+  bool allocated = false;
+  size_t requested = 0;      // bytes asked for while allocated
+  int event_count = 0;       // events of other streams still pending after its free
+  std::vector<StreamId> uses;  // other streams it was used on (record_stream)
+
+  bool is_free() const { return !allocated && event_count == 0; }
+};
+
+bool CachingAllocator::BySize::operator()(const Block* a, const Block* b) const {
+  std::less<const void*> lt;
+  if (a->stream != b->stream) return lt(a->stream, b->stream);
+  if (a->size != b->size) return a->size < b->size;
+  return lt(a->ptr, b->ptr);
+}
+
+CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawMemory> raw,
+                                   std::function<StreamId()> current_stream)
+    : device_(device), raw_(std::move(raw)), current_stream_(std::move(current_stream)) {}
+
+CachingAllocator::~CachingAllocator() {
+  // Only allocators made for a scope (tests) get here; the device allocators live forever.
+  std::lock_guard<std::mutex> g(mu_);
+  for (auto& [e, b] : events_) raw_->destroy_event(e);
+  for (auto& [p, first] : segments_) {
+    raw_->free(const_cast<void*>(p));
+    for (Block* b = first; b;) {
+      Block* next = b->next;
+      delete b;
+      b = next;
+    }
+  }
+}
+
+size_t CachingAllocator::round_size(size_t bytes) {
+  RT_CHECK(bytes <= (size_t(1) << 62), "allocation of ", bytes, " bytes is beyond any device");
+  return bytes < kRound ? kRound : (bytes + kRound - 1) / kRound * kRound;
+}
+
+void* CachingAllocator::allocate(size_t bytes) {
+  return allocate(bytes, current_stream_ ? current_stream_() : nullptr);
+}
+
+void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
+  const size_t size = round_size(bytes);
+  std::lock_guard<std::mutex> g(mu_);
+  process_events(false);
+  Pool& pool = size < kSmallSize ? small_ : large_;
+  Block* b = find_cached(pool, size, stream);
+  const bool hit = b != nullptr;
+  if (!b) {
+    const size_t seg = &pool == &small_ ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+    b = new_segment(seg, stream, bytes);
+    b->pool = &pool;
+  }
+  b = split(b, size);
+  b->allocated = true;
+  b->requested = bytes;
+  allocated_[b->ptr] = b;
+  note_alloc(bytes);
+  update_stats([&](AllocatorStats& s) {
+    s.allocated_bytes += int64_t(b->size);
+    if (hit) s.num_cache_hits++;
+  });
+  return b->ptr;
+}
+
+CachingAllocator::Block* CachingAllocator::find_cached(Pool& pool, size_t size, StreamId stream) {
+  Block key;
+  key.stream = stream;
+  key.size = size;
+  auto it = pool.lower_bound(&key);  // the smallest block of this stream that fits
+  if (it == pool.end() || (*it)->stream != stream) return nullptr;
+  Block* b = *it;
+  pool.erase(it);
+  return b;
+}
+
+CachingAllocator::Block* CachingAllocator::new_segment(size_t size, StreamId stream, size_t requested) {
+  void* p = raw_->alloc(size);
+  if (!p) {  // give back what the cache holds and try once more
+    process_events(true);
+    release_cached_segments();
+    update_stats([](AllocatorStats& s) { s.num_oom_retries++; });
+    p = raw_->alloc(size);
+  }
+  if (!p) fail_oom(requested, size);
+  Block* b = new Block;
+  b->ptr = static_cast<char*>(p);
+  b->size = size;
+  b->stream = stream;
+  segments_[p] = b;
+  note_reserved(int64_t(size));
+  update_stats([](AllocatorStats& s) {
+    s.num_segments++;
+    s.num_system_allocs++;
+  });
+  return b;
+}
+
+// Keeps the first `size` bytes of `b` (taken out of its pool) and caches the rest when
+// it is big enough to serve a request of the same pool (Note [Block sizes]).
+CachingAllocator::Block* CachingAllocator::split(Block* b, size_t size) {
+  const size_t rest_size = b->size - size;
+  if (rest_size < (b->pool == &small_ ? kRound : kSmallSize)) return b;
+  Block* rest = new Block;
+  rest->ptr = b->ptr + size;
+  rest->size = rest_size;
+  rest->stream = b->stream;
+  rest->pool = b->pool;
+  rest->prev = b;
+  rest->next = b->next;
+  if (b->next) b->next->prev = rest;
+  b->next = rest;
+  b->size = size;
+  rest->pool->insert(rest);  // its neighbours are in use: b, and whatever followed b
+  return b;
+}
+
+void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = allocated_.find(ptr);
+  if (it == allocated_.end()) {
+    std::fprintf(stderr, "warning: %s allocator: free of %p, which it did not allocate; ignored\n",
+                 device_.str().c_str(), ptr);
+    return;
+  }
+  Block* b = it->second;
+  allocated_.erase(it);
+  note_free(b->requested);
+  update_stats([&](AllocatorStats& s) { s.allocated_bytes -= int64_t(b->size); });
+  b->allocated = false;
+  b->requested = 0;
+  for (StreamId s : b->uses) {
+    b->event_count++;  // stays counted if recording fails: the block is then never reused
+    try {
+      events_.emplace_back(raw_->record_event(s), b);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "warning: %s allocator: cannot record a free event (%s); the block is not reused\n",
+                   device_.str().c_str(), e.what());
+      continue;
+    }
+  }
+  b->uses.clear();
+  if (b->event_count == 0) cache_block(b);
+}
+
+void CachingAllocator::cache_block(Block* b) noexcept {
+  if (Block* p = b->prev; p && p->is_free()) {
+    p->pool->erase(p);
+    p->size += b->size;
+    p->next = b->next;
+    if (b->next) b->next->prev = p;
+    delete b;
+    b = p;
+  }
+  if (Block* n = b->next; n && n->is_free()) {
+    n->pool->erase(n);
+    b->size += n->size;
+    b->next = n->next;
+    if (n->next) n->next->prev = b;
+    delete n;
+  }
+  b->pool->insert(b);
+}
+
+void CachingAllocator::process_events(bool wait) noexcept {
+  size_t kept = 0;
+  for (size_t i = 0; i < events_.size(); ++i) {
+    auto [e, b] = events_[i];
+    bool done = true;  // an event that cannot be queried (device error) is not waited for again
+    try {
+      done = raw_->event_done(e, wait);
+    } catch (const std::exception& ex) {
+      std::fprintf(stderr, "warning: %s allocator: event query failed: %s\n", device_.str().c_str(), ex.what());
+    }
+    if (!done) {
+      events_[kept++] = events_[i];
+      continue;
+    }
+    raw_->destroy_event(e);
+    if (--b->event_count == 0) cache_block(b);
+  }
+  events_.resize(kept);
+}
+
+void CachingAllocator::release_cached_segments() noexcept {
+  for (Pool* pool : {&small_, &large_}) {
+    for (auto it = pool->begin(); it != pool->end();) {
+      Block* b = *it;
+      if (b->prev || b->next) {  // part of a segment still in use
+        ++it;
+        continue;
+      }
+      it = pool->erase(it);
+      segments_.erase(b->ptr);
+      raw_->free(b->ptr);
+      note_reserved(-int64_t(b->size));
+      update_stats([](AllocatorStats& s) { s.num_segments--; });
+      delete b;
+    }
+  }
+}
+
+void CachingAllocator::empty_cache() {
+  std::lock_guard<std::mutex> g(mu_);
+  process_events(true);
+  release_cached_segments();
+}
+
+void CachingAllocator::record_stream(void* ptr, StreamId stream) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = allocated_.find(ptr);
+  RT_CHECK(it != allocated_.end(), "record_stream: ", ptr, " is not the start of a live allocation on ",
+           device_.str());
+  Block* b = it->second;
+  if (stream == b->stream) return;
+  for (StreamId s : b->uses)
+    if (s == stream) return;
+  b->uses.push_back(stream);
+}
+
+void CachingAllocator::record_stream(void* ptr, const Stream& stream) {
+  RT_CHECK(stream.device() == device_, "record_stream: a stream of ", stream.device().str(), " for memory of ",
+           device_.str());
+  record_stream(ptr, stream.handle());
+}
+
+std::vector<CachingAllocator::BlockInfo> CachingAllocator::snapshot() const {
+  std::lock_guard<std::mutex> g(mu_);
+  std::vector<BlockInfo> out;
+  for (const auto& [p, first] : segments_)
+    for (const Block* b = first; b; b = b->next)
+      out.push_back({b->ptr, b->size, p, b->stream, b->allocated, !b->allocated && b->event_count > 0});
+  return out;
+}
+
+void CachingAllocator::fail_oom(size_t requested, size_t size) {
+  size_t free_b = 0, total_b = 0;
+  try {
+    raw_->mem_info(&free_b, &total_b);
+  } catch (const std::exception&) {
+  }
+  const AllocatorStats s = stats();
+  RT_FAIL(device_.is_cuda() ? "CUDA out of memory on " : "out of memory on ", device_.str(), ": tried to allocate ",
+          requested, " bytes (a ", size, "-byte segment); ", s.current_bytes, " bytes are allocated to tensors, ",
+          s.reserved_bytes, " bytes reserved by the allocator (after emptying its cache); the device has ", free_b,
+          " of ", total_b, " bytes free. Use a smaller --batch-size, or --accum-steps to keep the global batch.");
+}
+
+// ---- CUDA -----------------------------------------------------------------------------
+
+namespace {
+
+// Note [No event query]: the runtime wrappers (kernels/cuda/runtime.h) have no
+// cudaEventQuery yet, so an event is known complete only after waiting for it. Blocks
+// freed after record_stream() are therefore cached again when the allocator waits: on an
+// allocation that would otherwise fail, and in empty_cache(). Adding cuda::event_query
+// and calling it in event_done(e, false) makes their reuse prompt.
+class CudaRawMemory final : public RawMemory {
+ public:
+  explicit CudaRawMemory(int index) : index_(index) {}
+  void* alloc(size_t bytes) override { return cuda::try_malloc(index_, bytes); }
+  void free(void* ptr) noexcept override { cuda::free(index_, ptr); }
+  void mem_info(size_t* free_bytes, size_t* total_bytes) override {
+    cuda::mem_get_info(index_, free_bytes, total_bytes);
+  }
+  void* record_event(StreamId stream) override {
+    void* e = cuda::event_create(index_);
+    try {
+      cuda::event_record(e, stream);
+    } catch (...) {
+      cuda::event_destroy(e);
+      throw;
+    }
+    return e;
+  }
+  bool event_done(void* event, bool wait) override {
+    if (!wait) return false;  // Note [No event query]
+    cuda::event_synchronize(event);
+    return true;
+  }
+  void destroy_event(void* event) noexcept override { cuda::event_destroy(event); }
+
+ private:
+  int index_;
+};
+
+}  // namespace
+
+std::unique_ptr<RawMemory> cuda_raw_memory(int index) { return std::make_unique<CudaRawMemory>(index); }
+
+}  // namespace rt

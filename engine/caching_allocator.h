@@ -1,0 +1,124 @@
+// A caching, stream-aware device allocator (the shape of PyTorch's CUDACachingAllocator,
+// simplified). Memory comes from the system in segments and is handed out in blocks; a
+// freed block is cached and handed out again without a system call. The logic is
+// independent of CUDA: the system side is a RawMemory, so tests run it over a fake.
+//
+// Note [Block sizes]: a request is rounded up to 512 bytes. Requests under 1 MiB come from
+// the small pool, whose segments are 2 MiB; larger ones from the large pool, whose
+// segments are the request rounded up to 2 MiB. A cached block larger than a request is
+// split (small pool: when 512 bytes or more are left; large pool: when 1 MiB or more is
+// left), and a freed block merges with free neighbours of its segment. empty_cache()
+// returns only whole free segments to the system.
+//
+// Note [Streams and blocks]: every block belongs to the stream it was allocated on (on
+// CUDA, Stream::current(device) at allocation time). A freed block goes back to the cache
+// of that stream and is reused only by allocations on that stream: work queued later on
+// the same stream runs after the work that used the block, so no synchronisation is
+// needed. A block also used on another stream must be announced with record_stream(); its
+// free then records an event on each such stream, and the block is cached again only when
+// all of them have completed.
+#pragma once
+
+#include <cstddef>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "engine/device.h"
+#include "engine/stream.h"
+
+namespace rt {
+
+// A stream as the allocator sees it: cudaStream_t on CUDA (nullptr: the legacy default
+// stream), any distinct value for a fake backend.
+using StreamId = void*;
+
+// The system side of a device: memory and events.
+struct RawMemory {
+  virtual ~RawMemory() = default;
+  // `bytes` of device memory, or nullptr when the device is out of memory (other
+  // failures throw rt::Error).
+  virtual void* alloc(size_t bytes) = 0;
+  virtual void free(void* ptr) noexcept = 0;
+  virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
+  // An event recorded on `stream` after the work queued on it so far.
+  virtual void* record_event(StreamId stream) = 0;
+  // Whether the event has completed; with `wait`, waits for it first (and returns true).
+  virtual bool event_done(void* event, bool wait) = 0;
+  virtual void destroy_event(void* event) noexcept = 0;
+};
+
+// CUDA device memory and events of device `index` (cudaMalloc, cudaEvent_t).
+std::unique_ptr<RawMemory> cuda_raw_memory(int index);
+
+class CachingAllocator final : public Allocator {
+ public:
+  static constexpr size_t kRound = 512;                   // block granularity
+  static constexpr size_t kSmallSize = size_t(1) << 20;   // requests below go to the small pool
+  static constexpr size_t kSmallSegment = size_t(2) << 20;
+  static constexpr size_t kLargeRound = size_t(2) << 20;  // large segments are multiples of this
+
+  // `current_stream` names the stream an allocate(bytes) belongs to (on CUDA, the
+  // device's current stream in the calling thread).
+  CachingAllocator(Device device, std::unique_ptr<RawMemory> raw, std::function<StreamId()> current_stream);
+  ~CachingAllocator() override;
+
+  // On the current stream. Throws rt::Error (requested, allocated, reserved, device
+  // free/total, and what to do) when even an emptied cache leaves too little memory.
+  void* allocate(size_t bytes) override;
+  void* allocate(size_t bytes, StreamId stream);
+  void deallocate(void* ptr, size_t bytes) noexcept override;
+  Device device() const override { return device_; }
+
+  // `ptr` (an allocated block) is used by work on `stream` too: when it is freed, it is
+  // reused only after the work queued on `stream` until then has completed.
+  void record_stream(void* ptr, StreamId stream);
+  void record_stream(void* ptr, const Stream& stream);  // a stream of this device
+  // Waits for the events of freed cross-stream blocks, then returns every whole free
+  // segment to the system.
+  void empty_cache() override;
+
+  // For tests and memory reports: every block of every segment, in address order.
+  struct BlockInfo {
+    const void* ptr;
+    size_t size;
+    const void* segment;  // start of its segment
+    StreamId stream;
+    bool allocated;
+    bool awaiting_events;  // freed, waiting for events of other streams
+  };
+  std::vector<BlockInfo> snapshot() const;
+
+ private:
+  struct Block;
+  struct BySize {
+    bool operator()(const Block* a, const Block* b) const;
+  };
+  using Pool = std::set<Block*, BySize>;
+
+  static size_t round_size(size_t bytes);
+  Block* find_cached(Pool& pool, size_t size, StreamId stream);
+  Block* new_segment(size_t size, StreamId stream, size_t requested);
+  Block* split(Block* b, size_t size);
+  void cache_block(Block* b) noexcept;  // merges with free neighbours and caches it
+  void process_events(bool wait) noexcept;
+  void release_cached_segments() noexcept;
+  [[noreturn]] void fail_oom(size_t requested, size_t size);
+
+  const Device device_;
+  const std::unique_ptr<RawMemory> raw_;
+  const std::function<StreamId()> current_stream_;
+
+  mutable std::mutex mu_;
+  Pool small_, large_;                            // cached free blocks
+  std::unordered_map<void*, Block*> allocated_;   // blocks handed out, by address
+  std::vector<std::pair<void*, Block*>> events_;  // events that freed blocks wait for
+  std::map<const void*, Block*> segments_;        // first block of each segment, by address
+};
+
+}  // namespace rt

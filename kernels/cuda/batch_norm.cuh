@@ -1,0 +1,41 @@
+// batch_norm on CUDA: the twin of kernels/cpu/batch_norm.h, with the per-channel statistics
+// kept on the device. mean/invstd/workspace hold the statistics type: f64 for f64 inputs,
+// f32 otherwise (fp32 accumulation for f32/bf16/f16). Readable by the host compiler.
+#pragma once
+
+#include <cstdint>
+
+#include "engine/dtype.h"
+#include "kernels/cuda/stream.cuh"
+
+namespace rt::cuda {
+
+struct BatchNormGeom {
+  int64_t N, C, S;  // S = spatial size (H*W; 1 for (N, C) inputs)
+  bool nhwc;        // element (n, c, s) at (n*S + s)*C + c, else (n*C + c)*S + s
+};
+
+inline DType batch_norm_stat_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
+
+// Training statistics: mean[c] and invstd[c] = 1/sqrt(biased var + eps) (two passes: mean,
+// then sum((x - mean)^2)). When running_mean is non-null, also updates the running
+// statistics in their own dtype `rt`: r = (1 - momentum) r + momentum v with the unbiased
+// variance. Needs N*S > 1.
+void batch_norm_stats(const BatchNormGeom& g, DType t, const void* x, double eps, void* mean, void* invstd, DType rt,
+                      void* running_mean, void* running_var, double momentum, cudaStream_t s);
+
+// Eval statistics from the running ones: mean = running_mean, invstd = 1/sqrt(running_var + eps).
+void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const void* running_var, double eps,
+                           DType stat_t, void* mean, void* invstd, cudaStream_t s);
+
+// y = (x - mean) * invstd * gamma + beta; gamma/beta may be null (1 and 0).
+void batch_norm_apply(const BatchNormGeom& g, DType t, const void* x, const void* mean, const void* invstd,
+                      const void* gamma, const void* beta, void* y, cudaStream_t s);
+
+// Backward, the formulas of kernels/cpu/batch_norm.cc. dx, dgamma, dbeta may be null.
+// `workspace`: 3*C values of the statistics type.
+void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const void* dy, const void* mean,
+                         const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
+                         void* workspace, cudaStream_t s);
+
+}  // namespace rt::cuda

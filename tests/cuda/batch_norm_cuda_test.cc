@@ -1,0 +1,221 @@
+// GPU-vs-CPU tests of batch_norm: the launchers (statistics, running-stat update, apply,
+// backward in training and eval) on NaN-poisoned outputs against kernels/cpu/batch_norm.cc,
+// then the op through autograd on CUDA against the CPU op. NCHW, NHWC, (N, C) inputs, batch
+// 1, odd channel counts (not a multiple of the 32-channel NHWC block), every float dtype.
+#include <cmath>
+
+#include "engine/ops.h"
+#include "engine/stream.h"
+#include "kernels/cpu/batch_norm.h"
+#include "kernels/cuda/batch_norm.cuh"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rt {
+namespace {
+
+using namespace cuda_test;
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(Stream::current(gpu()).handle()); }
+
+struct Geom {
+  int64_t N, C, S;
+  bool nhwc;
+};
+// (N, C, S): S = H*W. Batch 1, one channel, odd sizes, C above 32 and not a multiple of it.
+const std::vector<Geom> kGeoms = {
+    {1, 3, 15, false}, {1, 3, 15, true}, {2, 1, 9, false},  {2, 1, 9, true},   {4, 5, 49, false},
+    {4, 5, 49, true},  {8, 37, 1, true}, {3, 70, 25, false}, {3, 70, 25, true}, {16, 64, 64, false},
+    {16, 64, 64, true},
+};
+
+std::string glabel(const char* what, DType t, const Geom& g) {
+  return std::string(what) + " " + dtype_name(t) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
+         " S=" + std::to_string(g.S) + (g.nhwc ? " NHWC" : " NCHW");
+}
+
+TEST_CASE("batch_norm launchers reject bad arguments on the host (runs without a GPU)") {
+  const cuda::BatchNormGeom one{1, 4, 1, true};
+  float dummy[8];
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_stats(one, DType::f32, dummy, 1e-5, dummy, dummy, DType::f32, nullptr, nullptr,
+                                              0.1, nullptr),
+                       doctest::Contains("more than one value per channel"), Error);
+  const cuda::BatchNormGeom g{2, 4, 1, true};
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_apply(g, DType::i64, dummy, dummy, dummy, nullptr, nullptr, dummy, nullptr),
+                       doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_backward(g, DType::f32, dummy, dummy, dummy, dummy, nullptr, true, dummy,
+                                                 nullptr, nullptr, nullptr, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  CHECK(cuda::batch_norm_stat_dtype(DType::bf16) == DType::f32);
+  CHECK(cuda::batch_norm_stat_dtype(DType::f64) == DType::f64);
+}
+
+TEST_CASE("batch_norm launchers match the CPU kernels") {
+  if (!have_gpu("batch_norm launchers match the CPU kernels")) return;
+  uint64_t seed = 1;
+  const double eps = 1e-5, momentum = 0.1;
+  for (DType t : kFloatTypes) {
+    const DType rd = ref_dtype(t), st = cuda::batch_norm_stat_dtype(t);
+    // Statistics are computed in float (double for f64) from the same rounded inputs on
+    // both sides, so they meet the f32 (f64) tolerance whatever the storage type.
+    const Tol stat_tol = tol_for(rd);
+    for (const Geom& ge : kGeoms) {
+      const cuda::BatchNormGeom g{ge.N, ge.C, ge.S, ge.nhwc};
+      const cpu::BatchNormGeom cg{ge.N, ge.C, ge.S, ge.nhwc};
+      const int64_t n = ge.N * ge.C * ge.S, M = ge.N * ge.S;
+      // Flat buffers in the kernel's own layout; an offset mean so the two passes matter.
+      const Tensor x64 = add(rnd({n}, ++seed), 3.0), dy64 = rnd({n}, ++seed);
+      const Tensor gamma64 = rnd({ge.C}, ++seed), beta64 = rnd({ge.C}, ++seed);
+      const Tensor rm64 = rnd({ge.C}, ++seed), rv64 = add(square(rnd({ge.C}, ++seed)), 0.5);
+      const Tensor x = to_gpu(x64, t), dy = to_gpu(dy64, t), gamma = to_gpu(gamma64, t), beta = to_gpu(beta64, t);
+      const Tensor xr = to_ref(x64, t), dyr = to_ref(dy64, t), gammar = to_ref(gamma64, t), betar = to_ref(beta64, t);
+
+      // CPU reference statistics (double) and running-stat update.
+      std::vector<double> mean(size_t(ge.C)), var(size_t(ge.C)), invstd(size_t(ge.C));
+      std::vector<double> rm = rm64.to_vector<double>(), rv = rv64.to_vector<double>();
+      if (rd == DType::f64) cpu::batch_norm_stats<double>(cg, xr.data<double>(), mean.data(), var.data());
+      else cpu::batch_norm_stats<float>(cg, xr.data<float>(), mean.data(), var.data());
+      for (int64_t c = 0; c < ge.C; ++c) {
+        invstd[size_t(c)] = 1.0 / std::sqrt(var[size_t(c)] + eps);
+        rm[size_t(c)] = (1 - momentum) * rm[size_t(c)] + momentum * mean[size_t(c)];
+        rv[size_t(c)] = (1 - momentum) * rv[size_t(c)] + momentum * var[size_t(c)] * double(M) / double(M - 1);
+      }
+
+      // Statistics + running update on the GPU (running stats kept in f32).
+      Tensor gm = poisoned({ge.C}, st), gi = poisoned({ge.C}, st);
+      Tensor grm = rm64.to(DType::f32).to(gpu()), grv = rv64.to(DType::f32).to(gpu());
+      cuda::batch_norm_stats(g, t, x.raw_data(), eps, gm.raw_data(), gi.raw_data(), DType::f32, grm.raw_data(),
+                             grv.raw_data(), momentum, stream());
+      check_close(gm.to_vector<double>(), mean, stat_tol, glabel("mean", t, ge));
+      check_close(gi.to_vector<double>(), invstd, stat_tol, glabel("invstd", t, ge));
+      check_close(grm.to_vector<double>(), rm, kTolF32, glabel("running_mean", t, ge));
+      check_close(grv.to_vector<double>(), rv, kTolF32, glabel("running_var", t, ge));
+
+      // Eval statistics from running stats.
+      Tensor em = poisoned({ge.C}, st), ei = poisoned({ge.C}, st);
+      const Tensor erm = rm64.to(gpu()), erv = rv64.to(gpu());  // f64 running stats
+      cuda::batch_norm_eval_stats(ge.C, DType::f64, erm.raw_data(), erv.raw_data(), eps, st, em.raw_data(),
+                                  ei.raw_data(), stream());
+      std::vector<double> einv(size_t(ge.C));
+      const std::vector<double> rv0 = rv64.to_vector<double>();
+      for (int64_t c = 0; c < ge.C; ++c) einv[size_t(c)] = 1.0 / std::sqrt(rv0[size_t(c)] + eps);
+      check_close(em.to_vector<double>(), rm64.to_vector<double>(), stat_tol, glabel("eval mean", t, ge));
+      check_close(ei.to_vector<double>(), einv, stat_tol, glabel("eval invstd", t, ge));
+
+      for (bool affine : {true, false}) {
+        // Apply, with the GPU's own statistics against the CPU's.
+        Tensor y = poisoned({n}, t);
+        cuda::batch_norm_apply(g, t, x.raw_data(), gm.raw_data(), gi.raw_data(), affine ? gamma.raw_data() : nullptr,
+                               affine ? beta.raw_data() : nullptr, y.raw_data(), stream());
+        Tensor yr = Tensor::empty({n}, rd);
+        if (rd == DType::f64)
+          cpu::batch_norm_apply<double>(cg, xr.data<double>(), mean.data(), invstd.data(),
+                                        affine ? gammar.data<double>() : nullptr,
+                                        affine ? betar.data<double>() : nullptr, yr.data<double>());
+        else
+          cpu::batch_norm_apply<float>(cg, xr.data<float>(), mean.data(), invstd.data(),
+                                       affine ? gammar.data<float>() : nullptr, affine ? betar.data<float>() : nullptr,
+                                       yr.data<float>());
+        check_close(y, yr, tol_for(t), glabel(affine ? "apply affine" : "apply", t, ge));
+
+        for (bool training : {true, false}) {
+          const std::string tag = std::string(training ? " training" : " eval") + (affine ? " affine" : "");
+          Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t);
+          Tensor ws = poisoned({3 * ge.C}, st);
+          cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
+                                    affine ? gamma.raw_data() : nullptr, training, dx.raw_data(), dg.raw_data(),
+                                    db.raw_data(), ws.raw_data(), stream());
+          Tensor dxr = Tensor::empty({n}, rd), dgr = Tensor::empty({ge.C}, rd), dbr = Tensor::empty({ge.C}, rd);
+          if (rd == DType::f64)
+            cpu::batch_norm_backward<double>(cg, xr.data<double>(), dyr.data<double>(), mean.data(), invstd.data(),
+                                             affine ? gammar.data<double>() : nullptr, training, dxr.data<double>(),
+                                             dgr.data<double>(), dbr.data<double>());
+          else
+            cpu::batch_norm_backward<float>(cg, xr.data<float>(), dyr.data<float>(), mean.data(), invstd.data(),
+                                            affine ? gammar.data<float>() : nullptr, training, dxr.data<float>(),
+                                            dgr.data<float>(), dbr.data<float>());
+          const double sq = std::sqrt(double(M));
+          check_close(dx, dxr, tol_for(t), glabel("dx", t, ge) + tag);
+          check_close(dg, dgr, tol_for(t), glabel("dgamma", t, ge) + tag, sq);
+          check_close(db, dbr, tol_for(t), glabel("dbeta", t, ge) + tag, sq);
+          // dx only (parameter gradients not wanted): the null outputs are skipped.
+          Tensor dx2 = poisoned({n}, t);
+          cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
+                                    affine ? gamma.raw_data() : nullptr, training, dx2.raw_data(), nullptr, nullptr,
+                                    ws.raw_data(), stream());
+          check_close(dx2, dxr, tol_for(t), glabel("dx alone", t, ge) + tag);
+        }
+      }
+    }
+  }
+}
+
+// ---- the op through autograd ------------------------------------------------------------
+
+struct OpShape {
+  Shape shape;
+  MemoryFormat fmt;
+};
+const std::vector<OpShape> kOpShapes = {
+    {{1, 3, 3, 5}, MemoryFormat::contiguous}, {{1, 3, 3, 5}, MemoryFormat::channels_last},
+    {{2, 5, 7, 7}, MemoryFormat::contiguous}, {{2, 5, 7, 7}, MemoryFormat::channels_last},
+    {{8, 37}, MemoryFormat::contiguous},      {{3, 4, 11}, MemoryFormat::contiguous},
+    {{4, 40, 6, 6}, MemoryFormat::channels_last},
+};
+
+TEST_CASE("batch_norm op forward, backward and running stats on CUDA match the CPU") {
+  if (!have_gpu("batch_norm op forward, backward and running stats on CUDA match the CPU")) return;
+  uint64_t seed = 500;
+  for (DType t : kFloatTypes) {
+    for (const OpShape& os : kOpShapes) {
+      const int64_t C = os.shape[1];
+      const int64_t M = shape_numel(os.shape) / C;
+      for (bool training : {true, false}) {
+        for (bool affine : {true, false}) {
+          const std::string what = label(std::string("batch_norm") + (training ? " train" : " eval") +
+                                             (affine ? " affine" : ""), t, os.shape, os.fmt);
+          const Tensor x64 = add(mul(rnd(os.shape, ++seed), 2.0), -1.0), w64 = rnd({C}, ++seed), b64 = rnd({C}, ++seed);
+          const Tensor rm64 = rnd({C}, ++seed), rv64 = add(square(rnd({C}, ++seed)), 0.5);
+          Tensor xd = to_gpu(x64, t, os.fmt).set_requires_grad(true), xr = to_ref(x64, t, os.fmt).set_requires_grad(true);
+          Tensor wd, wr, bd, br;
+          if (affine) {
+            wd = to_gpu(w64, t).set_requires_grad(true), wr = to_ref(w64, t).set_requires_grad(true);
+            bd = to_gpu(b64, t).set_requires_grad(true), br = to_ref(b64, t).set_requires_grad(true);
+          }
+          // Running statistics in f32 on both sides.
+          Tensor rmd = rm64.to(DType::f32).to(gpu()), rvd = rv64.to(DType::f32).to(gpu());
+          Tensor rmr = rm64.to(DType::f32), rvr = rv64.to(DType::f32);
+          poison_allocator(shape_numel(os.shape));
+          const Tensor yd = batch_norm(xd, wd, bd, rmd, rvd, training, 0.1, 1e-5);
+          const Tensor yr = batch_norm(xr, wr, br, rmr, rvr, training, 0.1, 1e-5);
+          check_close(yd, yr, tol_for(t), what + " y");
+          check_close(rmd, rmr, kTolF32, what + " running_mean");
+          check_close(rvd, rvr, kTolF32, what + " running_var");
+          const Tensor seed64 = rnd(os.shape, ++seed);
+          poison_allocator(shape_numel(os.shape));
+          yd.backward(to_gpu(seed64, t, yd.format()));
+          yr.backward(to_ref(seed64, t, yr.format()));
+          check_close(xd.grad(), xr.grad(), tol_for(t), what + " dx");
+          if (affine) {
+            check_close(wd.grad(), wr.grad(), tol_for(t), what + " dweight", std::sqrt(double(M)));
+            check_close(bd.grad(), br.grad(), tol_for(t), what + " dbias", std::sqrt(double(M)));
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("batch_norm on CUDA rejects what the CPU rejects") {
+  if (!have_gpu("batch_norm on CUDA rejects what the CPU rejects")) return;
+  const Tensor x = Tensor::full({1, 4}, 1.0, DType::f32, gpu());
+  CHECK_THROWS_WITH_AS(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true),
+                       doctest::Contains("more than one value per channel"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), false),
+                       doctest::Contains("eval mode needs running_mean"), Error);
+  const Tensor xi = Tensor::full({2, 4}, 1.0, DType::i32, gpu());
+  CHECK_THROWS_WITH_AS(batch_norm(xi, Tensor(), Tensor(), Tensor(), Tensor(), true),
+                       doctest::Contains("must be f32, f64, bf16 or f16"), Error);
+}
+
+}  // namespace
+}  // namespace rt

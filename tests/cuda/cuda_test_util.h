@@ -1,0 +1,125 @@
+// Helpers for the GPU-vs-CPU tests: device detection (tests skip visibly without a GPU),
+// per-dtype tolerances, NaN-poisoned outputs, random inputs rounded to the dtype under test,
+// and tolerant comparison against the CPU backend.
+//
+// The reference: the CPU backend computes in f32 or f64 only, so a bf16/f16 CUDA run is
+// compared with an f32 CPU run on the *same* values (the inputs are rounded to bf16/f16
+// first, then widened), and an f32/f64 run with the CPU in its own dtype.
+#pragma once
+
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <limits>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "engine/random.h"
+#include "engine/tensor.h"
+#include "kernels/cuda/runtime.h"
+
+namespace rt::cuda_test {
+
+// True when a GPU is usable; otherwise prints the SKIPPED line and the test passes.
+inline bool have_gpu(const char* test) {
+  std::string why;
+  if (cuda::device_count(&why) > 0) return true;
+  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
+  return false;
+}
+
+// ---- tolerances: |got - want| <= atol * scale + rtol * |want| ---------------------------
+// `scale` is 1 for elementwise results and sqrt(terms) for sums (rounding errors of a sum
+// grow like a random walk over its terms).
+struct Tol {
+  double atol, rtol;
+};
+// f64: both sides compute in double; only the order of summation differs.
+inline constexpr Tol kTolF64{1e-10, 1e-9};
+// f32: elementwise results match to an ulp or two (fma contraction); the GPU accumulates
+// sums in float where the CPU uses double: 1e-5 absolute (times sqrt(terms)) covers both.
+inline constexpr Tol kTolF32{1e-5, 1e-5};
+// bf16: 8 significant bits; one rounding of the result is up to 2^-9 ~ 2e-3 relative, and a
+// composed backward (square: g*x, then *2) rounds two or three times: 1e-2.
+inline constexpr Tol kTolBF16{1e-2, 1e-2};
+// f16: 11 significant bits; one rounding is up to 2^-11 ~ 4.9e-4 relative, two or three
+// roundings in a composed backward reach ~1.5e-3: 2e-3 relative, 1e-3 absolute.
+inline constexpr Tol kTolF16{1e-3, 2e-3};
+
+inline Tol tol_for(DType t) {
+  switch (t) {
+    case DType::f64: return kTolF64;
+    case DType::bf16: return kTolBF16;
+    case DType::f16: return kTolF16;
+    default: return kTolF32;
+  }
+}
+
+inline constexpr DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
+
+// The CPU dtype the reference for a CUDA dtype computes in.
+inline DType ref_dtype(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
+
+inline Device gpu() { return Device::cuda(0); }
+
+// Deterministic random normal values in f64 on the CPU (never exactly zero in practice).
+inline Tensor rnd(const Shape& s, uint64_t seed) {
+  Generator g(seed);
+  return randn(s, g, DType::f64, Device::cpu());
+}
+
+inline Tensor in_fmt(const Tensor& t, MemoryFormat f) { return t.ndim() == 4 ? t.to(f) : t; }
+
+// The value v64 as the CUDA run sees it (dtype t, format f, on the GPU) ...
+inline Tensor to_gpu(const Tensor& v64, DType t, MemoryFormat f = MemoryFormat::contiguous) {
+  return in_fmt(v64.to(t), f).to(gpu());
+}
+// ... and as the CPU reference sees it: the same rounded values, widened to ref_dtype(t).
+inline Tensor to_ref(const Tensor& v64, DType t, MemoryFormat f = MemoryFormat::contiguous) {
+  return in_fmt(v64.to(t).to(ref_dtype(t)), f);
+}
+
+// A GPU tensor whose every element is NaN: a kernel that misses an element leaves a NaN,
+// and NaN never compares close.
+inline Tensor poisoned(const Shape& s, DType t, MemoryFormat f = MemoryFormat::contiguous) {
+  return Tensor::full(s, std::numeric_limits<double>::quiet_NaN(), t, gpu(), f);
+}
+
+// Leaves the device allocator's free blocks full of NaN, so outputs allocated inside the ops
+// (which the test cannot fill first) start as NaN when the allocator reuses memory.
+inline void poison_allocator(int64_t max_elems) {
+  for (int64_t n = 1; n <= max_elems * 2; n *= 2) Tensor t = poisoned({n}, DType::f64);
+}
+
+inline void check_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol,
+                        const std::string& what, double scale = 1.0) {
+  REQUIRE_MESSAGE(got.size() == want.size(), what, ": ", got.size(), " vs ", want.size(), " elements");
+  int bad = 0;
+  std::ostringstream os;
+  for (size_t i = 0; i < got.size(); ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (!(err <= tol.atol * scale + tol.rtol * std::abs(want[i]))) {  // NaN fails too
+      if (bad < 8) os << "  [" << i << "] got " << got[i] << ", want " << want[i] << "\n";
+      ++bad;
+    }
+  }
+  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", got.size(), " elements differ\n", os.str());
+}
+
+// got: a CUDA tensor; want: the CPU reference (values compared in logical order).
+inline void check_close(const Tensor& got, const Tensor& want, Tol tol, const std::string& what, double scale = 1.0) {
+  REQUIRE_MESSAGE(got.defined() == want.defined(), what, ": one side undefined");
+  if (!got.defined()) return;
+  CHECK_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
+                shape_str(want.shape()));
+  CHECK_MESSAGE(got.device() == gpu(), what, ": result on ", got.device().str(), ", not the GPU");
+  check_close(got.to_vector<double>(), want.to_vector<double>(), tol, what, scale);
+}
+
+inline std::string label(const std::string& op, DType t, const Shape& s, MemoryFormat f = MemoryFormat::contiguous) {
+  return op + " " + dtype_name(t) + shape_str(s) + (f == MemoryFormat::channels_last ? " NHWC" : "");
+}
+
+}  // namespace rt::cuda_test

@@ -1,0 +1,429 @@
+#!/usr/bin/env bash
+# GPU check in two halves (README.md, "GPU check"):
+#   tools/gpu_check.sh prepare   here, no GPU needed: builds every GPU test binary, //cli:ringtape and
+#                                //bench:train_step_bench statically (the CUDA runtime included), copies
+#                                them into gpu_check_out/ (git-ignored) with a manifest and their ldd.
+#   tools/gpu_check.sh run       on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
+#                                finds the CUDA libraries, prints nvidia-smi, runs the tests, a
+#                                compute-sanitizer memcheck, the CUDA training path and the benchmark
+#                                where they exist, all within 8 minutes; summary table last.
+# Exit codes: 0 all passed (steps reported "not yet available" count as passed); 1 a step failed
+# (failure, crash, sanitizer error, timeout); 2 usage; 3 prepare's output missing or over the size
+# limit, or the build failed; 4 run found no usable NVIDIA GPU. GPU_CHECK_BUDGET_S (default 480)
+# bounds the whole run.
+set -euo pipefail
+
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+DEST=gpu_check_out
+LIMIT_BYTES=$((64 * 1024 * 1024))  # the device tool's limit for the whole travelling tree
+WARN_BYTES=$((56 * 1024 * 1024))
+
+usage() {
+  cat >&2 <<'EOF'
+usage: tools/gpu_check.sh prepare|run
+  prepare  (no GPU) build the GPU test binaries, //cli:ringtape and //bench:train_step_bench
+           statically and copy them into gpu_check_out/ with MANIFEST.txt and ldd.txt
+  run      (GPU machine, repository root, gpu_check_out/ present) find the CUDA libraries, print
+           nvidia-smi, run every GPU test binary, compute-sanitizer memcheck, `ringtape train
+           --device cuda` and the benchmark when available; log and results snippet go to $OUT
+           (else gpu_check_out/last_run/)
+exit codes: 0 passed, 1 a step failed, 2 usage, 3 prepare output missing/too large or build failed,
+            4 no usable NVIDIA GPU
+EOF
+}
+
+# --------------------------------------------------------------------------------------------
+# prepare
+# --------------------------------------------------------------------------------------------
+
+# //tests/cuda:foo_test -> tests_cuda__foo_test (one flat folder; unique per label).
+label_to_name() { local l=${1#//}; l=${l//\//_}; echo "${l/:/__}"; }
+label_to_path() { local l=${1#//}; echo "bazel-bin/${l/://}"; }
+
+gpu_test_labels() {
+  # tests/cuda may not exist yet (a query of an absent package fails) and //tests:cuda_test may
+  # move there; filter() keeps the query valid either way.
+  local expr='filter("^//tests:cuda_test$", kind(cc_test, //tests:all))'
+  if [[ -n "$(find tests/cuda -name BUILD -o -name BUILD.bazel 2>/dev/null | head -1)" ]]; then
+    expr="kind(cc_test, //tests/cuda/...) + $expr"
+  fi
+  bazel query --output=label "$expr" 2>/dev/null || {
+    echo "gpu_check prepare: bazel query failed: $expr" >&2
+    bazel query --output=label "$expr" >&2 || true
+    return 1
+  }
+}
+
+cmd_prepare() {
+  command -v bazel >/dev/null || { echo "gpu_check prepare: bazel not found (prepare runs on the build machine, not the GPU one)" >&2; exit 3; }
+  local tests
+  tests=$(gpu_test_labels) || exit 3
+  if [[ -z "$tests" ]]; then
+    echo "gpu_check prepare: no GPU test targets found" >&2
+    exit 3
+  fi
+  local others="//cli:ringtape //bench:train_step_bench"
+  echo "== GPU test targets:"
+  printf '   %s\n' $tests
+  # --dynamic_mode=off: cc_tests (not linkstatic) link the project's libraries statically instead of
+  # through bazel-bin/_solib_k8/*.so, which would not travel. cudart is static already
+  # (third_party/cuda.BUILD.tpl); cuDNN/cuBLAS/NCCL stay dynamic and `run` finds them there.
+  # System libraries stay dynamic: a fully static binary (-static) cannot work, since
+  # libcudart_static dlopens the driver's libcuda.so, and -static-libstdc++ has no effect because
+  # Bazel's toolchain passes -lstdc++ explicitly. ldd.txt records the glibc/libstdc++ versions
+  # needed (today GLIBC_2.35 and GLIBCXX_3.4.30, from Debian 12; the GPU image is expected to be newer).
+  local flags=(--dynamic_mode=off)
+  echo "== bazel build ${flags[*]} <tests> $others"
+  # shellcheck disable=SC2086
+  if ! bazel build "${flags[@]}" $tests $others; then
+    echo "gpu_check prepare: build failed" >&2
+    exit 3
+  fi
+
+  rm -rf "$DEST"
+  mkdir -p "$DEST/bin"
+  local manifest="$DEST/MANIFEST.txt" lddf="$DEST/ldd.txt"
+  {
+    echo "# gpu_check_out: made by tools/gpu_check.sh prepare"
+    echo "# date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
+    echo "# git: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)$(git diff --quiet HEAD -- 2>/dev/null || echo ' (+ uncommitted changes)')"
+    echo "# host: $(uname -m), $(grep -m1 '^PRETTY_NAME=' /etc/os-release 2>/dev/null | cut -d'"' -f2), $(ldd --version | head -1)"
+    echo "# nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | grep -o 'release [0-9.]*' || echo unknown)"
+    echo "# bazel flags: ${flags[*]}"
+    echo "# kind label file bytes sha256"
+  } >"$manifest"
+  : >"$lddf"
+  local l kind src name bad=0
+  for l in $tests $others; do
+    kind="bin"
+    [[ " $others " == *" $l "* ]] || kind="test"
+    src=$(label_to_path "$l")
+    name=$(label_to_name "$l")
+    [[ -f "$src" ]] || { echo "gpu_check prepare: $l built but $src is missing" >&2; exit 3; }
+    cp "$src" "$DEST/bin/$name"
+    chmod u+w "$DEST/bin/$name"
+    # Debug sections only: symbols stay, so sanitizer backtraces keep function names.
+    strip --strip-debug "$DEST/bin/$name"
+    {
+      echo "== $name ($l)"
+      ldd "$DEST/bin/$name" 2>&1 | sed 's/ (0x[0-9a-f]*)$//'
+      echo "   needs: glibc $(objdump -T "$DEST/bin/$name" | grep -o 'GLIBC_[0-9.]*' | sort -uV | tail -1)" \
+        "libstdc++ $(objdump -T "$DEST/bin/$name" | grep -o 'GLIBCXX_[0-9.]*' | sort -uV | tail -1)"
+    } >>"$lddf"
+    if ldd "$DEST/bin/$name" | grep -q '_solib_\|bazel-out'; then
+      echo "gpu_check prepare: $name links a Bazel-built shared library (not static):" >&2
+      ldd "$DEST/bin/$name" | grep '_solib_\|bazel-out' >&2
+      bad=1
+    fi
+    echo "$kind $l bin/$name $(stat -c %s "$DEST/bin/$name") $(sha256sum "$DEST/bin/$name" | cut -c1-16)" >>"$manifest"
+  done
+  [[ $bad -eq 0 ]] || exit 3
+
+  # If the binaries alone are too big, drop the symbol tables as well.
+  local bin_bytes tree_bytes total
+  bin_bytes=$(du -cb "$DEST" | tail -1 | cut -f1)
+  tree_bytes=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
+  if ((bin_bytes + tree_bytes > WARN_BYTES)); then
+    echo "== over $((WARN_BYTES >> 20)) MiB: stripping symbol tables too"
+    strip --strip-unneeded "$DEST"/bin/*
+    bin_bytes=$(du -cb "$DEST" | tail -1 | cut -f1)
+  fi
+  total=$((bin_bytes + tree_bytes))
+
+  echo "== $DEST/MANIFEST.txt"
+  cat "$manifest"
+  echo "== shared libraries ($DEST/ldd.txt)"
+  grep -hoE '^\s*lib[^ ]+' "$lddf" | sed 's/^\s*//' | sort | uniq -c | sort -rn | sed 's/^/   /'
+  grep -h 'needs:' "$lddf" | sort -u | sed 's/^ */   /'
+  awk -v d="$DEST" -v b="$bin_bytes" -v t="$tree_bytes" 'BEGIN {
+    printf "== sizes: %s %.1f MiB + rest of the tree %.1f MiB = %.1f MiB (limit 64 MiB)\n", d, b / 1048576, t / 1048576, (b + t) / 1048576 }'
+  if ((total > LIMIT_BYTES)); then
+    echo "gpu_check prepare: FAILED: $DEST plus the working tree is $total bytes, over the device tool's 64 MiB;" \
+      "drop binaries or build with less (e.g. fewer gpu_archs)" >&2
+    exit 3
+  fi
+  echo "== ready: carry [\"$DEST\"], command: bash tools/gpu_check.sh run"
+}
+
+# --------------------------------------------------------------------------------------------
+# run
+# --------------------------------------------------------------------------------------------
+BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # everything, nvidia-smi to the summary, within 8 minutes
+T0=$SECONDS
+STEPS=()  # "name|status|seconds|note"
+FAILED=0
+
+remaining() { echo $((BUDGET_S - (SECONDS - T0))); }
+record() {  # name status seconds note ('|' in a note would split the table: made '/')
+  local note=${4//|//}
+  [[ $2 != TIMEOUT || -n "$note" ]] || note="step timeout or the ${BUDGET_S}s budget ran out"
+  STEPS+=("$1|$2|$3|$note")
+  case "$2" in PASS | N/A) ;; *) FAILED=1 ;; esac
+  printf -- '-- %s: %s (%ss)%s\n' "$1" "$2" "$3" "${note:+ - $note}"
+}
+
+# run_cmd NAME TIMEOUT CMD...: runs CMD with a timeout (capped by what is left of the budget); sets
+# RC, SECS and puts its output in STEP_OUT (a file); echoes the output into the log.
+STEP_OUT=""
+run_cmd() {
+  local name=$1 limit=$2
+  shift 2
+  local left
+  left=$(($(remaining) - 5))
+  ((limit > left)) && limit=$left
+  STEP_OUT=$(mktemp "$WORK/step.XXXXXX")
+  if ((limit < 5)); then
+    RC=124 SECS=0
+    echo "(no time left in the ${BUDGET_S}s budget)" >"$STEP_OUT"
+    return 0
+  fi
+  echo
+  echo "=== $name (timeout ${limit}s): $*"
+  local t=$SECONDS
+  set +e
+  timeout --kill-after=10 "$limit" "$@" </dev/null >"$STEP_OUT" 2>&1
+  RC=$?
+  set -e
+  SECS=$((SECONDS - t))
+  tail -c 20000 "$STEP_OUT"
+  echo "[exit $RC after ${SECS}s]"
+}
+
+status_of_rc() {  # plain pass/fail/timeout/crash from RC
+  if ((RC == 0)); then echo PASS
+  elif ((RC == 124 || RC == 137)); then echo TIMEOUT
+  elif ((RC > 128)); then echo "CRASH"
+  else echo FAIL
+  fi
+}
+
+find_cuda_libs() {
+  local dirs=() d
+  [[ -d /usr/local/cuda/lib64 ]] && dirs+=(/usr/local/cuda/lib64)
+  local py
+  for py in python3 /opt/torch/.venv/bin/python3; do
+    command -v "$py" >/dev/null || continue
+    while IFS= read -r d; do
+      [[ -n "$d" ]] && dirs+=("$d")
+    done < <("$py" - 2>/dev/null <<'EOF' || true
+import os
+try:
+    import nvidia
+except ImportError:
+    raise SystemExit
+seen = set()
+for root in list(nvidia.__path__):
+    for pkg in sorted(os.listdir(root)):  # cudnn, cublas, nccl, cuda_runtime, cu13, ...
+        for sub in ("lib", "lib64"):
+            d = os.path.join(root, pkg, sub)
+            if os.path.isdir(d) and d not in seen:
+                seen.add(d)
+                print(d)
+EOF
+    )
+    break
+  done
+  local joined="" seen=" "
+  for d in "${dirs[@]}"; do
+    [[ "$seen" == *" $d "* ]] && continue
+    seen+="$d "
+    joined+="${joined:+:}$d"
+  done
+  export LD_LIBRARY_PATH="$joined${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  echo "=== CUDA library folders (in LD_LIBRARY_PATH order):"
+  for d in "${dirs[@]}"; do echo "   $d"; done
+  [[ ${#dirs[@]} -gt 0 ]] || echo "   (none found: only the system's ldconfig paths)"
+  echo "=== where each library resolves:"
+  local lib hit
+  for lib in libcuda.so.1 libcudart.so libcublas.so libcublasLt.so libcudnn.so libnccl.so; do
+    hit=""
+    for d in ${LD_LIBRARY_PATH//:/ }; do
+      hit=$(find "$d" -maxdepth 1 -name "$lib*" 2>/dev/null | sort | head -1) && [[ -n "$hit" ]] && break
+    done
+    [[ -n "$hit" ]] || hit=$(ldconfig -p 2>/dev/null | grep -m1 " $lib" | sed 's/.*=> //' || true)
+    printf '   %-16s %s\n' "$lib" "${hit:-not found}"
+  done
+}
+
+write_results() {
+  local dev=$1 bench_line=$2 f=$RESULTS_DIR/RESULTS_snippet.md
+  {
+    echo "### GPU check, $(date -u +%Y-%m-%d), ${dev:-no GPU}"
+    echo
+    echo "\`tools/gpu_check.sh run\` ($(grep -m1 '^# git:' "$DEST/MANIFEST.txt" | sed 's/^# git: //'), built $(grep -m1 '^# date:' "$DEST/MANIFEST.txt" | sed 's/^# date: //'))"
+    echo
+    echo "| step | status | seconds | note |"
+    echo "| --- | --- | --- | --- |"
+    local s
+    for s in "${STEPS[@]}"; do
+      IFS='|' read -r n st sec note <<<"$s"
+      echo "| $n | $st | $sec | ${note:-} |"
+    done
+    if [[ -n "$bench_line" ]]; then
+      echo
+      echo "Throughput: \`$bench_line\`"
+    fi
+  } >"$f"
+  echo
+  echo "=== results snippet for bench/RESULTS.md ($f):"
+  cat "$f"
+}
+
+print_summary() {
+  echo
+  echo "=== GPU check summary (${dev_name:-no GPU}), $((SECONDS - T0))s of ${BUDGET_S}s"
+  printf '%-34s %-8s %7s  %s\n' step status seconds note
+  local s
+  for s in "${STEPS[@]}"; do
+    IFS='|' read -r n st sec note <<<"$s"
+    printf '%-34s %-8s %7s  %s\n' "$n" "$st" "$sec" "${note:-}"
+  done
+  if ((FAILED)); then echo "RESULT: FAILED"; else echo "RESULT: PASSED"; fi
+}
+
+cmd_run() {
+  if [[ ! -f "$DEST/MANIFEST.txt" ]]; then
+    echo "gpu_check run: $DEST/MANIFEST.txt not found: run 'tools/gpu_check.sh prepare' on the build machine" \
+      "and carry $DEST to this one (device tool: carry [\"$DEST\"])" >&2
+    exit 3
+  fi
+  RESULTS_DIR=${OUT:-$DEST/last_run}
+  mkdir -p "$RESULTS_DIR"
+  WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
+  local log=$RESULTS_DIR/gpu_check.log
+  exec > >(tee "$log") 2>&1
+  TEE_PID=$!
+  # On any exit: let tee finish writing the log before the script ends.
+  trap 'exit_rc=$?; exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null; rm -rf "$WORK"; exit "$exit_rc"' EXIT
+  echo "=== tools/gpu_check.sh run, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n), log $log"
+  grep '^#' "$DEST/MANIFEST.txt"
+
+  dev_name=""
+  local t=$SECONDS
+  if ! command -v nvidia-smi >/dev/null; then
+    echo "gpu_check run: NO GPU: nvidia-smi is not installed here (no NVIDIA driver); nothing to check"
+    record nvidia-smi "NO-GPU" $((SECONDS - t)) "nvidia-smi not found"
+    write_results "" ""; print_summary; exit 4
+  fi
+  echo "=== nvidia-smi"
+  if ! timeout 30 nvidia-smi; then
+    echo "gpu_check run: NO GPU: nvidia-smi failed (no device or no driver)"
+    record nvidia-smi "NO-GPU" $((SECONDS - t)) "nvidia-smi failed"
+    write_results "" ""; print_summary; exit 4
+  fi
+  dev_name=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 || true)
+  if [[ -z "$dev_name" ]]; then
+    echo "gpu_check run: NO GPU: nvidia-smi lists no device"
+    record nvidia-smi "NO-GPU" $((SECONDS - t)) "no device listed"
+    write_results "" ""; print_summary; exit 4
+  fi
+  record nvidia-smi PASS $((SECONDS - t)) "$dev_name"
+
+  find_cuda_libs
+  echo "=== unresolved libraries per binary (with this LD_LIBRARY_PATH):"
+  local b missing any=0
+  for b in "$DEST"/bin/*; do
+    missing=$(ldd "$b" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' ' || true)
+    if [[ -n "$missing" ]]; then echo "   $(basename "$b"): $missing"; any=1; fi
+  done
+  ((any)) || echo "   none"
+
+  # Bazel-like environment: tests that read source data find it relative to the repository root.
+  mkdir -p "$WORK/runfiles" "$WORK/tmp"
+  ln -s "$ROOT" "$WORK/runfiles/ringtape"
+  export TEST_SRCDIR=$WORK/runfiles TEST_WORKSPACE=ringtape TEST_TMPDIR=$WORK/tmp
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+
+  local rt=$DEST/bin/cli__ringtape bench=$DEST/bin/bench__train_step_bench
+  run_cmd "ringtape info" 60 "$rt" info
+  local st note=""
+  st=$(status_of_rc)
+  if [[ $st == PASS ]] && ! grep -q '^cuda:0:' "$STEP_OUT"; then st=FAIL note="ringtape sees no CUDA device"; fi
+  [[ $st == PASS ]] && note=$(grep -m1 '^cuda:0:' "$STEP_OUT" | cut -c1-60)
+  record "ringtape info" "$st" "$SECS" "$note"
+
+  # Every GPU test binary; a test that says SKIPPED saw no GPU, which is a failure here.
+  local kind label file rest
+  while read -r kind label file rest; do
+    [[ $kind == test ]] || continue
+    run_cmd "$label" 150 "$DEST/$file"
+    st=$(status_of_rc) note=""
+    if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the test saw no GPU"; fi
+    [[ $st != PASS ]] || note=$(grep -m1 -oE '[0-9]+ passed \| [0-9]+ failed' "$STEP_OUT" || true)
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    record "$label" "$st" "$SECS" "$note"
+  done < <(grep -v '^#' "$DEST/MANIFEST.txt")
+
+  # compute-sanitizer memcheck: the CUDA training path when it exists, and the first GPU test
+  # binary (the runtime's kernels) in any case. API errors are not counted: the tests provoke
+  # out-of-memory on purpose.
+  local cs="" cs_args=(--tool memcheck --leak-check full --report-api-errors no --error-exitcode 86)
+  if command -v compute-sanitizer >/dev/null; then cs=compute-sanitizer
+  elif [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then cs=/usr/local/cuda/bin/compute-sanitizer
+  fi
+  memcheck_status() {  # reads RC, STEP_OUT
+    if grep -q 'Device not supported' "$STEP_OUT"; then echo "FAIL|compute-sanitizer: device not supported"
+    elif ((RC == 86)) || grep -qE 'ERROR SUMMARY: [1-9]' "$STEP_OUT"; then
+      echo "FAIL|$(grep -m1 -oE 'ERROR SUMMARY: [0-9]+ errors?' "$STEP_OUT" || echo 'sanitizer errors')"
+    else
+      local s
+      s=$(status_of_rc)
+      echo "$s|$(grep -m1 -oE 'ERROR SUMMARY: [0-9]+ errors?' "$STEP_OUT" || true)"
+    fi
+  }
+  local first_test
+  first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" {print $3; exit}')
+  if [[ -z "$cs" ]]; then
+    record "memcheck" FAIL 0 "compute-sanitizer not found"
+  elif [[ -n "$first_test" ]]; then
+    run_cmd "memcheck $(basename "$first_test")" 150 "$cs" "${cs_args[@]}" "$DEST/$first_test"
+    IFS='|' read -r st note <<<"$(memcheck_status)"
+    record "memcheck $(basename "$first_test")" "$st" "$SECS" "$note"
+  fi
+
+  # The CUDA training path: three steps on synthetic data; "not implemented yet" is reported as
+  # N/A, anything else non-zero (a crash, a CUDA error, a timeout) fails.
+  local train_args=(train --device cuda --steps 3 --epochs 1 --dataset synthetic --synthetic-size 256x3x32x32
+    --num-classes 10 --batch-size 32 --workers 0 --print-freq 1 --output-dir "$WORK/train")
+  local notyet='not implemented yet|has no CUDA kernel yet|not yet (available|supported)'
+  run_cmd "ringtape train --device cuda" 120 "$rt" "${train_args[@]}"
+  st=$(status_of_rc) note=""
+  if [[ $RC == 1 ]] && grep -qE "$notyet" "$STEP_OUT"; then
+    st=N/A note="not yet available: $(grep -m1 -oE "[^:]*($notyet)[^;]*" "$STEP_OUT" | sed 's/^ *//' | cut -c1-70)"
+  fi
+  record "ringtape train --device cuda" "$st" "$SECS" "$note"
+  if [[ $st == PASS ]]; then
+    if [[ -n "$cs" ]]; then
+      rm -rf "$WORK/train"
+      run_cmd "memcheck ringtape train" 240 "$cs" "${cs_args[@]}" "$rt" "${train_args[@]}"
+      IFS='|' read -r st note <<<"$(memcheck_status)"
+      record "memcheck ringtape train" "$st" "$SECS" "$note"
+    fi
+  else
+    record "memcheck ringtape train" N/A 0 "CUDA training path not available"
+  fi
+
+  # Throughput: only once the benchmark takes --device (today it is CPU-only).
+  local bench_line=""
+  if [[ -x "$bench" ]] && { timeout 20 "$bench" --help 2>&1 || true; } | grep -q -- '--device'; then
+    run_cmd "train_step_bench cuda" 180 "$bench" --device cuda --model resnet50 --batch 64 --size 3x224x224 \
+      --classes 1000 --width 64 --channels-last --steps 20 --warmup 5
+    st=$(status_of_rc) note=""
+    bench_line=$(grep -m1 '^{' "$STEP_OUT" || true)
+    [[ -n "$bench_line" ]] && note=$(echo "$bench_line" | grep -oE '"step_ms": *[0-9.]+' || true)
+    record "train_step_bench cuda" "$st" "$SECS" "$note"
+  else
+    record "train_step_bench cuda" N/A 0 "not yet available: the benchmark has no --device flag"
+  fi
+
+  write_results "$dev_name" "$bench_line"
+  print_summary
+  ((FAILED == 0)) || exit 1
+}
+
+case "${1:-}" in
+  prepare) [[ $# -eq 1 ]] || { usage; exit 2; }; cmd_prepare ;;
+  run) [[ $# -eq 1 ]] || { usage; exit 2; }; cmd_run ;;
+  *) usage; exit 2 ;;
+esac
