@@ -38,22 +38,6 @@ std::string runtime_versions() {
                      (dv % 1000) / 10);
 }
 
-void* malloc(int device, size_t bytes) {
-  CUDA_CHECK(cudaSetDevice(device));
-  void* p = nullptr;
-  cudaError_t e = cudaMalloc(&p, bytes);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();
-    size_t free_b = 0, total_b = 0;
-    cudaMemGetInfo(&free_b, &total_b);
-    RT_FAIL("CUDA out of memory on cuda:", device, ": tried to allocate ", bytes, " bytes; the device has ",
-            free_b, " of ", total_b, " bytes free. Use a smaller --batch-size, or --accum-steps to keep "
-            "the global batch.");
-  }
-  CUDA_CHECK(e);
-  return p;
-}
-
 void* try_malloc(int device, size_t bytes) {
   CUDA_CHECK(cudaSetDevice(device));
   void* p = nullptr;

@@ -23,7 +23,6 @@ struct DeviceProps {
 DeviceProps device_props(int device);
 std::string runtime_versions();  // "runtime 13.0, driver 13.0" (driver 0 when absent)
 
-void* malloc(int device, size_t bytes);           // throws an out-of-memory rt::Error
 // nullptr when the device is out of memory (the error is cleared); other failures throw.
 void* try_malloc(int device, size_t bytes);
 void free(int device, void* ptr) noexcept;
