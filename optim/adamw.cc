@@ -3,9 +3,11 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/stream.h"
 #include "optim/optimizer.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
+#include "kernels/cuda/optim.cuh"
 
 namespace rt::optim {
 namespace {
@@ -51,6 +53,9 @@ class AdamW final : public Optimizer {
     std::vector<Tensor> grads(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) grads[i] = grad_for_update(params_[i].first, params_[i].second, kWho);
 
+    // CUDA parameters are gathered per dtype and updated by one fused launch per list.
+    std::vector<cuda::AdamWTensor> on_cuda[2];  // f32, f64
+    const Tensor* cuda_param = nullptr;         // picks the stream (one GPU per process)
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
       const Tensor& p = params_[i].second;
@@ -68,7 +73,18 @@ class AdamW final : public Optimizer {
       s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
       s.step = st.step;
       const int64_t n = p.numel();
-      if (p.dtype() == DType::f32) {
+      if (p.device().is_cuda()) {
+        cuda::AdamWTensor e;
+        e.p = p.raw_data();
+        e.g = grads[i].raw_data();
+        e.exp_avg = st.exp_avg.raw_data();
+        e.exp_avg_sq = st.exp_avg_sq.raw_data();
+        e.n = n;
+        e.weight_decay = s.weight_decay;
+        e.step = s.step;
+        on_cuda[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
+        cuda_param = &p;
+      } else if (p.dtype() == DType::f32) {
         cpu::adamw_update<float>(p.data<float>(), grads[i].data<float>(), st.exp_avg.data<float>(),
                                  st.exp_avg_sq.data<float>(), n, s);
       } else {
@@ -76,6 +92,15 @@ class AdamW final : public Optimizer {
                                   st.exp_avg_sq.data<double>(), n, s);
       }
     }
+    if (cuda_param == nullptr) return;
+    cuda::AdamWHyper h;
+    h.lr = lr_;
+    h.beta1 = opt_.beta1;
+    h.beta2 = opt_.beta2;
+    h.eps = opt_.eps;
+    const auto stream = static_cast<cudaStream_t>(Stream::current(cuda_param->device()).handle());
+    cuda::adamw_update(DType::f32, on_cuda[0], h, stream);
+    cuda::adamw_update(DType::f64, on_cuda[1], h, stream);
   }
 
   std::map<std::string, Tensor> state() const override {

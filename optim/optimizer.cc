@@ -33,8 +33,6 @@ void check_param_list(const nn::NamedTensors& params, const char* who) {
 Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who) {
   Tensor g = param.grad();
   if (!g.defined()) return g;
-  RT_CHECK(param.device().is_cpu(), who, ": parameter '", name, "' is on ", param.device().str(),
-           ", and the optimizer update has no CUDA kernel yet (train on the CPU for now)");
   RT_CHECK(g.dtype() == param.dtype(), who, ": the gradient of '", name, "' is ", dtype_name(g.dtype()),
            " but the parameter is ", dtype_name(param.dtype()));
   RT_CHECK(g.device() == param.device(), who, ": the gradient of '", name, "' is on ", g.device().str(),

@@ -60,8 +60,9 @@ class Optimizer {
 };
 
 // Both check the options and the parameters (f32 or f64, each listed once under a
-// unique name) and throw rt::Error naming what is wrong. step() updates CPU parameters;
-// on a CUDA parameter it throws (no CUDA kernel yet).
+// unique name) and throw rt::Error naming what is wrong. step() updates CPU parameters with
+// optim/update_cpu.cc and CUDA parameters with the fused kernels of kernels/cuda/optim.cu
+// (bit-identical results; their state lives on the parameter's device).
 std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt);
 std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt);
 

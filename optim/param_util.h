@@ -17,8 +17,7 @@ void check_param_list(const nn::NamedTensors& params, const char* who);
 
 // The gradient step() applies to parameter `name`: undefined when it has none (the
 // parameter is skipped); else checked against the parameter (dtype, device, shape) and
-// in its memory format, relaid when backward produced the other one. A parameter on a
-// CUDA device is an error until the update has a CUDA kernel.
+// in its memory format, relaid when backward produced the other one.
 Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who);
 
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).

@@ -3,9 +3,11 @@
 #include <cmath>
 
 #include "engine/autograd.h"
+#include "engine/stream.h"
 #include "optim/optimizer.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
+#include "kernels/cuda/optim.cuh"
 
 namespace rt::optim {
 namespace {
@@ -36,6 +38,9 @@ class Sgd final : public Optimizer {
     std::vector<Tensor> grads(params_.size());
     for (size_t i = 0; i < params_.size(); ++i) grads[i] = grad_for_update(params_[i].first, params_[i].second, kWho);
 
+    // CUDA parameters are gathered per dtype and updated by one fused launch per list.
+    std::vector<cuda::SgdTensor> on_cuda[2];  // f32, f64
+    const Tensor* cuda_param = nullptr;       // picks the stream (one GPU per process)
     for (size_t i = 0; i < params_.size(); ++i) {
       if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
       const Tensor& p = params_[i].second;
@@ -48,7 +53,17 @@ class Sgd final : public Optimizer {
       const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
       if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
       const int64_t n = p.numel();
-      if (p.dtype() == DType::f32) {
+      if (p.device().is_cuda()) {
+        cuda::SgdTensor e;
+        e.p = p.raw_data();
+        e.g = grads[i].raw_data();
+        e.buf = buffers_[i].defined() ? buffers_[i].raw_data() : nullptr;
+        e.n = n;
+        e.weight_decay = s.weight_decay;
+        e.first_step = first;
+        on_cuda[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
+        cuda_param = &p;
+      } else if (p.dtype() == DType::f32) {
         cpu::sgd_update<float>(p.data<float>(), grads[i].data<float>(),
                                buffers_[i].defined() ? buffers_[i].data<float>() : nullptr, first, n, s);
       } else {
@@ -56,6 +71,15 @@ class Sgd final : public Optimizer {
                                 buffers_[i].defined() ? buffers_[i].data<double>() : nullptr, first, n, s);
       }
     }
+    if (cuda_param == nullptr) return;
+    cuda::SgdHyper h;
+    h.lr = lr_;
+    h.momentum = opt_.momentum;
+    h.dampening = opt_.dampening;
+    h.nesterov = opt_.nesterov;
+    const auto stream = static_cast<cudaStream_t>(Stream::current(cuda_param->device()).handle());
+    cuda::sgd_update(DType::f32, on_cuda[0], h, stream);
+    cuda::sgd_update(DType::f64, on_cuda[1], h, stream);
   }
 
   std::map<std::string, Tensor> state() const override {

@@ -1,10 +1,58 @@
-// conv2d: checks, output geometry, dispatch, backward. Kernel: kernels/cpu/conv2d.cc.
+// conv2d: checks, output geometry, dispatch, backward. Kernels: kernels/cpu/conv2d.cc and,
+// on CUDA, cuDNN (kernels/cuda/cudnn_conv.cu) with the bias kernels of kernels/cuda/conv2d.cu.
 #include "kernels/cpu/conv2d.h"
+#include "kernels/cuda/conv2d.cuh"
+
+#include <map>
+#include <mutex>
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
 
 namespace rt {
+namespace {
+
+// Note [Conv workspace]: one cuDNN workspace per device, a u8 tensor from the device's
+// allocator, replaced by a larger one when a plan needs more. It is used on the device's
+// current stream only; a replaced buffer returns to the allocator's cache of that stream,
+// so work still queued on it finishes first (Note [Streams and blocks]). Leaked at exit so
+// it never outlives the allocator. One stream per device today: concurrent convolutions on
+// two streams would need a workspace each.
+void* conv_workspace(Device d, size_t bytes) {
+  if (bytes == 0) return nullptr;
+  static std::mutex mu;
+  static auto* buffers = new std::map<int, Tensor>();
+  std::lock_guard<std::mutex> g(mu);
+  Tensor& ws = (*buffers)[d.index];
+  if (!ws.defined() || ws.nbytes() < bytes) {
+    ws = Tensor();  // return the old buffer before asking for the larger one
+    ws = Tensor::empty({int64_t(bytes)}, DType::u8, d);
+  }
+  return ws.raw_data();
+}
+
+// One cuDNN convolution (the x/w/y slots of conv2d.cuh: x or dx, w or dw, y or dy).
+void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
+               const void* y) {
+  cuda::ConvKey k;
+  k.kind = kind;
+  k.N = g.N, k.C = g.C, k.H = g.H, k.W = g.W, k.O = g.O, k.KH = g.KH, k.KW = g.KW;
+  k.sh = g.sh, k.sw = g.sw, k.ph = g.ph, k.pw = g.pw, k.dh = g.dh, k.dw = g.dw, k.groups = g.groups;
+  k.dtype = like.dtype();
+  k.nhwc = g.nhwc;
+  k.align = cuda::pointer_alignment({x, w, y});
+  k.allow_tf32 = cuda::cudnn_allow_tf32();
+  k.benchmark = cuda::cudnn_benchmark();
+  k.device = like.device().index;
+  const cudaStream_t s = ops::stream_of(like);
+  const Device d = like.device();
+  const cuda::ConvBenchArgs bench{x, w, y, s, [d](size_t bytes) { return conv_workspace(d, bytes); }};
+  const cuda::ConvPlan& plan = cuda::conv_plan(k, k.benchmark ? &bench : nullptr);
+  void* ws = conv_workspace(d, cuda::conv_workspace_bytes(plan));
+  cuda::conv_execute(plan, x, w, y, ws, s);
+}
+
+}  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
   const char* op = "conv2d";
@@ -13,7 +61,6 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   check_float(x, op, "input");
   check_same_dtype(x, weight, op);
   check_same_device(x, weight, op);
-  check_cpu_only(x, op);
   RT_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&
                p.groups > 0,
            op, ": stride and dilation must be positive and padding non-negative, got stride (", p.stride_h, ", ",
@@ -35,24 +82,47 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
            ": kernel ", KH, "x", KW, " (dilation ", p.dilation_h, ", ", p.dilation_w, ") is larger than the padded input ",
            H + 2 * p.pad_h, "x", W + 2 * p.pad_w);
 
+  // cuDNN takes the weight in x's layout (OIHW with NCHW, OHWI with NHWC).
+  const bool on_cuda = x.device().is_cuda();
+  const Tensor wk = on_cuda ? ops::in_format(weight, x.format()) : weight;
   const cpu::Conv2dGeom g{N, C, H, W, O, KH, KW, HO, WO, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                           p.dilation_h, p.dilation_w, p.groups, x.format() == MemoryFormat::channels_last,
                           weight.format() == MemoryFormat::channels_last};
   Tensor y = Tensor::empty({N, O, HO, WO}, x.dtype(), x.device(), x.format());
-  ops::dispatch_float(x.dtype(), op, [&](auto z) {
-    using T = decltype(z);
-    cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
-  });
+  if (on_cuda) {
+    cuda_conv(cuda::ConvKind::forward, g, x, x.raw_data(), wk.raw_data(), y.raw_data());
+    if (bias.defined())
+      cuda::conv_bias_add(x.dtype(), N, O, HO * WO, g.nhwc, y.raw_data(), bias.raw_data(), ops::stream_of(x));
+  } else {
+    ops::dispatch_float(x.dtype(), op, [&](auto z) {
+      using T = decltype(z);
+      cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
+    });
+  }
 
   // The weight gradient needs x, the input gradient needs the weight: keep only those.
   const Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
-  const Tensor saved_w = x.requires_grad() ? weight.detach() : Tensor();
+  const Tensor saved_w = x.requires_grad() ? wk.detach() : Tensor();
   record(op, y, {x, weight, bias}, [g, saved_x, saved_w, wfmt = weight.format(), wshape = weight.shape(),
                                     xshape = x.shape(), xfmt = x.format()](const Tensor& gy, const std::vector<bool>& needs) {
     const Tensor dy = ops::in_format(gy, xfmt);
     Tensor dx = needs[0] ? Tensor::empty(xshape, dy.dtype(), dy.device(), xfmt) : Tensor();
-    Tensor dw = needs[1] ? Tensor::empty(wshape, dy.dtype(), dy.device(), wfmt) : Tensor();
+    const bool on_cuda = dy.device().is_cuda();
+    // On CUDA dw is computed in x's layout (cuDNN's), then converted to the weight's.
+    Tensor dw = needs[1] ? Tensor::empty(wshape, dy.dtype(), dy.device(), on_cuda ? xfmt : wfmt) : Tensor();
     Tensor db = needs[2] ? Tensor::empty({g.O}, dy.dtype(), dy.device()) : Tensor();
+    if (on_cuda) {
+      const cudaStream_t s = ops::stream_of(dy);
+      if (dx.defined())
+        cuda_conv(cuda::ConvKind::backward_data, g, dy, dx.raw_data(), saved_w.raw_data(), dy.raw_data());
+      if (dw.defined()) {
+        cuda_conv(cuda::ConvKind::backward_filter, g, dy, saved_x.raw_data(), dw.raw_data(), dy.raw_data());
+        dw = dw.to(wfmt);
+      }
+      if (db.defined())
+        cuda::conv_bias_grad(dy.dtype(), g.N, g.O, g.HO * g.WO, g.nhwc, dy.raw_data(), db.raw_data(), s);
+      return std::vector<Tensor>{dx, dw, db};
+    }
     ops::dispatch_float(dy.dtype(), "conv2d backward", [&](auto z) {
       using T = decltype(z);
       cpu::conv2d_backward<T>(g, saved_x.defined() ? saved_x.data<T>() : nullptr,

@@ -1,5 +1,7 @@
-// linear: y = x W^T + b, PyTorch's weight layout (out, in). Kernel: kernels/cpu/linear.cc.
+// linear: y = x W^T + b, PyTorch's weight layout (out, in). Kernels: kernels/cpu/linear.cc
+// (f32, f64) and kernels/cuda/linear.cu (cuBLAS; f32, f64, bf16, f16).
 #include "kernels/cpu/linear.h"
+#include "kernels/cuda/linear.cuh"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
@@ -10,10 +12,13 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* op = "linear";
   check_ndim(x, 2, op, "input");
   check_ndim(weight, 2, op, "weight");
-  check_float(x, op, "input");
+  if (x.device().is_cuda()) {
+    RT_CHECK(is_floating(x.dtype()), op, ": input must be f32, f64, bf16 or f16 on CUDA, got ", dtype_name(x.dtype()));
+  } else {
+    check_float(x, op, "input");
+  }
   check_same_dtype(x, weight, op);
   check_same_device(x, weight, op);
-  check_cpu_only(x, op);
   const int64_t N = x.size(0), in = x.size(1), out = weight.size(0);
   RT_CHECK(weight.size(1) == in, op, ": input has ", in, " features but weight ", weight.str(), " expects ",
            weight.size(1));
@@ -23,17 +28,29 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     RT_CHECK(bias.shape() == Shape{out}, op, ": bias must be [", out, "], got ", bias.str());
   }
   Tensor y = Tensor::empty({N, out}, x.dtype(), x.device());
-  ops::dispatch_float(x.dtype(), op, [&](auto z) {
-    using T = decltype(z);
-    cpu::linear_forward<T>(N, in, out, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
-                           y.data<T>());
-  });
+  if (x.device().is_cuda()) {
+    cuda::linear_forward(x.dtype(), N, in, out, x.raw_data(), weight.raw_data(),
+                         bias.defined() ? bias.raw_data() : nullptr, y.raw_data(), ops::stream_of(x));
+  } else {
+    ops::dispatch_float(x.dtype(), op, [&](auto z) {
+      using T = decltype(z);
+      cpu::linear_forward<T>(N, in, out, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+                             y.data<T>());
+    });
+  }
   const Tensor saved_x = weight.requires_grad() ? x.detach() : Tensor();
   const Tensor saved_w = x.requires_grad() ? weight.detach() : Tensor();
   record(op, y, {x, weight, bias}, [N, in, out, saved_x, saved_w](const Tensor& dy, const std::vector<bool>& needs) {
     Tensor dx = needs[0] ? Tensor::empty({N, in}, dy.dtype(), dy.device()) : Tensor();
     Tensor dw = needs[1] ? Tensor::empty({out, in}, dy.dtype(), dy.device()) : Tensor();
     Tensor db = needs[2] ? Tensor::empty({out}, dy.dtype(), dy.device()) : Tensor();
+    if (dy.device().is_cuda()) {
+      cuda::linear_backward(dy.dtype(), N, in, out, saved_x.defined() ? saved_x.raw_data() : nullptr,
+                            saved_w.defined() ? saved_w.raw_data() : nullptr, dy.raw_data(),
+                            dx.defined() ? dx.raw_data() : nullptr, dw.defined() ? dw.raw_data() : nullptr,
+                            db.defined() ? db.raw_data() : nullptr, ops::stream_of(dy));
+      return std::vector<Tensor>{dx, dw, db};
+    }
     ops::dispatch_float(dy.dtype(), "linear backward", [&](auto z) {
       using T = decltype(z);
       cpu::linear_backward<T>(N, in, out, saved_x.defined() ? saved_x.data<T>() : nullptr,

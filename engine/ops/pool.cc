@@ -1,6 +1,8 @@
 // Pooling: max_pool2d (PyTorch's output-size rule, ceil_mode included), adaptive average
-// pooling and the global average pool of a ResNet head. Kernels: kernels/cpu/pool.cc.
+// pooling and the global average pool of a ResNet head. Kernels: kernels/cpu/pool.cc and,
+// for CUDA tensors (f32, f64, bf16, f16), kernels/cuda/pool.cu.
 #include "kernels/cpu/pool.h"
+#include "kernels/cuda/pool.cuh"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
@@ -19,10 +21,15 @@ int64_t pool_out(int64_t in, int64_t k, int64_t s, int64_t p, int64_t d, bool ce
   return out;
 }
 
+// The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
 void check_image(const Tensor& x, const char* op) {
   check_ndim(x, 4, op, "input");
-  check_float(x, op, "input");
-  check_cpu_only(x, op);
+  if (!x.device().is_cuda()) return check_float(x, op, "input");
+  RT_CHECK(is_floating(x.dtype()), op, ": argument 'input' must be f32, f64, bf16 or f16, got ", x.str());
+}
+
+cuda::Pool2dGeom on_cuda(const cpu::Pool2dGeom& g) {
+  return {g.N, g.C, g.H, g.W, g.HO, g.WO, g.kh, g.kw, g.sh, g.sw, g.ph, g.pw, g.dh, g.dw, g.nhwc};
 }
 
 }  // namespace
@@ -45,6 +52,17 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
                           p.dilation_h, p.dilation_w, x.format() == MemoryFormat::channels_last};
   Tensor y = Tensor::empty({N, C, HO, WO}, x.dtype(), x.device(), x.format());
   Tensor idx = Tensor::empty({N, C, HO, WO}, DType::i64, x.device(), x.format());
+  if (x.device().is_cuda()) {
+    cuda::max_pool2d_forward(on_cuda(g), x.dtype(), x.raw_data(), y.raw_data(), idx.data<int64_t>(), ops::stream_of(x));
+    record(op, y, {x}, [g, idx, xs = x.shape(), fmt = x.format()](const Tensor& gy, const std::vector<bool>&) {
+      const Tensor dy = ops::in_format(gy, fmt);
+      Tensor dx = Tensor::empty(xs, dy.dtype(), dy.device(), fmt);
+      cuda::max_pool2d_backward(on_cuda(g), dy.dtype(), dy.raw_data(), idx.data<int64_t>(), dx.raw_data(),
+                                ops::stream_of(dy));
+      return std::vector<Tensor>{dx};
+    });
+    return y;
+  }
   ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
     cpu::max_pool2d_forward<T>(g, x.data<T>(), y.data<T>(), idx.data<int64_t>());
@@ -69,6 +87,16 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int out_h, int out_w) {
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const cpu::Pool2dGeom g{N, C, H, W, out_h, out_w, 0, 0, 0, 0, 0, 0, 0, 0, x.format() == MemoryFormat::channels_last};
   Tensor y = Tensor::empty({N, C, out_h, out_w}, x.dtype(), x.device(), x.format());
+  if (x.device().is_cuda()) {
+    cuda::adaptive_avg_pool2d_forward(on_cuda(g), x.dtype(), x.raw_data(), y.raw_data(), ops::stream_of(x));
+    record(op, y, {x}, [g, xs = x.shape(), fmt = x.format()](const Tensor& gy, const std::vector<bool>&) {
+      const Tensor dy = ops::in_format(gy, fmt);
+      Tensor dx = Tensor::empty(xs, dy.dtype(), dy.device(), fmt);
+      cuda::adaptive_avg_pool2d_backward(on_cuda(g), dy.dtype(), dy.raw_data(), dx.raw_data(), ops::stream_of(dy));
+      return std::vector<Tensor>{dx};
+    });
+    return y;
+  }
   ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
     cpu::adaptive_avg_pool2d_forward<T>(g, x.data<T>(), y.data<T>());

@@ -513,20 +513,7 @@ TEST_CASE("step refuses a bad gradient or lr before changing any parameter") {
   }
 }
 
-TEST_CASE("parameters on a CUDA device: no CUDA kernel yet") {
-  if (rt::cuda_device_count() == 0) {
-    MESSAGE("no CUDA device: skipped");
-    return;
-  }
-  for (const auto& [kind, make] : factories()) {
-    CAPTURE(kind);
-    NamedTensors ps = {{"w", randn({3}, 95, DType::f32).to(rt::Device::cuda())}};
-    auto opt = make(ps);
-    ps[0].second.set_grad(randn({3}, 96, DType::f32).to(rt::Device::cuda()));
-    CHECK_THROWS_WITH_AS(opt->step(), doctest::Contains("'w' is on cuda:0, and the optimizer update has no CUDA kernel yet"),
-                         rt::Error);
-  }
-}
+// CUDA parameters: tests/cuda/optim_cuda_test.cc checks the fused updates against these rules.
 
 TEST_CASE("load_state refuses what does not fit, and keeps the old state then") {
   NamedTensors ps = make_params(DType::f32, 100);

@@ -1,0 +1,201 @@
+// linear: cuBLAS GEMMs for y = x W^T, dx = dy W, dw = dy^T x, plus two small kernels: the
+// bias add over rows and the bias gradient (column sums of dy).
+//
+// Note [Row-major through column-major cuBLAS]: a row-major r x c buffer is the column-major
+// c x r matrix (its transpose), leading dimension c. So every product is computed
+// transposed: y^T (out x N) = W^T^T ... concretely
+//   y^T  (out x N) = op_T(w: in x out) * x^T (in x N)        m=out n=N   k=in
+//   dx^T (in x N)  = w^T (in x out)    * dy^T (out x N)      m=in  n=N   k=out
+//   dw^T (in x out) = x^T (in x N)     * op_T(dy^T: out x N) m=in  n=out k=N
+//
+// Note [cuBLAS handle cache]: one handle per device, created on first use and kept for the
+// process (RAII owner in a function-local static; its destructor reports, never throws).
+// cublasSetStream before every call, since the current stream may change between calls.
+#include <cublas_v2.h>
+
+#include <array>
+#include <atomic>
+#include <climits>
+#include <cstdio>
+#include <memory>
+#include <mutex>
+
+#include "kernels/cuda/common.cuh"
+#include "kernels/cuda/linear.cuh"
+
+#define CUBLAS_CHECK(call)                                                                        \
+  do {                                                                                            \
+    cublasStatus_t rt_st_ = (call);                                                               \
+    if (rt_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
+      RT_FAIL(__FILE__, ":", __LINE__, ": ", #call, " failed: ", cublasGetStatusName(rt_st_), " (", \
+              cublasGetStatusString(rt_st_), ")");                                                \
+  } while (0)
+
+namespace rt::cuda {
+namespace {
+
+using detail::acc_t;
+using detail::from_acc;
+using detail::to_acc;
+
+std::atomic<bool> g_allow_tf32{false};
+
+// ---- kernels ---------------------------------------------------------------------------
+
+// y[r, c] += b[c] over an N x out row-major matrix.
+template <typename T>
+__global__ void add_bias_kernel(int64_t N, int64_t out, const T* __restrict__ b, T* __restrict__ y) {
+  const int64_t total = N * out;
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = from_acc<T>(to_acc(y[i]) + to_acc(b[i % out]));
+}
+
+// db[c] = sum over rows r of dy[r, c], rows added in order 0..N-1 (deterministic; threads
+// of a warp read adjacent columns, so the loads coalesce).
+template <typename T>
+__global__ void column_sum_kernel(int64_t N, int64_t out, const T* __restrict__ dy, T* __restrict__ db) {
+  using A = acc_t<T>;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
+    A s = A(0);
+    for (int64_t r = 0; r < N; ++r) s += to_acc(dy[r * out + c]);
+    db[c] = from_acc<T>(s);
+  }
+}
+
+// ---- the handle cache --------------------------------------------------------------------
+
+class BlasHandle {
+ public:
+  BlasHandle() {
+    CUBLAS_CHECK(cublasCreate(&h_));
+    // bf16/f16 GEMMs accumulate in f32 all the way (no reduced-precision split-K reductions).
+    CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
+  }
+  BlasHandle(const BlasHandle&) = delete;
+  BlasHandle& operator=(const BlasHandle&) = delete;
+  ~BlasHandle() {
+    const cublasStatus_t st = cublasDestroy(h_);
+    if (st != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "%s:%d: cublasDestroy failed: %s\n", __FILE__, __LINE__,
+                                                  cublasGetStatusName(st));
+  }
+  cublasHandle_t get() const { return h_; }
+
+ private:
+  cublasHandle_t h_ = nullptr;
+};
+
+constexpr int kMaxDevices = 64;
+
+// The current device's handle, bound to stream s.
+cublasHandle_t handle_for(cudaStream_t s) {
+  static std::mutex mu;
+  static std::array<std::unique_ptr<BlasHandle>, kMaxDevices> handles;
+  int dev = 0;
+  CUDA_CHECK(cudaGetDevice(&dev));
+  RT_CHECK(dev >= 0 && dev < kMaxDevices, "linear: device ", dev, " is beyond the cuBLAS handle cache (", kMaxDevices,
+           " devices)");
+  cublasHandle_t h;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (!handles[dev]) handles[dev] = std::make_unique<BlasHandle>();
+    h = handles[dev]->get();
+  }
+  CUBLAS_CHECK(cublasSetStream(h, s));
+  return h;
+}
+
+// ---- launchers -------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+int as_int(int64_t v, const char* what) {
+  RT_CHECK(v >= 0 && v <= INT_MAX, "linear: ", what, " = ", v, " is out of cuBLAS's int range");
+  return int(v);
+}
+
+struct GemmTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+  bool double_scalars;
+};
+
+GemmTypes gemm_types(DType t) {
+  switch (t) {
+    case DType::f32:
+      return {CUDA_R_32F, g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, false};
+    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F, true};
+    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, false};
+    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, false};
+    default: RT_FAIL("linear: the CUDA backend computes in f32, f64, bf16 or f16, got ", dtype_name(t));
+  }
+}
+
+// Column-major C (m x n, ldc) = op(A) op(B), beta = 0.
+void gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const void* A,
+          int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc, cudaStream_t s) {
+  const GemmTypes g = gemm_types(t);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {  // an empty sum: C = 0 (cuBLAS's quick return would leave C untouched)
+    CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(m) * size_t(n) * dtype_size(t), s));
+    return;
+  }
+  cublasHandle_t h = handle_for(s);
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = g.double_scalars ? static_cast<const void*>(&zero_d) : &zero_f;
+  CUBLAS_CHECK(cublasGemmEx(h, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), alpha, A, g.data,
+                            as_int(lda, "lda"), B, g.data, as_int(ldb, "ldb"), beta, C, g.data, as_int(ldc, "ldc"),
+                            g.compute, CUBLAS_GEMM_DEFAULT));
+}
+
+void check_sizes(int64_t N, int64_t in, int64_t out, const char* op) {
+  RT_CHECK(N >= 0 && in >= 0 && out >= 0, op, ": negative size (N ", N, ", in ", in, ", out ", out, ")");
+}
+
+}  // namespace
+
+void set_allow_tf32(bool allow) { g_allow_tf32.store(allow); }
+bool allow_tf32() { return g_allow_tf32.load(); }
+
+void linear_forward(DType t, int64_t N, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
+                    cudaStream_t s) {
+  check_sizes(N, in, out, "linear_forward");
+  gemm_types(t);  // rejects other dtypes even when there is nothing to do
+  if (N == 0 || out == 0) return;
+  RT_CHECK(y != nullptr && (in == 0 || (x != nullptr && w != nullptr)), "linear_forward: null pointer");
+  // y^T (out x N) = op_T(w) x^T; Note [Row-major through column-major cuBLAS].
+  gemm(t, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, w, in, x, in, y, out, s);
+  if (b == nullptr) return;
+  detail::dispatch_floating(t, "linear_forward", [&](auto z) {
+    using T = decltype(z);
+    add_bias_kernel<T><<<detail::grid_for(N * out, kThreads), kThreads, 0, s>>>(N, out, static_cast<const T*>(b),
+                                                                               static_cast<T*>(y));
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
+void linear_backward(DType t, int64_t N, int64_t in, int64_t out, const void* x, const void* w, const void* dy,
+                     void* dx, void* dw, void* db, cudaStream_t s) {
+  check_sizes(N, in, out, "linear_backward");
+  gemm_types(t);
+  RT_CHECK(dy != nullptr || N * out == 0, "linear_backward: null dy");
+  if (dx != nullptr) {
+    RT_CHECK(w != nullptr || in * out == 0, "linear_backward: dx needs w");
+    gemm(t, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, w, in, dy, out, dx, in, s);
+  }
+  if (dw != nullptr) {
+    RT_CHECK(x != nullptr || N * in == 0, "linear_backward: dw needs x");
+    gemm(t, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, dy, out, dw, in, s);
+  }
+  if (db != nullptr && out > 0) {
+    detail::dispatch_floating(t, "linear_backward", [&](auto z) {
+      using T = decltype(z);
+      column_sum_kernel<T><<<detail::grid_for(out, kThreads), kThreads, 0, s>>>(N, out, static_cast<const T*>(dy),
+                                                                              static_cast<T*>(db));
+      CUDA_CHECK_LAUNCH();
+    });
+  }
+}
+
+}  // namespace rt::cuda

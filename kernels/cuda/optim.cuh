@@ -1,0 +1,49 @@
+// Fused multi-tensor optimizer updates on CUDA: torch.optim.SGD and AdamW (1.13 rules, the
+// same operations in the same order as optim/update_cpu.cc, so f32/f64 results match the
+// CPU bit for bit; see Note [Bit-exact updates on the GPU] in optim.cu). Parameters are
+// master weights in f32 or f64; the state lives on the device. A list of parameters is
+// updated in one launch per kMaxTensorsPerLaunch tensors. Optionally each parameter's
+// bf16 copy (p_bf16, may be null) is written in the same pass. Readable by the host compiler.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/dtype.h"
+#include "kernels/cuda/stream.cuh"
+
+namespace rt::cuda {
+
+inline constexpr int kMaxTensorsPerLaunch = 24;
+
+struct SgdTensor {
+  void* p = nullptr;        // n elements of the parameter's dtype
+  const void* g = nullptr;  // its gradient
+  void* buf = nullptr;      // momentum buffer, null when momentum == 0
+  void* p_bf16 = nullptr;   // optional bf16 copy of the updated parameter
+  int64_t n = 0;
+  double weight_decay = 0.0;
+  bool first_step = false;  // buf becomes a copy of this step's d_p
+};
+struct SgdHyper {
+  double lr = 0.0, momentum = 0.0, dampening = 0.0;
+  bool nesterov = false;
+};
+void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, cudaStream_t s);
+
+struct AdamWTensor {
+  void* p = nullptr;
+  const void* g = nullptr;
+  void* exp_avg = nullptr;
+  void* exp_avg_sq = nullptr;
+  void* p_bf16 = nullptr;
+  int64_t n = 0;
+  double weight_decay = 0.0;
+  int64_t step = 1;  // this parameter's step count after this update
+};
+struct AdamWHyper {
+  double lr = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+};
+void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, cudaStream_t s);
+
+}  // namespace rt::cuda

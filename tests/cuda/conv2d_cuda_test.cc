@@ -1,0 +1,227 @@
+// GPU-vs-CPU tests of conv2d on CUDA (cuDNN backend API): the shapes of tests/conv2d_test.cc,
+// NCHW and NHWC, f32/bf16/f16 (and f64 where cuDNN has an engine), forward and every
+// gradient through autograd, outputs allocated from a NaN-poisoned allocator; then the plan
+// cache. Without a GPU every GPU test prints a SKIPPED line and passes; the host-side checks
+// (plan-cache keys, pointer alignment) still run.
+#include <cmath>
+#include <unordered_set>
+
+#include "engine/ops.h"
+#include "engine/stream.h"
+#include "kernels/cuda/conv2d.cuh"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rt {
+namespace {
+
+using namespace cuda_test;
+
+struct Case {
+  int64_t N, C, H, W, O, KH, KW;
+  Conv2dParams p;
+  bool bias;
+};
+
+// The cases of tests/conv2d_test.cc.
+const std::vector<Case> kCases = {
+    {2, 3, 7, 9, 4, 3, 3, Conv2dParams::make(1, 1), true},         // 3x3 same, odd sizes
+    {1, 4, 8, 8, 6, 3, 3, Conv2dParams::make(2, 1), false},        // bottleneck's strided 3x3
+    {3, 5, 6, 5, 7, 1, 1, Conv2dParams::make(1, 0), true},         // pointwise
+    {2, 4, 7, 7, 8, 1, 1, Conv2dParams::make(2, 0), false},        // downsample 1x1 stride 2
+    {1, 3, 11, 10, 4, 7, 7, Conv2dParams::make(2, 3), false},      // the stem's 7x7
+    {2, 4, 9, 8, 4, 3, 3, Conv2dParams::make(1, 2, 2), true},      // dilation 2
+    {2, 6, 5, 7, 4, 3, 3, Conv2dParams::make(1, 1, 1, 2), true},   // groups 2
+    {1, 4, 6, 6, 4, 3, 3, Conv2dParams::make(1, 1, 1, 4), false},  // depthwise
+    {2, 2, 5, 6, 3, 2, 3, {2, 1, 0, 1, 1, 2, 1}, true},            // asymmetric everything
+};
+
+std::string case_name(const Case& k, DType t, MemoryFormat f) {
+  return label("conv2d", t, {k.N, k.C, k.H, k.W}, f) + " w" + shape_str({k.O, k.C / k.p.groups, k.KH, k.KW}) + " s" +
+         std::to_string(k.p.stride_h) + "," + std::to_string(k.p.stride_w) + " p" + std::to_string(k.p.pad_h) + "," +
+         std::to_string(k.p.pad_w) + " d" + std::to_string(k.p.dilation_h) + "," + std::to_string(k.p.dilation_w) +
+         " g" + std::to_string(k.p.groups);
+}
+
+struct Result {
+  Tensor y, dx, dw, db;
+};
+
+// conv2d forward, then backward with seed gy, on whatever device the inputs are on.
+Result run(const Case& k, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy) {
+  Tensor x = x0.detach(), w = w0.detach(), b = k.bias ? b0.detach() : Tensor();
+  x.set_requires_grad(true);
+  w.set_requires_grad(true);
+  if (b.defined()) b.set_requires_grad(true);
+  Tensor y = conv2d(x, w, b, k.p);
+  y.backward(gy);
+  return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
+}
+
+void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed) {
+  const std::string what = case_name(k, t, f);
+  const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, seed), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, seed + 1),
+               b64 = rnd({k.O}, seed + 2);
+  const int64_t HO = cuda::conv_out_size(k.H, k.KH, k.p.stride_h, k.p.pad_h, k.p.dilation_h);
+  const int64_t WO = cuda::conv_out_size(k.W, k.KW, k.p.stride_w, k.p.pad_w, k.p.dilation_w);
+  const Tensor gy64 = rnd({k.N, k.O, HO, WO}, seed + 3);
+
+  const Result want = run(k, to_ref(x64, t, f), to_ref(w64, t, f), to_ref(b64, t), to_ref(gy64, t, f));
+  poison_allocator(k.N * std::max(k.C * k.H * k.W, k.O * HO * WO) + 4096);
+  const Result got = run(k, to_gpu(x64, t, f), to_gpu(w64, t, f), to_gpu(b64, t), to_gpu(gy64, t, f));
+
+  // Each output is a sum: y over C/g*KH*KW products, dx over about O/g*KH*KW/stride^2,
+  // dw and db over N*HO*WO; scale the absolute tolerance by the root of the term count.
+  const Tol tol = tol_for(t);
+  const double ky = std::sqrt(double(k.C / k.p.groups * k.KH * k.KW));
+  const double kx = std::sqrt(double(k.O / k.p.groups * k.KH * k.KW));
+  const double kw = std::sqrt(double(k.N * HO * WO));
+  check_close(got.y, want.y, tol, what + " y", ky);
+  check_close(got.dx, want.dx, tol, what + " dx", kx);
+  check_close(got.dw, want.dw, tol, what + " dw", kw);
+  if (k.bias) check_close(got.db, want.db, tol, what + " db", kw);
+  CHECK_MESSAGE(got.y.format() == f, what, ": y not in x's format");
+  CHECK_MESSAGE(got.dx.format() == f, what, ": dx not in x's format");
+  CHECK_MESSAGE(got.dw.format() == f, what, ": dw not in the weight's format");
+}
+
+TEST_CASE("conv plan keys tell every parameter apart (runs without a GPU)") {
+  cuda::ConvKey a;
+  a.N = 2, a.C = 6, a.H = 5, a.W = 7, a.O = 4, a.KH = 3, a.KW = 3, a.ph = 1, a.pw = 1, a.groups = 2;
+  std::vector<cuda::ConvKey> keys = {a};
+  auto vary = [&](auto&& f) {
+    cuda::ConvKey k = a;
+    f(k);
+    keys.push_back(k);
+  };
+  vary([](auto& k) { k.kind = cuda::ConvKind::backward_data; });
+  vary([](auto& k) { k.kind = cuda::ConvKind::backward_filter; });
+  vary([](auto& k) { k.N = 3; });
+  vary([](auto& k) { k.C = 8; });
+  vary([](auto& k) { k.H = 6; });
+  vary([](auto& k) { k.W = 6; });
+  vary([](auto& k) { k.O = 6; });
+  vary([](auto& k) { k.KH = 1; });
+  vary([](auto& k) { k.KW = 1; });
+  vary([](auto& k) { k.sh = 2; });
+  vary([](auto& k) { k.sw = 2; });
+  vary([](auto& k) { k.ph = 0; });
+  vary([](auto& k) { k.pw = 0; });
+  vary([](auto& k) { k.dh = 2; });
+  vary([](auto& k) { k.dw = 2; });
+  vary([](auto& k) { k.groups = 1; });
+  vary([](auto& k) { k.dtype = DType::bf16; });
+  vary([](auto& k) { k.nhwc = true; });
+  vary([](auto& k) { k.align = 4; });
+  vary([](auto& k) { k.allow_tf32 = true; });
+  vary([](auto& k) { k.benchmark = true; });
+  vary([](auto& k) { k.device = 1; });
+  std::unordered_set<size_t> hashes;
+  for (size_t i = 0; i < keys.size(); ++i) {
+    hashes.insert(cuda::ConvKeyHash{}(keys[i]));
+    for (size_t j = 0; j < keys.size(); ++j) CHECK_MESSAGE((keys[i] == keys[j]) == (i == j), keys[i].str());
+  }
+  CHECK(hashes.size() == keys.size());  // no collisions among these (not required, but expected)
+  cuda::ConvKey copy = a;
+  CHECK(copy == a);
+  CHECK(cuda::ConvKeyHash{}(copy) == cuda::ConvKeyHash{}(a));
+  CHECK(a.str().find("forward f32 NCHW x(2, 6, 5, 7) w(4, 3, 3, 3)") != std::string::npos);
+  CHECK(a.str().find("groups 2") != std::string::npos);
+}
+
+TEST_CASE("pointer alignment and output sizes (runs without a GPU)") {
+  alignas(64) static char buf[64];
+  CHECK(cuda::pointer_alignment({buf}) == 16);
+  CHECK(cuda::pointer_alignment({buf, buf + 4}) == 4);
+  CHECK(cuda::pointer_alignment({buf + 2, buf + 32}) == 2);
+  CHECK(cuda::pointer_alignment({nullptr, buf + 8}) == 8);
+  CHECK(cuda::conv_out_size(7, 3, 1, 1, 1) == 7);
+  CHECK(cuda::conv_out_size(11, 7, 2, 3, 1) == 6);
+  CHECK(cuda::conv_out_size(9, 3, 1, 2, 2) == 9);
+  CHECK_FALSE(cuda::cudnn_allow_tf32());  // off by default: f32 results match the CPU backend
+  CHECK_FALSE(cuda::cudnn_benchmark());
+}
+
+TEST_CASE("conv2d on CUDA matches the CPU: forward and gradients, both layouts, f32/bf16/f16") {
+  if (!have_gpu("conv2d on CUDA matches the CPU")) return;
+  uint64_t seed = 100;
+  for (DType t : {DType::f32, DType::bf16, DType::f16})
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+      for (const Case& k : kCases) check_case(k, t, f, seed += 10);
+}
+
+TEST_CASE("conv2d on CUDA in f64: matches the CPU, or says clearly that cuDNN has no engine") {
+  if (!have_gpu("conv2d on CUDA in f64")) return;
+  uint64_t seed = 900;
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+    for (const Case& k : kCases) {
+      try {
+        check_case(k, DType::f64, f, seed += 10);
+      } catch (const Error& e) {
+        const std::string msg = e.what();
+        CHECK_MESSAGE(msg.find("no usable engine") != std::string::npos, msg);
+        CHECK_MESSAGE(msg.find("convert to f32") != std::string::npos, msg);
+      }
+    }
+}
+
+TEST_CASE("conv2d with a weight in the other layout than x") {
+  if (!have_gpu("conv2d with a weight in the other layout than x")) return;
+  const Case k = kCases[6];  // groups 2, bias
+  const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, 7), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, 8);
+  for (MemoryFormat xf : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    const MemoryFormat wf = xf == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+    Tensor wg = to_gpu(w64, DType::f32, wf);
+    wg.set_requires_grad(true);
+    Tensor wr = to_ref(w64, DType::f32, wf);
+    wr.set_requires_grad(true);
+    const Tensor y = conv2d(to_gpu(x64, DType::f32, xf), wg, Tensor(), k.p);
+    const Tensor yr = conv2d(to_ref(x64, DType::f32, xf), wr, Tensor(), k.p);
+    check_close(y, yr, kTolF32, "mixed-layout y", 3.0 * std::sqrt(double(k.C / k.p.groups)));
+    sum(y).backward();
+    sum(yr).backward();
+    check_close(wg.grad(), wr.grad(), kTolF32, "mixed-layout dw", std::sqrt(double(k.N * k.H * k.W)));
+    CHECK(wg.grad().format() == wf);
+  }
+}
+
+TEST_CASE("conv2d in benchmark mode: the fastest plan still matches the CPU") {
+  if (!have_gpu("conv2d in benchmark mode")) return;
+  cuda::set_cudnn_benchmark(true);
+  const cuda::ConvCacheStats before = cuda::conv_cache_stats();
+  uint64_t seed = 500;
+  try {
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
+      for (const Case& k : {kCases[0], kCases[4], kCases[6]}) check_case(k, DType::f32, f, seed += 10);
+  } catch (...) {
+    cuda::set_cudnn_benchmark(false);
+    throw;
+  }
+  cuda::set_cudnn_benchmark(false);
+  CHECK(cuda::conv_cache_stats().misses > before.misses);  // benchmarked plans are keyed apart
+}
+
+TEST_CASE("conv2d plans are built once per key and then reused") {
+  if (!have_gpu("conv2d plans are built once per key and then reused")) return;
+  const Case k{2, 8, 9, 9, 16, 3, 3, Conv2dParams::make(1, 1), false};
+  const Tensor x = to_gpu(rnd({k.N, k.C, k.H, k.W}, 11), DType::f32);
+  const Tensor w = to_gpu(rnd({k.O, k.C, k.KH, k.KW}, 12), DType::f32);
+  const Tensor y1 = conv2d(x, w, Tensor(), k.p);  // builds (or finds) the forward plan
+  const cuda::ConvCacheStats before = cuda::conv_cache_stats();
+  const Tensor y2 = conv2d(x, w, Tensor(), k.p);
+  const cuda::ConvCacheStats after = cuda::conv_cache_stats();
+  CHECK(after.hits == before.hits + 1);
+  CHECK(after.misses == before.misses);
+  CHECK(after.size == before.size);
+  // The same plan gives the same bits (deterministic engines, Note [Conv numerics]).
+  CHECK(y1.to_vector<double>() == y2.to_vector<double>());
+  // A new shape is a miss, and then a hit.
+  const Tensor x2 = to_gpu(rnd({k.N + 1, k.C, k.H, k.W}, 13), DType::f32);
+  (void)conv2d(x2, w, Tensor(), k.p);
+  const cuda::ConvCacheStats third = cuda::conv_cache_stats();
+  CHECK(third.misses == after.misses + 1);
+  (void)conv2d(x2, w, Tensor(), k.p);
+  CHECK(cuda::conv_cache_stats().hits == third.hits + 1);
+}
+
+}  // namespace
+}  // namespace rt

@@ -1,0 +1,116 @@
+// GPU-vs-CPU tests of linear (cuBLAS): forward and backward through autograd, every dtype,
+// with and without bias, shapes with N = 1 and odd sizes. Without a GPU the GPU
+// tests print a SKIPPED line and pass; the host-side argument checks still run.
+#include <cmath>
+
+#include "engine/ops.h"
+#include "kernels/cuda/linear.cuh"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rt {
+namespace {
+
+using namespace cuda_test;
+
+TEST_CASE("linear launchers: host-side checks and the TF32 switch (runs without a GPU)") {
+  CHECK_FALSE(cuda::allow_tf32());  // default off, like torch.backends.cuda.matmul.allow_tf32
+  CHECK_THROWS_WITH_AS(cuda::linear_forward(DType::i32, 1, 1, 1, nullptr, nullptr, nullptr, nullptr, nullptr),
+                       doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS(cuda::linear_forward(DType::f32, -1, 1, 1, nullptr, nullptr, nullptr, nullptr, nullptr),
+                       doctest::Contains("negative size"), Error);
+  CHECK_THROWS_WITH_AS(cuda::linear_forward(DType::f32, 2, 3, 4, nullptr, nullptr, nullptr, nullptr, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  // Nothing to compute: no launch, no device needed.
+  cuda::linear_forward(DType::f32, 0, 3, 4, nullptr, nullptr, nullptr, nullptr, nullptr);
+}
+
+struct Case {
+  int64_t N, in, out;
+};
+const Case kCases[] = {{1, 1, 1}, {1, 17, 5}, {7, 13, 9}, {5, 2, 70}, {33, 65, 31}, {128, 256, 100}, {2, 1000, 3}};
+
+// Error scale: sqrt(terms) for the random-walk growth of a sum's rounding error, times 4
+// because the GEMM result is rounded (in bf16/f16: to 8 or 11 bits) before the bias add, an
+// error relative to |x w^T| (up to ~4 sqrt(k) for unit normal inputs), not to |y|.
+// Column sums of a CPU [rows, cols] tensor (the reference for db).
+Tensor sum_rows_ref(const Tensor& m) {
+  const std::vector<double> v = m.to_vector<double>();
+  const int64_t rows = m.size(0), cols = m.size(1);
+  std::vector<double> s(size_t(cols), 0.0);
+  for (int64_t r = 0; r < rows; ++r)
+    for (int64_t c = 0; c < cols; ++c) s[size_t(c)] += v[size_t(r * cols + c)];
+  return Tensor::from_vector<double>(s, {cols});
+}
+
+double scale_for(int64_t k) { return 4.0 * std::sqrt(double(std::max<int64_t>(k, 1))); }
+
+TEST_CASE("linear on CUDA matches the CPU: forward and backward, every dtype, with and without bias") {
+  if (!have_gpu("linear forward/backward")) return;
+  uint64_t seed = 100;
+  for (DType t : kFloatTypes) {
+    for (const Case& c : kCases) {
+      for (bool with_bias : {true, false}) {
+        const std::string what = label(std::string("linear") + (with_bias ? "+bias" : ""), t, {c.N, c.in, c.out});
+        CAPTURE(what);
+        const Tensor x64 = rnd({c.N, c.in}, ++seed), w64 = rnd({c.out, c.in}, ++seed), b64 = rnd({c.out}, ++seed);
+        const Tensor dy64 = rnd({c.N, c.out}, ++seed);
+        poison_allocator(c.N * c.out + c.in * c.out + c.N * c.in);
+
+        Tensor xg = to_gpu(x64, t).set_requires_grad(true), wg = to_gpu(w64, t).set_requires_grad(true);
+        Tensor bg = with_bias ? to_gpu(b64, t).set_requires_grad(true) : Tensor();
+        Tensor yg = linear(xg, wg, bg);
+        yg.backward(to_gpu(dy64, t));
+
+        Tensor xr = to_ref(x64, t).set_requires_grad(true), wr = to_ref(w64, t).set_requires_grad(true);
+        Tensor br = with_bias ? to_ref(b64, t).set_requires_grad(true) : Tensor();
+        Tensor yr = linear(xr, wr, br);
+        yr.backward(to_ref(dy64, t));
+
+        const Tol tol = tol_for(t);
+        check_close(yg, yr, tol, what + " y", scale_for(c.in));
+        check_close(xg.grad(), xr.grad(), tol, what + " dx", scale_for(c.out));
+        check_close(wg.grad(), wr.grad(), tol, what + " dw", scale_for(c.N));
+        if (with_bias) check_close(bg.grad(), br.grad(), tol, what + " db", scale_for(c.N));
+      }
+    }
+  }
+}
+
+TEST_CASE("linear on CUDA with no input features: y is the bias, dw is empty, db the column sums") {
+  if (!have_gpu("linear k = 0")) return;
+  for (DType t : kFloatTypes) {
+    CAPTURE(dtype_name(t));
+    poison_allocator(64);
+    const Tensor b64 = rnd({4}, 3), dy64 = rnd({3, 4}, 4);
+    Tensor x = Tensor::empty({3, 0}, t, gpu()).set_requires_grad(true);
+    Tensor w = Tensor::empty({4, 0}, t, gpu()).set_requires_grad(true);
+    Tensor b = to_gpu(b64, t).set_requires_grad(true);
+    Tensor y = linear(x, w, b);
+    y.backward(to_gpu(dy64, t));
+    const std::vector<double> bv = to_ref(b64, t).to_vector<double>();
+    std::vector<double> want;
+    for (int r = 0; r < 3; ++r) want.insert(want.end(), bv.begin(), bv.end());
+    check_close(y.to_vector<double>(), want, tol_for(t), "y = b");
+    CHECK(x.grad().numel() == 0);
+    CHECK(w.grad().numel() == 0);
+    const Tensor dy_ref = to_ref(dy64, t).set_requires_grad(false);
+    check_close(b.grad(), sum_rows_ref(dy_ref), tol_for(t), "db", 2.0);
+  }
+}
+
+TEST_CASE("linear on CUDA: TF32 only when allowed") {
+  if (!have_gpu("linear tf32 switch")) return;
+  const Tensor x64 = rnd({64, 512}, 7), w64 = rnd({64, 512}, 8);
+  const Tensor ref = linear(to_ref(x64, DType::f32), to_ref(w64, DType::f32), Tensor());
+  // Off: full f32 accuracy.
+  check_close(linear(to_gpu(x64, DType::f32), to_gpu(w64, DType::f32), Tensor()), ref, kTolF32, "f32 no tf32",
+              scale_for(512));
+  cuda::set_allow_tf32(true);
+  // On: 10-bit mantissa inputs; still close at bf16-like tolerance.
+  const Tensor y = linear(to_gpu(x64, DType::f32), to_gpu(w64, DType::f32), Tensor());
+  cuda::set_allow_tf32(false);
+  check_close(y, ref, kTolBF16, "f32 with tf32", scale_for(512));
+}
+
+}  // namespace
+}  // namespace rt

@@ -1,0 +1,271 @@
+// The fused CUDA optimizers against the CPU optimizers (5 steps, bit-identical: see Note
+// [Bit-exact updates on the GPU] in kernels/cuda/optim.cu), the loss-scaling kernel against
+// GradScaler's CPU path, and GradScaler's rules on the CPU (those run without a GPU).
+#include <cmath>
+#include <cstring>
+#include <functional>
+#include <limits>
+
+#include "engine/ops.h"
+#include "engine/stream.h"
+#include "kernels/cuda/loss_scale.cuh"
+#include "kernels/cuda/optim.cuh"
+#include "optim/grad_scaler.h"
+#include "optim/optimizer.h"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rt {
+namespace {
+
+using namespace cuda_test;
+using optim::GradScaler;
+using optim::GradScalerOptions;
+
+cudaStream_t stream() { return static_cast<cudaStream_t>(Stream::current(gpu()).handle()); }
+
+// Bit-level equality of two tensors' values (NaN payloads included).
+void check_identical(const Tensor& got, const Tensor& want, const std::string& what) {
+  const Tensor g = got.to(Device::cpu()), w = want.to(Device::cpu());
+  REQUIRE(g.dtype() == w.dtype());
+  REQUIRE(g.numel() == w.numel());
+  const size_t bytes = size_t(g.numel()) * dtype_size(g.dtype());
+  int64_t differ = 0;
+  if (g.dtype() == DType::f32) {
+    const float *a = g.data<float>(), *b = w.data<float>();
+    for (int64_t i = 0; i < g.numel(); ++i) differ += std::memcmp(a + i, b + i, 4) != 0;
+  } else {
+    differ = std::memcmp(g.raw_data(), w.raw_data(), bytes) != 0;
+  }
+  CHECK_MESSAGE(differ == 0, what, ": ", differ, " elements differ in their bits");
+}
+
+// Sizes: more than kMaxTensorsPerLaunch tensors (two launches), 1-D ones (no_decay_1d),
+// odd sizes and one larger than a full grid stride of 1024 x 256.
+std::vector<Shape> param_shapes() {
+  std::vector<Shape> s;
+  for (int i = 0; i < 26; ++i) s.push_back(i % 3 == 0 ? Shape{int64_t(1 + 7 * i)} : Shape{int64_t(1 + i), 5});
+  s.push_back({300001});
+  s.push_back({64, 3, 3, 3});
+  return s;
+}
+
+using Make = std::function<std::unique_ptr<optim::Optimizer>(nn::NamedTensors)>;
+
+void compare_five_steps(const Make& make, DType t, const std::string& what) {
+  nn::NamedTensors cpu_ps, gpu_ps;
+  uint64_t seed = 1000;
+  const std::vector<Shape> shapes = param_shapes();
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    const Tensor v = rnd(shapes[i], ++seed).to(t);
+    cpu_ps.push_back({"p" + std::to_string(i), v.clone()});
+    gpu_ps.push_back({"p" + std::to_string(i), v.to(gpu())});
+  }
+  auto cpu_opt = make(cpu_ps), gpu_opt = make(gpu_ps);
+  for (int step = 0; step < 5; ++step) {
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      if (step == 2 && i == 3) {  // a parameter without a gradient is skipped on both
+        cpu_ps[i].second.zero_grad();
+        gpu_ps[i].second.zero_grad();
+        continue;
+      }
+      const Tensor g = rnd(shapes[i], ++seed).to(t);
+      cpu_ps[i].second.set_grad(g.clone());
+      gpu_ps[i].second.set_grad(g.to(gpu()));
+    }
+    cpu_opt->step();
+    gpu_opt->step();
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) check_identical(gpu_ps[i].second, cpu_ps[i].second, what + " " + cpu_ps[i].first);
+  const auto cs = cpu_opt->state(), gs = gpu_opt->state();
+  REQUIRE(cs.size() == gs.size());
+  for (const auto& [k, v] : cs) {
+    REQUIRE(gs.count(k) == 1);
+    if (v.dtype() == DType::f32 || v.dtype() == DType::f64) check_identical(gs.at(k), v, what + " state " + k);
+  }
+}
+
+TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over 5 steps") {
+  if (!have_gpu("fused optimizers vs CPU")) return;
+  optim::SgdOptions plain;
+  plain.lr = 0.05;
+  optim::SgdOptions mom;
+  mom.lr = 0.1;
+  mom.momentum = 0.9;
+  mom.dampening = 0.1;
+  mom.weight_decay = 1e-4;
+  optim::SgdOptions nesterov;
+  nesterov.lr = 0.1;
+  nesterov.momentum = 0.9;
+  nesterov.weight_decay = 5e-4;
+  nesterov.nesterov = true;
+  nesterov.no_decay_1d = true;
+  optim::AdamWOptions adamw;
+  adamw.lr = 1e-3;
+  adamw.weight_decay = 0.05;
+  adamw.no_decay_1d = true;
+  for (DType t : {DType::f32, DType::f64}) {
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), plain); }, t,
+                       std::string("sgd ") + dtype_name(t));
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), mom); }, t,
+                       std::string("sgd momentum ") + dtype_name(t));
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), nesterov); }, t,
+                       std::string("sgd nesterov ") + dtype_name(t));
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_adamw(std::move(p), adamw); }, t,
+                       std::string("adamw ") + dtype_name(t));
+  }
+}
+
+TEST_CASE("fused updates write the optional bf16 copy in the same pass") {
+  if (!have_gpu("fused optimizers bf16 copy")) return;
+  const int64_t n = 4099;
+  Tensor p = rnd({n}, 1).to(DType::f32).to(gpu()), g = rnd({n}, 2).to(DType::f32).to(gpu());
+  Tensor m = Tensor::zeros({n}, DType::f32, gpu()), v = Tensor::zeros({n}, DType::f32, gpu());
+  Tensor low = poisoned({n}, DType::bf16);
+  cuda::AdamWTensor e;
+  e.p = p.raw_data();
+  e.g = g.raw_data();
+  e.exp_avg = m.raw_data();
+  e.exp_avg_sq = v.raw_data();
+  e.p_bf16 = low.raw_data();
+  e.n = n;
+  cuda::adamw_update(DType::f32, {e}, cuda::AdamWHyper{1e-3, 0.9, 0.999, 1e-8}, stream());
+  check_identical(low, p.to(DType::bf16), "adamw bf16 copy");
+  cuda::SgdTensor s;
+  s.p = p.raw_data();
+  s.g = g.raw_data();
+  s.p_bf16 = low.raw_data();
+  s.n = n;
+  cuda::sgd_update(DType::f32, {s}, cuda::SgdHyper{0.1, 0.0, 0.0, false}, stream());
+  check_identical(low, p.to(DType::bf16), "sgd bf16 copy");
+}
+
+TEST_CASE("fused update launchers: host-side checks (runs without a GPU)") {
+  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::bf16, {}, {}, nullptr), doctest::Contains("f32 or f64"), Error);
+  cuda::SgdTensor bad;
+  bad.n = 4;
+  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::f32, {bad}, {}, nullptr), doctest::Contains("null pointer"), Error);
+  cuda::AdamWTensor a;
+  a.step = 0;
+  CHECK_THROWS_WITH_AS(cuda::adamw_update(DType::f32, {a}, {}, nullptr), doctest::Contains("step must be >= 1"), Error);
+  float flag = 0.0f;
+  CHECK_THROWS_WITH_AS(cuda::unscale_and_check(DType::f32, {nullptr}, {}, 1.0f, &flag, nullptr),
+                       doctest::Contains("1 gradients but 0 sizes"), Error);
+  cuda::unscale_and_check(DType::f32, {}, {}, 0.5f, &flag, nullptr);  // nothing: no launch
+}
+
+// ---- GradScaler on the CPU -----------------------------------------------------------------
+
+nn::NamedTensors small_params() {
+  return {{"w", Tensor::from_vector<float>({1.0f, 2.0f, 3.0f}, {3})}, {"b", Tensor::from_vector<float>({0.5f}, {1})}};
+}
+
+void give(nn::NamedTensors& ps, float gw, float gb) {
+  ps[0].second.set_grad(Tensor::full({3}, gw, DType::f32));
+  ps[1].second.set_grad(Tensor::full({1}, gb, DType::f32));
+}
+
+TEST_CASE("GradScaler: PyTorch's defaults, unscale, skip on inf/nan, backoff and growth (CPU)") {
+  GradScaler def;
+  CHECK(def.get_scale() == 65536.0);
+  CHECK(def.scale(Tensor::full({}, 2.0, DType::f32)).item() == 131072.0);
+
+  GradScalerOptions o;
+  o.growth_interval = 3;
+  GradScaler scaler(o);
+  nn::NamedTensors ps = small_params();
+  optim::SgdOptions so;
+  so.lr = 1.0;
+  auto opt = optim::make_sgd(ps, so);
+
+  // A clean step: grads divided by the scale, then the step runs.
+  give(ps, 65536.0f * 0.25f, 65536.0f);
+  CHECK(scaler.step(*opt));
+  CHECK(ps[0].second.to_vector<float>() == std::vector<float>{0.75f, 1.75f, 2.75f});
+  CHECK(ps[1].second.to_vector<float>() == std::vector<float>{-0.5f});
+  scaler.update();
+  CHECK(scaler.get_scale() == 65536.0);
+  CHECK(scaler.growth_tracker() == 1);
+
+  // inf: the step is skipped, the parameters keep their values, the scale halves.
+  give(ps, std::numeric_limits<float>::infinity(), 1.0f);
+  CHECK_FALSE(scaler.step(*opt));
+  CHECK(ps[0].second.to_vector<float>() == std::vector<float>{0.75f, 1.75f, 2.75f});
+  scaler.update();
+  CHECK(scaler.get_scale() == 32768.0);
+  CHECK(scaler.growth_tracker() == 0);
+
+  // NaN in another parameter: skipped too.
+  give(ps, 1.0f, std::numeric_limits<float>::quiet_NaN());
+  CHECK(scaler.unscale(*opt));
+  CHECK_THROWS_WITH_AS(scaler.unscale(*opt), doctest::Contains("already ran"), Error);
+  CHECK_FALSE(scaler.step(*opt));
+  scaler.update();
+  CHECK(scaler.get_scale() == 16384.0);
+
+  // growth_interval clean steps in a row: the scale doubles, the tracker restarts.
+  for (int i = 0; i < 3; ++i) {
+    give(ps, 0.0f, 0.0f);
+    CHECK(scaler.step(*opt));
+    scaler.update();
+  }
+  CHECK(scaler.get_scale() == 32768.0);
+  CHECK(scaler.growth_tracker() == 0);
+  CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("needs a step() or unscale() first"), Error);
+}
+
+TEST_CASE("GradScaler: the scale never grows to inf (CPU)") {
+  GradScalerOptions o;
+  o.init_scale = 3e38;
+  o.growth_interval = 1;
+  GradScaler scaler(o);
+  nn::NamedTensors ps = small_params();
+  auto opt = optim::make_sgd(ps, {});
+  give(ps, 0.0f, 0.0f);
+  CHECK(scaler.step(*opt));
+  scaler.update();
+  CHECK(scaler.get_scale() == double(3e38f));
+}
+
+// ---- the unscale kernel vs the CPU -------------------------------------------------------
+
+TEST_CASE("unscale_and_check on CUDA equals the CPU path, and flags inf/nan") {
+  if (!have_gpu("unscale_and_check vs CPU")) return;
+  for (DType t : {DType::f32, DType::f64}) {
+    for (bool poison : {false, true}) {
+      CAPTURE(dtype_name(t));
+      CAPTURE(poison);
+      nn::NamedTensors cpu_ps, gpu_ps;
+      const std::vector<Shape> shapes = param_shapes();
+      for (size_t i = 0; i < shapes.size(); ++i) {
+        const Tensor v = rnd(shapes[i], 50 + i).to(t);
+        cpu_ps.push_back({"p" + std::to_string(i), v.clone()});
+        gpu_ps.push_back({"p" + std::to_string(i), v.to(gpu())});
+        Tensor g = mul(rnd(shapes[i], 500 + i), 1000.0).to(t);
+        if (poison && i == shapes.size() - 2) g = Tensor::full(shapes[i], std::nan(""), t);
+        cpu_ps[i].second.set_grad(g.clone());
+        gpu_ps[i].second.set_grad(g.to(gpu()));
+      }
+      auto cpu_opt = optim::make_sgd(cpu_ps, {}), gpu_opt = optim::make_sgd(gpu_ps, {});
+      GradScaler cs, gs;
+      CHECK(cs.unscale(*cpu_opt) == poison);
+      CHECK(gs.unscale(*gpu_opt) == poison);
+      for (size_t i = 0; i < shapes.size(); ++i)
+        check_identical(gpu_ps[i].second.grad(), cpu_ps[i].second.grad(), "unscaled grad " + cpu_ps[i].first);
+    }
+  }
+  // 16-bit gradients through the launcher: float math, one rounding.
+  for (DType t : {DType::bf16, DType::f16}) {
+    const Tensor g64 = rnd({1000}, 9);
+    Tensor g = to_gpu(g64, t);
+    Tensor flag = Tensor::zeros({1}, DType::f32, gpu());
+    cuda::unscale_and_check(t, {g.raw_data()}, {g.numel()}, 0.125f, flag.data<float>(), stream());
+    CHECK(flag.item() == 0.0);
+    check_close(g, mul(to_ref(g64, t), 0.125), tol_for(t), std::string("unscale ") + dtype_name(t));
+    Tensor bad = Tensor::full({5}, std::numeric_limits<double>::infinity(), t, gpu());
+    cuda::unscale_and_check(t, {bad.raw_data()}, {bad.numel()}, 0.5f, flag.data<float>(), stream());
+    CHECK(flag.item() == 1.0);
+  }
+}
+
+}  // namespace
+}  // namespace rt
