@@ -1,7 +1,10 @@
 // ringtape: the command-line entry point.
 #include <omp.h>
+#include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
+#include <filesystem>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -43,6 +46,12 @@ int cmd_info() {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Under `bazel run` the binary starts in its runfiles tree; relative paths (--data-path,
+  // --output-dir, --resume) mean the user's directory, which Bazel passes here.
+  if (const char* wd = std::getenv("BUILD_WORKING_DIRECTORY")) {
+    if (::chdir(wd) != 0) std::fprintf(stderr, "ringtape: cannot change to %s; relative paths start in %s\n", wd,
+                                       std::filesystem::current_path().c_str());
+  }
   if (argc < 2 || !std::strcmp(argv[1], "--help") || !std::strcmp(argv[1], "-h")) {
     std::fprintf(argc < 2 ? stderr : stdout, "%s\n", kUsage);
     return argc < 2 ? 2 : 0;
