@@ -1,6 +1,7 @@
 // conv2d: forward against a direct seven-loop convolution in double, every layout
 // combination; gradients by gradcheck in f64.
 #include "engine/ops.h"
+#include "tests/conv2d_cases.h"
 #include "tests/test_util.h"
 
 namespace rt {
@@ -8,11 +9,7 @@ namespace {
 
 using test::fmt_name;
 
-struct Case {
-  int64_t N, C, H, W, O, KH, KW;
-  Conv2dParams p;
-  bool bias;
-};
+using Case = test::ConvCase;
 
 // The definition, nothing clever: y[n,o,i,j] = b[o] + sum_{c,kh,kw} x[n, g*Cg + c, i*s - p + kh*d, ...] w[o,c,kh,kw].
 std::vector<double> reference(const Case& k, const std::vector<double>& x, const std::vector<double>& w,
@@ -39,21 +36,9 @@ std::vector<double> reference(const Case& k, const std::vector<double>& x, const
   return y;
 }
 
-const std::vector<Case> kCases = {
-    {2, 3, 7, 9, 4, 3, 3, Conv2dParams::make(1, 1), true},       // 3x3 same, odd sizes
-    {1, 4, 8, 8, 6, 3, 3, Conv2dParams::make(2, 1), false},      // bottleneck's strided 3x3
-    {3, 5, 6, 5, 7, 1, 1, Conv2dParams::make(1, 0), true},       // pointwise
-    {2, 4, 7, 7, 8, 1, 1, Conv2dParams::make(2, 0), false},      // downsample 1x1 stride 2
-    {1, 3, 11, 10, 4, 7, 7, Conv2dParams::make(2, 3), false},    // the stem's 7x7
-    {2, 4, 9, 8, 4, 3, 3, Conv2dParams::make(1, 2, 2), true},    // dilation 2
-    {2, 6, 5, 7, 4, 3, 3, Conv2dParams::make(1, 1, 1, 2), true}, // groups 2
-    {1, 4, 6, 6, 4, 3, 3, Conv2dParams::make(1, 1, 1, 4), false},// depthwise
-    {2, 2, 5, 6, 3, 2, 3, {2, 1, 0, 1, 1, 2, 1}, true},          // asymmetric everything
-};
-
 TEST_CASE("conv2d forward matches the direct definition in every layout") {
-  for (size_t ci = 0; ci < kCases.size(); ++ci) {
-    const Case& k = kCases[ci];
+  for (size_t ci = 0; ci < test::conv_cases().size(); ++ci) {
+    const Case& k = test::conv_cases()[ci];
     const Tensor x = test::rnd({k.N, k.C, k.H, k.W}, 10 + ci);
     const Tensor w = test::rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, 20 + ci);
     const Tensor b = test::rnd({k.O}, 30 + ci);
@@ -84,8 +69,8 @@ TEST_CASE("conv2d batches of several images through the chunked patch matrix") {
 }
 
 TEST_CASE("conv2d gradients pass gradcheck in every layout") {
-  for (size_t ci = 0; ci < kCases.size(); ++ci) {
-    const Case& k = kCases[ci];
+  for (size_t ci = 0; ci < test::conv_cases().size(); ++ci) {
+    const Case& k = test::conv_cases()[ci];
     for (MemoryFormat xf : {MemoryFormat::contiguous, MemoryFormat::channels_last})
       for (MemoryFormat wf : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
         const Tensor x = test::leaf(test::rnd({k.N, k.C, k.H, k.W}, 40 + ci, DType::f64, xf));

@@ -9,6 +9,7 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cuda/conv2d.cuh"
+#include "tests/conv2d_cases.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {
@@ -16,24 +17,7 @@ namespace {
 
 using namespace cuda_test;
 
-struct Case {
-  int64_t N, C, H, W, O, KH, KW;
-  Conv2dParams p;
-  bool bias;
-};
-
-// The cases of tests/conv2d_test.cc.
-const std::vector<Case> kCases = {
-    {2, 3, 7, 9, 4, 3, 3, Conv2dParams::make(1, 1), true},         // 3x3 same, odd sizes
-    {1, 4, 8, 8, 6, 3, 3, Conv2dParams::make(2, 1), false},        // bottleneck's strided 3x3
-    {3, 5, 6, 5, 7, 1, 1, Conv2dParams::make(1, 0), true},         // pointwise
-    {2, 4, 7, 7, 8, 1, 1, Conv2dParams::make(2, 0), false},        // downsample 1x1 stride 2
-    {1, 3, 11, 10, 4, 7, 7, Conv2dParams::make(2, 3), false},      // the stem's 7x7
-    {2, 4, 9, 8, 4, 3, 3, Conv2dParams::make(1, 2, 2), true},      // dilation 2
-    {2, 6, 5, 7, 4, 3, 3, Conv2dParams::make(1, 1, 1, 2), true},   // groups 2
-    {1, 4, 6, 6, 4, 3, 3, Conv2dParams::make(1, 1, 1, 4), false},  // depthwise
-    {2, 2, 5, 6, 3, 2, 3, {2, 1, 0, 1, 1, 2, 1}, true},            // asymmetric everything
-};
+using Case = test::ConvCase;
 
 std::string case_name(const Case& k, DType t, MemoryFormat f) {
   return label("conv2d", t, {k.N, k.C, k.H, k.W}, f) + " w" + shape_str({k.O, k.C / k.p.groups, k.KH, k.KW}) + " s" +
@@ -146,14 +130,14 @@ TEST_CASE("conv2d on CUDA matches the CPU: forward and gradients, both layouts, 
   uint64_t seed = 100;
   for (DType t : {DType::f32, DType::bf16, DType::f16})
     for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
-      for (const Case& k : kCases) check_case(k, t, f, seed += 10);
+      for (const Case& k : test::conv_cases()) check_case(k, t, f, seed += 10);
 }
 
 TEST_CASE("conv2d on CUDA in f64: matches the CPU, or says clearly that cuDNN has no engine") {
   if (!have_gpu("conv2d on CUDA in f64")) return;
   uint64_t seed = 900;
   for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
-    for (const Case& k : kCases) {
+    for (const Case& k : test::conv_cases()) {
       try {
         check_case(k, DType::f64, f, seed += 10);
       } catch (const Error& e) {
@@ -166,7 +150,7 @@ TEST_CASE("conv2d on CUDA in f64: matches the CPU, or says clearly that cuDNN ha
 
 TEST_CASE("conv2d with a weight in the other layout than x") {
   if (!have_gpu("conv2d with a weight in the other layout than x")) return;
-  const Case k = kCases[6];  // groups 2, bias
+  const Case k = test::conv_cases()[6];  // groups 2, bias
   const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, 7), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, 8);
   for (MemoryFormat xf : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
     const MemoryFormat wf = xf == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
@@ -191,7 +175,7 @@ TEST_CASE("conv2d in benchmark mode: the fastest plan still matches the CPU") {
   uint64_t seed = 500;
   try {
     for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
-      for (const Case& k : {kCases[0], kCases[4], kCases[6]}) check_case(k, DType::f32, f, seed += 10);
+      for (int i : {0, 4, 6}) check_case(test::conv_cases()[i], DType::f32, f, seed += 10);
   } catch (...) {
     cuda::set_cudnn_benchmark(false);
     throw;
