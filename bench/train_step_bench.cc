@@ -28,13 +28,15 @@ struct Options {
   int64_t batch = 8, C = 3, H = 224, W = 224, classes = 1000, width = 64;
   bool small_stem = false, channels_last = false;
   int stem_stride = 1;
+  std::string device = "cpu";
   int steps = 5, warmup = 2;
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
-               "[--classes K] [--width W] [--small-stem] [--channels-last] [--steps N] [--warmup N]\n",
+               "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
+               "[--steps N] [--warmup N]\n",
                why);
   std::exit(2);
 }
@@ -56,6 +58,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--width") o.width = std::atol(next().c_str());
     else if (a == "--small-stem") o.small_stem = true;
     else if (a == "--stem-stride") o.stem_stride = std::atoi(next().c_str());
+    else if (a == "--device") o.device = next();
     else if (a == "--channels-last") o.channels_last = true;
     else if (a == "--steps") o.steps = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
@@ -77,7 +80,8 @@ int main(int argc, char** argv) {
   mo.stem_stride = o.stem_stride;
   auto model = rt::models::make_model(o.model, mo);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
-  model->to(rt::Device::cpu(), fmt);
+  const rt::Device dev = rt::Device::parse(o.device);
+  model->to(dev, fmt);
   model->train();
   rt::optim::SgdOptions so;
   so.lr = 0.01;
@@ -85,8 +89,8 @@ int main(int argc, char** argv) {
   so.weight_decay = 1e-4;
   auto opt = rt::optim::make_sgd(model->named_parameters(), so);
   rt::Generator g(1);
-  const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, rt::Device::cpu(), fmt);
-  const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes);
+  const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, dev, fmt);
+  const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes, dev);
 
   std::vector<double> ms;
   double loss = 0;
@@ -96,17 +100,17 @@ int main(int argc, char** argv) {
     rt::Tensor l = rt::cross_entropy(model->forward(x), y);
     l.backward();
     opt->step();
-    loss = l.item();
+    loss = l.item();  // also waits for the device, so the step's time is complete
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) ms.push_back(t);
   }
   std::sort(ms.begin(), ms.end());
   const double med = ms[ms.size() / 2];
-  const rt::AllocatorStats st = rt::allocator_for(rt::Device::cpu()).stats();
+  const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"channels_last\": %s, \"threads\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, "
+              "\"device\": \"%s\", \"channels_last\": %s, \"threads\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, "
               "\"peak_tensor_bytes\": %ld}\n",
-              o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, o.channels_last ? "true" : "false",
+              o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), o.channels_last ? "true" : "false",
               omp_get_max_threads(), med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes);
   return 0;
 }
