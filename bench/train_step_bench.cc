@@ -70,8 +70,19 @@ Options parse(int argc, char** argv) {
 
 }  // namespace
 
+int run(const Options& o);
+
 int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
+  try {
+    return run(o);
+  } catch (const rt::Error& e) {
+    std::fprintf(stderr, "train_step_bench: %s\n", e.what());
+    return 1;
+  }
+}
+
+int run(const Options& o) {
   rt::models::ModelOptions mo;
   mo.num_classes = o.classes;
   mo.in_channels = o.C;
