@@ -1,0 +1,175 @@
+#include "data/image_transforms.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "engine/error.h"
+
+namespace rt::data {
+
+namespace {
+
+// Python's round() for the values torchvision passes to int(round(...)): half to even
+// (nearbyint in the default rounding mode).
+int py_round(double v) { return int(std::nearbyint(v)); }
+
+// One axis of a resampling: output index o (plus `offset`, for a window of a larger
+// virtual output) samples source position start + (o + offset + 0.5) * step - 0.5,
+// clamped into the source pixels [lo, hi] the way torch clamps into its input.
+struct AxisSpec {
+  double start, step;
+  int offset, lo, hi;
+};
+
+struct AxisTaps {
+  std::vector<int> i0, i1;
+  std::vector<float> w1;
+};
+
+AxisTaps make_taps(const AxisSpec& a, int n) {
+  AxisTaps t;
+  t.i0.resize(size_t(n));
+  t.i1.resize(size_t(n));
+  t.w1.resize(size_t(n));
+  const int len = a.hi - a.lo + 1;
+  for (int o = 0; o < n; ++o) {
+    double r = a.start + (o + a.offset + 0.5) * a.step - 0.5 - a.lo;
+    if (r < 0) r = 0;
+    int i0 = int(r);
+    if (i0 > len - 1) i0 = len - 1;
+    const int i1 = std::min(i0 + 1, len - 1);
+    const double w = std::clamp(r - i0, 0.0, 1.0);
+    t.i0[size_t(o)] = a.lo + i0;
+    t.i1[size_t(o)] = a.lo + i1;
+    t.w1[size_t(o)] = float(w);
+  }
+  return t;
+}
+
+void resample(const uint8_t* src, int src_w, int src_h, const AxisSpec& ax, const AxisSpec& ay, int out_w,
+              int out_h, uint8_t* out) {
+  RT_CHECK(ax.lo >= 0 && ax.hi < src_w && ax.lo <= ax.hi && ay.lo >= 0 && ay.hi < src_h && ay.lo <= ay.hi,
+           "resize: source window [", ax.lo, ", ", ax.hi, "] x [", ay.lo, ", ", ay.hi, "] is outside the ", src_w,
+           "x", src_h, " image");
+  RT_CHECK(out_w > 0 && out_h > 0, "resize: output size must be positive, got ", out_w, "x", out_h);
+  const AxisTaps tx = make_taps(ax, out_w), ty = make_taps(ay, out_h);
+  const size_t stride = size_t(src_w) * 3;
+  for (int oy = 0; oy < out_h; ++oy) {
+    const uint8_t* r0 = src + size_t(ty.i0[size_t(oy)]) * stride;
+    const uint8_t* r1 = src + size_t(ty.i1[size_t(oy)]) * stride;
+    const float wy = ty.w1[size_t(oy)];
+    uint8_t* dst = out + size_t(oy) * size_t(out_w) * 3;
+    for (int ox = 0; ox < out_w; ++ox) {
+      const size_t x0 = size_t(tx.i0[size_t(ox)]) * 3, x1 = size_t(tx.i1[size_t(ox)]) * 3;
+      const float wx = tx.w1[size_t(ox)];
+      for (int c = 0; c < 3; ++c) {
+        const float top = (1.0f - wx) * float(r0[x0 + size_t(c)]) + wx * float(r0[x1 + size_t(c)]);
+        const float bot = (1.0f - wx) * float(r1[x0 + size_t(c)]) + wx * float(r1[x1 + size_t(c)]);
+        const float v = (1.0f - wy) * top + wy * bot;
+        dst[size_t(ox) * 3 + size_t(c)] = uint8_t(std::clamp(int(v + 0.5f), 0, 255));
+      }
+    }
+  }
+}
+
+int dct_scale_for(int have, int want) {
+  for (int d : {8, 4, 2})
+    if (have >= d * want) return d;
+  return 1;
+}
+
+}  // namespace
+
+Box random_resized_crop_box(int W, int H, Generator& g, double scale_lo, double scale_hi, double ratio_lo,
+                            double ratio_hi) {
+  RT_CHECK(W > 0 && H > 0, "random_resized_crop_box: image size must be positive, got ", W, "x", H);
+  RT_CHECK(scale_lo <= scale_hi && ratio_lo <= ratio_hi && ratio_lo > 0,
+           "random_resized_crop_box: need scale_lo <= scale_hi and 0 < ratio_lo <= ratio_hi");
+  const double area = double(H) * double(W);
+  const double log_lo = std::log(ratio_lo), log_hi = std::log(ratio_hi);
+  for (int attempt = 0; attempt < 10; ++attempt) {
+    const double target_area = area * (scale_lo + (scale_hi - scale_lo) * g.uniform());
+    const double aspect = std::exp(log_lo + (log_hi - log_lo) * g.uniform());
+    const int w = py_round(std::sqrt(target_area * aspect));
+    const int h = py_round(std::sqrt(target_area / aspect));
+    if (0 < w && w <= W && 0 < h && h <= H) {
+      const int i = int(g.randint(0, H - h + 1));
+      const int j = int(g.randint(0, W - w + 1));
+      return Box{j, i, w, h};
+    }
+  }
+  const double in_ratio = double(W) / double(H);
+  int w, h;
+  if (in_ratio < ratio_lo) {
+    w = W;
+    h = py_round(w / ratio_lo);
+  } else if (in_ratio > ratio_hi) {
+    h = H;
+    w = py_round(h * ratio_hi);
+  } else {
+    w = W;
+    h = H;
+  }
+  return Box{(W - w) / 2, (H - h) / 2, w, h};
+}
+
+void resize_bilinear(const uint8_t* src, int src_w, int src_h, Box crop, int out_w, int out_h, uint8_t* out) {
+  RT_CHECK(crop.w > 0 && crop.h > 0, "resize_bilinear: empty crop");
+  const AxisSpec ax{double(crop.x), double(crop.w) / out_w, 0, crop.x, crop.x + crop.w - 1};
+  const AxisSpec ay{double(crop.y), double(crop.h) / out_h, 0, crop.y, crop.y + crop.h - 1};
+  resample(src, src_w, src_h, ax, ay, out_w, out_h, out);
+}
+
+void flip_horizontal(uint8_t* img, int w, int h) {
+  for (int y = 0; y < h; ++y) {
+    uint8_t* row = img + size_t(y) * size_t(w) * 3;
+    for (int a = 0, b = w - 1; a < b; ++a, --b)
+      for (int c = 0; c < 3; ++c) std::swap(row[size_t(a) * 3 + size_t(c)], row[size_t(b) * 3 + size_t(c)]);
+  }
+}
+
+Box resize_shorter_size(int W, int H, int resize) {
+  RT_CHECK(W > 0 && H > 0 && resize > 0, "resize_shorter_size: sizes must be positive");
+  if (W <= H) return Box{0, 0, resize, int(int64_t(resize) * H / W)};
+  return Box{0, 0, int(int64_t(resize) * W / H), resize};
+}
+
+Box center_crop_box(int W, int H, int crop) {
+  RT_CHECK(crop > 0 && crop <= W && crop <= H, "center_crop_box: crop ", crop, " does not fit in ", W, "x", H);
+  return Box{py_round((W - crop) / 2.0), py_round((H - crop) / 2.0), crop, crop};
+}
+
+void train_transform(std::span<const uint8_t> bytes, const std::string& label, int size, Generator& g, bool flip,
+                     uint8_t* out_hwc, DecodeMode mode) {
+  RT_CHECK(size > 0, label, ": train_transform: size must be positive, got ", size);
+  const ImageInfo info = jpeg_info(bytes, label);
+  const Box box = random_resized_crop_box(info.width, info.height, g);
+  if (mode == DecodeMode::full) {
+    const DecodedImage img = decode_jpeg(bytes, label);
+    resize_bilinear(img.rgb.data(), img.width, img.height, box, size, size, out_hwc);
+  } else {
+    const int d = dct_scale_for(std::min(box.w, box.h), size);
+    const DecodedImage img = decode_jpeg_region(bytes, label, box, d);
+    // The crop in the decoded image's coordinates (fractional when d > 1).
+    const AxisSpec ax{double(box.x) / d - img.box.x, double(box.w) / d / size, 0, 0, img.width - 1};
+    const AxisSpec ay{double(box.y) / d - img.box.y, double(box.h) / d / size, 0, 0, img.height - 1};
+    resample(img.rgb.data(), img.width, img.height, ax, ay, size, size, out_hwc);
+  }
+  if (flip) flip_horizontal(out_hwc, size, size);
+}
+
+void eval_transform(std::span<const uint8_t> bytes, const std::string& label, int resize, int crop,
+                    uint8_t* out_hwc, DecodeMode mode) {
+  const ImageInfo info = jpeg_info(bytes, label);
+  const Box rs = resize_shorter_size(info.width, info.height, resize);
+  const Box cc = center_crop_box(rs.w, rs.h, crop);
+  const int d =
+      mode == DecodeMode::full ? 1 : dct_scale_for(std::min(info.width, info.height), resize);
+  const DecodedImage img = decode_jpeg_region(bytes, label, Box{0, 0, info.width, info.height}, d);
+  const AxisSpec ax{0.0, double(info.width) / rs.w / d, cc.x, 0, img.width - 1};
+  const AxisSpec ay{0.0, double(info.height) / rs.h / d, cc.y, 0, img.height - 1};
+  resample(img.rgb.data(), img.width, img.height, ax, ay, crop, crop, out_hwc);
+}
+
+}  // namespace rt::data
