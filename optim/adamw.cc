@@ -47,11 +47,8 @@ class AdamW final : public Optimizer {
       : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()) {}
 
   void step() override {
-    check_non_negative(lr_, "lr", kWho);
     NoGradGuard no_grad;
-    // Every gradient is checked before any parameter changes (no half-updated model).
-    std::vector<Tensor> grads(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) grads[i] = grad_for_update(params_[i].first, params_[i].second, kWho);
+    const std::vector<Tensor> grads = grads_for_step(params_, lr_, kWho);
 
     // CUDA parameters are gathered per dtype and updated by one fused launch per list.
     std::vector<cuda::AdamWTensor> on_cuda[2];  // f32, f64

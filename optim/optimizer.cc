@@ -30,6 +30,13 @@ void check_param_list(const nn::NamedTensors& params, const char* who) {
   }
 }
 
+std::vector<Tensor> grads_for_step(const nn::NamedTensors& params, double lr, const char* who) {
+  check_non_negative(lr, "lr", who);
+  std::vector<Tensor> grads(params.size());
+  for (size_t i = 0; i < params.size(); ++i) grads[i] = grad_for_update(params[i].first, params[i].second, who);
+  return grads;
+}
+
 Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who) {
   Tensor g = param.grad();
   if (!g.defined()) return g;

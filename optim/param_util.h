@@ -20,6 +20,11 @@ void check_param_list(const nn::NamedTensors& params, const char* who);
 // in its memory format, relaid when backward produced the other one.
 Tensor grad_for_update(const std::string& name, const Tensor& param, const char* who);
 
+// The start of every step(): checks lr, then every parameter's gradient before any
+// parameter changes (a bad one must not leave the model half updated). One entry per
+// parameter, undefined where it has no gradient.
+std::vector<Tensor> grads_for_step(const nn::NamedTensors& params, double lr, const char* who);
+
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
 void check_non_negative(double value, const char* what, const char* who);
 

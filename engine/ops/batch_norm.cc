@@ -22,10 +22,6 @@ void blend_running(Tensor& r, const std::vector<double>& v, double momentum) {
   });
 }
 
-std::vector<double> read_stat(const Tensor& r) {
-  return r.to_vector<double>();
-}
-
 // The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
 // f32 otherwise) and are never read on the host; the running statistics are updated there.
 Tensor batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
@@ -125,8 +121,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
     }
   } else {
     RT_CHECK(running_mean.defined(), op, ": eval mode needs running_mean and running_var");
-    *mean = read_stat(running_mean);
-    std::vector<double> var = read_stat(running_var);
+    *mean = running_mean.to_vector<double>();
+    std::vector<double> var = running_var.to_vector<double>();
     for (int64_t c = 0; c < C; ++c) (*invstd)[c] = 1.0 / std::sqrt(var[c] + eps);
   }
 

@@ -16,6 +16,7 @@
 #include <jpeglib.h>
 
 #include "engine/error.h"
+#include "tests/data/jpeg_test_util.h"
 
 using namespace rt::data;
 
@@ -31,29 +32,7 @@ std::vector<uint8_t> encode_rgb(int w, int h, uint64_t seed = 1) {
         px[(size_t(y) * size_t(w) + size_t(x)) * 3 + size_t(c)] =
             uint8_t(std::clamp(base + int(g.randint(-12, 13)), 0, 255));
       }
-  jpeg_compress_struct c;
-  jpeg_error_mgr e;
-  c.err = jpeg_std_error(&e);
-  jpeg_create_compress(&c);
-  unsigned char* buf = nullptr;
-  unsigned long size = 0;
-  jpeg_mem_dest(&c, &buf, &size);
-  c.image_width = JDIMENSION(w);
-  c.image_height = JDIMENSION(h);
-  c.input_components = 3;
-  c.in_color_space = JCS_RGB;
-  jpeg_set_defaults(&c);
-  jpeg_set_quality(&c, 90, TRUE);
-  jpeg_start_compress(&c, TRUE);
-  while (c.next_scanline < c.image_height) {
-    JSAMPROW row = px.data() + size_t(c.next_scanline) * size_t(w) * 3;
-    jpeg_write_scanlines(&c, &row, 1);
-  }
-  jpeg_finish_compress(&c);
-  std::vector<uint8_t> out(buf, buf + size);
-  std::free(buf);
-  jpeg_destroy_compress(&c);
-  return out;
+  return rt::data::test::encode_jpeg(w, h, 3, JCS_RGB, px);
 }
 
 // torchvision's get_params written out plainly (Python round = half to even).
