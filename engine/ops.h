@@ -77,6 +77,15 @@ Tensor global_avg_pool(const Tensor& x);  // (N, C, H, W) -> (N, C)
 // x (N, in), weight (out, in), bias (out) or undefined -> (N, out) = x W^T + b.
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias);
 
+// ---- input -----------------------------------------------------------------------
+// A loader batch -> model input: pixels (N, H, W, C) u8 -> (N, C, H, W) of `dtype` in
+// memory format `format`, on the pixels' device, with y = (x / 255 - mean[c]) / std[c]
+// computed as fma(x, 1 / (255 std[c]), -mean[c] / std[c]) in the compute type (the same
+// bits on CPU and CUDA). mean/std: 1 value (all channels) or C values. Not differentiable
+// (the input is data). CPU: f32 or f64 outputs; CUDA: also bf16, f16.
+Tensor normalize_pixels(const Tensor& pixels, const std::vector<double>& mean, const std::vector<double>& std,
+                        MemoryFormat format, DType dtype = DType::f32);
+
 // ---- loss ------------------------------------------------------------------------
 // Mean over the batch of softmax cross-entropy; logits (N, K), target i64 (N) in [0, K).
 // With label smoothing e: loss_i = (1 - e) * nll_i + e * mean_k(-log p_ik).
