@@ -135,4 +135,10 @@ std::string Flags::help(const std::string& usage) const {
   return os.str();
 }
 
+bool Flags::has(const std::string& name) const {
+  for (const Flag& f : table_)
+    if (f.name == name) return true;
+  return false;
+}
+
 }  // namespace rt::cli

@@ -33,6 +33,7 @@ class Flags {
   std::string help(const std::string& usage) const;
 
   bool given(const std::string& name) const { return values_.count(name) > 0; }
+  bool has(const std::string& name) const;  // the command takes this flag
   std::string str(const std::string& name) const;
   int64_t integer(const std::string& name) const;
   double number(const std::string& name) const;

@@ -1,11 +1,13 @@
-// Training augmentation: random crop from a zero-padded image, then a random horizontal
-// flip (the standard CIFAR recipe). The random choices for an example come from
-// (seed, epoch, dataset index), so they are the same whichever worker builds the batch.
+// Training augmentation of small in-memory images (the standard CIFAR recipe): a random
+// crop from the image zero-padded by `pad` pixels (black, as torchvision's RandomCrop(pad)
+// pads before normalising), then a random horizontal flip. The random choices for an
+// example come from (seed, epoch, dataset index), so they are the same whichever worker
+// builds the batch.
 #pragma once
 
 #include <cstdint>
 
-#include "engine/tensor.h"
+#include "engine/random.h"
 
 namespace rt::data {
 
@@ -16,10 +18,11 @@ struct AugmentOptions {
   uint64_t seed = 0;
 };
 
-// Writes the augmented `src` (CHW, shape chw) to `dst` (same size, not overlapping).
-// Pixels shifted in from outside the image are 0, i.e. after normalisation: the dataset's
-// mean colour (torchvision pads before normalising, giving black; either is a neutral fill).
-void augment_example(const float* src, const Shape& chw, const AugmentOptions& opt, int64_t epoch, int64_t index,
-                     float* dst);
+// The generator of example `index`'s random choices in `epoch` under `seed`.
+Generator example_generator(uint64_t seed, int64_t epoch, int64_t index);
+
+// Writes the augmented `src` (HWC bytes, H x W x C) to `dst` (same size, not overlapping).
+void augment_example(const uint8_t* src, int64_t H, int64_t W, int64_t C, const AugmentOptions& opt, int64_t epoch,
+                     int64_t index, uint8_t* dst);
 
 }  // namespace rt::data

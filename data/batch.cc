@@ -1,29 +1,40 @@
 #include "data/batch.h"
 
-#include <vector>
+#include "engine/error.h"
 
 namespace rt::data {
 
-Batch assemble_batch(const Dataset& ds, std::span<const int64_t> indices, const AugmentOptions& augment,
-                     int64_t epoch, int64_t batch_index) {
+Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t begin, int64_t end, int64_t epoch,
+                     int64_t batch_index, const AssembleOptions& opt) {
+  RT_CHECK(0 <= begin && begin < end && end <= int64_t(order.size()), "assemble_batch: positions [", begin, ", ", end,
+           ") are not a non-empty range of an order of ", order.size());
   const Shape chw = ds.image_shape();
-  const int64_t n = int64_t(indices.size()), example = shape_numel(chw);
+  const int64_t n = end - begin, bytes = ds.example_bytes();
+  const bool u8 = ds.pixel_dtype() == DType::u8;
+  const Shape shape = u8 ? Shape{n, chw[1], chw[2], chw[0]} : Shape{n, chw[0], chw[1], chw[2]};
   Batch b;
   b.epoch = epoch;
   b.index = batch_index;
-  b.images = Tensor::empty({n, chw[0], chw[1], chw[2]});
-  b.labels = Tensor::empty({n}, DType::i64);
-  float* images = b.images.data<float>();
+  b.norm = ds.normalization();
+  b.images = opt.pin_memory ? Tensor::empty_pinned(shape, ds.pixel_dtype()) : Tensor::empty(shape, ds.pixel_dtype());
+  b.labels = opt.pin_memory ? Tensor::empty_pinned({n}, DType::i64) : Tensor::empty({n}, DType::i64);
+  auto* images = static_cast<uint8_t*>(b.images.raw_data());
   int64_t* labels = b.labels.data<int64_t>();
-  std::vector<float> scratch(augment.enabled ? size_t(example) : 0);
+  const int64_t size = int64_t(order.size());
   for (int64_t k = 0; k < n; ++k) {
-    float* dst = images + k * example;
-    if (!augment.enabled) {
-      ds.get(indices[size_t(k)], dst, &labels[k]);
-      continue;
+    for (int64_t attempt = 0;; ++attempt) {
+      const int64_t i = order[size_t((begin + k + attempt) % size)];
+      try {
+        ds.get(i, epoch, images + k * bytes, &labels[k]);
+        break;
+      } catch (const BadExample& e) {
+        RT_CHECK(!opt.strict, e.what(), " (--strict-images: unreadable images are errors; drop the flag to skip them)");
+        b.skipped.push_back({i, e.source(), e.what()});
+        RT_CHECK(attempt + 1 < opt.max_replacements && attempt + 1 < size, "dataset ", ds.name(), ": ", attempt + 1,
+                 " unreadable examples in a row, the last ", e.source(), ": ", e.what(),
+                 "; the dataset looks damaged: check --data-path");
+      }
     }
-    ds.get(indices[size_t(k)], scratch.data(), &labels[k]);
-    augment_example(scratch.data(), chw, augment, epoch, indices[size_t(k)], dst);
   }
   return b;
 }

@@ -29,7 +29,8 @@ std::vector<std::string> file_names(const std::string& split) {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::string& split) {
+std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::string& split,
+                                      const AugmentOptions& augment) {
   namespace fs = std::filesystem;
   std::error_code ec;
   // Accept the folder the archive unpacks into as well as the folder that holds it.
@@ -65,8 +66,8 @@ std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::str
       pixels.insert(pixels.end(), rec + 1, rec + kRecordBytes);
     }
   }
-  return std::make_unique<U8Dataset>("cifar10", Shape{3, 32, 32}, kClasses, std::move(pixels), std::move(labels),
-                                     PixelNormalizer(3, kMean, kStd, "cifar10"));
+  return std::make_unique<U8Dataset>("cifar10", Shape{3, 32, 32}, kClasses, pixels, std::move(labels),
+                                     Normalization{kMean, kStd}, augment);
 }
 
 }  // namespace rt::data

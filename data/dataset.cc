@@ -6,7 +6,7 @@
 
 namespace rt::data {
 
-const char* dataset_names() { return "fashion-mnist, cifar10, synthetic, tensors"; }
+const char* dataset_names() { return "fashion-mnist, cifar10, imagenet, synthetic, tensors"; }
 
 std::string default_data_path(const std::string& name) {
   if (name == "fashion-mnist") return kFashionMnistDefaultPath;
@@ -17,12 +17,19 @@ std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string
                                       const DatasetOptions& opt) {
   RT_CHECK(split == "train" || split == "test", "dataset split '", split, "': expected \"train\" or \"test\"");
   const std::string path = data_path.empty() ? default_data_path(name) : data_path;
-  if (name == "fashion-mnist") return open_fashion_mnist(path, split);
+  AugmentOptions augment = opt.augment;
+  augment.enabled = augment.enabled && split == "train";
+  if (name == "fashion-mnist") return open_fashion_mnist(path, split, augment);
   if (name == "synthetic") return make_synthetic(opt.synthetic, split);
   if (name == "cifar10") {
     RT_CHECK(!path.empty(), "dataset cifar10 has no default location: download the binary version ",
              "(cifar-10-binary.tar.gz), unpack it and pass --data-path <folder>/cifar-10-batches-bin");
-    return open_cifar10(path, split);
+    return open_cifar10(path, split, augment);
+  }
+  if (name == "imagenet") {
+    RT_CHECK(!path.empty(), "dataset imagenet needs --data-path DIR: ImageNet-1k in the ImageFolder layout, ",
+             "DIR/train/<wnid>/*.JPEG and DIR/val/<wnid>/*.JPEG (or DIR/val/*.JPEG with DIR/LOC_val_solution.csv)");
+    return open_image_folder(path, split, opt.image_folder);
   }
   if (name == "tensors") {
     RT_CHECK(!path.empty(), "dataset tensors needs --data-path: a .safetensors file with \"images\" (N,C,H,W) ",

@@ -1,8 +1,15 @@
-// Datasets: random-access image classification examples, already normalised.
+// Datasets: random-access image classification examples.
 //
-// A Dataset holds (or computes) its examples and hands out one at a time as float32 CHW
-// plus a label. Reads are const and thread-safe, so the Loader's worker threads share a
-// single instance.
+// An example is raw pixels, uint8 HWC (pixel_dtype() u8): batches of them leave the CPU
+// as (N, H, W, C) bytes and are normalised with normalization() on the model's device
+// (normalize_pixels), a quarter of the f32 bytes over PCIe. Synthetic data and f32
+// "tensors" files give f32 CHW examples, already normalised (pixel_dtype() f32).
+//
+// A dataset carries its transform, like torchvision's `transform=`: training
+// augmentation or evaluation resize/crop. The random choices for example i in epoch e
+// come from (seed, e, i) alone (data/seed.h), so every worker thread builds the same
+// example, in any order. Reads are const and thread-safe: the loader's workers share one
+// instance.
 #pragma once
 
 #include <cstdint>
@@ -10,20 +17,45 @@
 #include <string>
 #include <vector>
 
+#include "data/augment.h"
 #include "engine/tensor.h"
 
 namespace rt::data {
+
+// Per-channel mean and std of pixel / 255 (one value: every channel). The default leaves
+// pixels at v / 255.
+struct Normalization {
+  std::vector<double> mean = {0.0};
+  std::vector<double> std = {1.0};
+};
+
+// An example that cannot be read: a corrupt, truncated or non-image file. The loader
+// skips it (and names it); anything else a dataset throws is a real error.
+class BadExample : public Error {
+ public:
+  BadExample(const std::string& source, const std::string& what) : Error(what), source_(source) {}
+  const std::string& source() const { return source_; }  // the file
+
+ private:
+  std::string source_;
+};
 
 class Dataset {
  public:
   virtual ~Dataset() = default;
   virtual int64_t size() const = 0;
-  virtual Shape image_shape() const = 0;  // {C, H, W}
+  virtual Shape image_shape() const = 0;  // {C, H, W} of every example
   virtual int64_t num_classes() const = 0;
   virtual std::string name() const = 0;
-  // Writes example i (0 <= i < size()) as float32 CHW, normalised with the dataset's
-  // mean/std, and its label in [0, num_classes()).
-  virtual void get(int64_t i, float* chw, int64_t* label) const = 0;
+  virtual DType pixel_dtype() const { return DType::u8; }
+  // How u8 pixels become model inputs (ignored for f32 datasets).
+  virtual Normalization normalization() const { return {}; }
+  // Writes example i (0 <= i < size()) as drawn in `epoch`: u8 datasets H*W*C bytes
+  // (HWC), f32 datasets C*H*W floats (CHW), and its label in [0, num_classes()). Throws
+  // BadExample for an unreadable example, rt::Error for anything else.
+  virtual void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const = 0;
+
+  int64_t example_bytes() const { return shape_numel(image_shape()) * int64_t(dtype_size(pixel_dtype())); }
 };
 
 // The "synthetic" dataset: random examples computed on demand (nothing is stored).
@@ -34,8 +66,22 @@ struct SyntheticOptions {
   uint64_t seed = 0;
 };
 
+// Training-time sizes of the ImageNet pipeline (torchvision's reference-script defaults).
+struct ImageFolderOptions {
+  int train_crop_size = 224;   // RandomResizedCrop output
+  int val_resize_size = 256;   // evaluation: shorter side resized to this ...
+  int val_crop_size = 224;     // ... then centre-cropped to this
+  uint64_t seed = 0;           // augmentation randomness
+  std::string cache_dir;       // file-list cache ("" = the default, see data/image_folder.h)
+  bool use_cache = true;
+};
+
 struct DatasetOptions {
   SyntheticOptions synthetic;
+  // In-memory u8 datasets (fashion-mnist, cifar10, u8 tensors), split "train" only:
+  // random crop from the zero-padded image and flip.
+  AugmentOptions augment;
+  ImageFolderOptions image_folder;
   // "tensors" with uint8 images: per-channel mean and std applied after /255. Empty: no
   // normalisation; one value: the same for every channel; else one per channel.
   std::vector<double> mean;
@@ -49,9 +95,10 @@ const char* dataset_names();
 // Where `name` looks when no data path is given ("" when it needs one).
 std::string default_data_path(const std::string& name);
 
-// name: fashion-mnist | cifar10 | synthetic | tensors; split: "train" | "test".
-// data_path: a folder (fashion-mnist, cifar10), a .safetensors file or a folder holding
-// <split>.safetensors (tensors), ignored by synthetic; "" = default_data_path(name).
+// name: fashion-mnist | cifar10 | imagenet | synthetic | tensors; split: "train" | "test"
+// (imagenet: the train and val folders). data_path: a folder (fashion-mnist, cifar10,
+// imagenet), a .safetensors file or a folder holding <split>.safetensors (tensors),
+// ignored by synthetic; "" = default_data_path(name).
 // Throws rt::Error naming the path, what was expected there and how to fix it.
 std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string& data_path, const std::string& split,
                                       const DatasetOptions& opt = {});

@@ -39,7 +39,8 @@ std::string find_file(const std::string& dir, const std::string& prefix) {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::string& split) {
+std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::string& split,
+                                            const AugmentOptions& augment) {
   const std::string stem = split == "train" ? "train" : "t10k";
   const std::string images_path = find_file(dir, stem + "-images-idx3-ubyte");
   const std::string labels_path = find_file(dir, stem + "-labels-idx1-ubyte");
@@ -55,8 +56,7 @@ std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::s
     y[i] = labels.data[i];
   }
   return std::make_unique<U8Dataset>("fashion-mnist", Shape{1, images.dims[1], images.dims[2]}, kClasses,
-                                     std::move(images.data), std::move(y),
-                                     PixelNormalizer(1, {kMean}, {kStd}, "fashion-mnist"));
+                                     images.data, std::move(y), Normalization{{kMean}, {kStd}}, augment);
 }
 
 }  // namespace rt::data

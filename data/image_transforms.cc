@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "data/png_decode.h"
 #include "engine/error.h"
 
 namespace rt::data {
@@ -79,6 +80,16 @@ int dct_scale_for(int have, int want) {
   return 1;
 }
 
+// Resize(resize) + CenterCrop(crop) of a W x H image from `img`, its decode at 1/d scale
+// (the whole image): only the crop window of the resized image is computed.
+void eval_resample(const DecodedImage& img, int W, int H, int d, int resize, int crop, uint8_t* out) {
+  const Box rs = resize_shorter_size(W, H, resize);
+  const Box cc = center_crop_box(rs.w, rs.h, crop);
+  const AxisSpec ax{0.0, double(W) / rs.w / d, cc.x, 0, img.width - 1};
+  const AxisSpec ay{0.0, double(H) / rs.h / d, cc.y, 0, img.height - 1};
+  resample(img.rgb.data(), img.width, img.height, ax, ay, crop, crop, out);
+}
+
 }  // namespace
 
 Box random_resized_crop_box(int W, int H, Generator& g, double scale_lo, double scale_hi, double ratio_lo,
@@ -143,6 +154,15 @@ Box center_crop_box(int W, int H, int crop) {
 void train_transform(std::span<const uint8_t> bytes, const std::string& label, int size, Generator& g, bool flip,
                      uint8_t* out_hwc, DecodeMode mode) {
   RT_CHECK(size > 0, label, ": train_transform: size must be positive, got ", size);
+  if (is_png(bytes)) {
+    // A PNG (a handful of ImageNet's .JPEG files): no region decode or DCT scaling, so
+    // decode it whole and cut the same box, as mode full does for a JPEG.
+    const DecodedImage img = decode_png(bytes, label);
+    const Box box = random_resized_crop_box(img.width, img.height, g);
+    resize_bilinear(img.rgb.data(), img.width, img.height, box, size, size, out_hwc);
+    if (flip) flip_horizontal(out_hwc, size, size);
+    return;
+  }
   const ImageInfo info = jpeg_info(bytes, label);
   const Box box = random_resized_crop_box(info.width, info.height, g);
   if (mode == DecodeMode::full) {
@@ -161,15 +181,19 @@ void train_transform(std::span<const uint8_t> bytes, const std::string& label, i
 
 void eval_transform(std::span<const uint8_t> bytes, const std::string& label, int resize, int crop,
                     uint8_t* out_hwc, DecodeMode mode) {
+  if (is_png(bytes)) {
+    // A PNG: decoded whole at full size (d = 1), then the JPEG path's geometry.
+    const DecodedImage img = decode_png(bytes, label);
+    eval_resample(img, img.width, img.height, 1, resize, crop, out_hwc);
+    return;
+  }
   const ImageInfo info = jpeg_info(bytes, label);
   const Box rs = resize_shorter_size(info.width, info.height, resize);
-  const Box cc = center_crop_box(rs.w, rs.h, crop);
+  center_crop_box(rs.w, rs.h, crop);  // refuse a crop larger than the image before decoding
   const int d =
       mode == DecodeMode::full ? 1 : dct_scale_for(std::min(info.width, info.height), resize);
   const DecodedImage img = decode_jpeg_region(bytes, label, Box{0, 0, info.width, info.height}, d);
-  const AxisSpec ax{0.0, double(info.width) / rs.w / d, cc.x, 0, img.width - 1};
-  const AxisSpec ay{0.0, double(info.height) / rs.h / d, cc.y, 0, img.height - 1};
-  resample(img.rgb.data(), img.width, img.height, ax, ay, crop, crop, out_hwc);
+  eval_resample(img, info.width, info.height, d, resize, crop, out_hwc);
 }
 
 }  // namespace rt::data

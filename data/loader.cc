@@ -1,6 +1,7 @@
 #include "data/loader.h"
 
 #include <algorithm>
+#include <cstdio>
 
 #include "engine/error.h"
 
@@ -12,8 +13,6 @@ Loader::Loader(const Dataset& dataset, Sampler sampler, const LoaderOptions& opt
            " examples but dataset ", dataset.name(), " has ", dataset.size());
   RT_CHECK(opt.workers >= 0, "loader: workers ", opt.workers, " must be >= 0");
   RT_CHECK(opt.prefetch >= 0, "loader: prefetch ", opt.prefetch, " must be >= 0 (0 = 2 per worker)");
-  RT_CHECK(!opt.augment.enabled || opt.augment.pad >= 0, "loader: augmentation pad ", opt.augment.pad,
-           " must be >= 0");
   capacity_ = opt.prefetch > 0 ? opt.prefetch : 2 * int64_t(opt.workers);
   if (capacity_ < 1) capacity_ = 1;
 }
@@ -47,14 +46,25 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   error_ = nullptr;
   ring_.assign(size_t(capacity_), Slot{});
   started_ = true;
+  skipped_in_epoch_ = 0;
   for (int i = 0; i < opt_.workers; ++i) threads_.emplace_back([this] { worker_loop(); });
 }
 
 Batch Loader::build(int64_t k) const {
   const int64_t b = sampler_.batch_size();
   const int64_t begin = k * b, end = std::min<int64_t>(begin + b, int64_t(order_.size()));
-  return assemble_batch(dataset_, std::span<const int64_t>(order_).subspan(size_t(begin), size_t(end - begin)),
-                        opt_.augment, epoch_, k);
+  AssembleOptions ao;
+  ao.strict = opt_.strict;
+  ao.pin_memory = opt_.pin_memory;
+  return assemble_batch(dataset_, order_, begin, end, epoch_, k, ao);
+}
+
+Batch Loader::deliver(Batch b) {
+  skipped_in_epoch_ += int64_t(b.skipped.size());
+  for (const SkippedExample& s : b.skipped)
+    if (opt_.log_skipped && reported_.insert(s.source).second)
+      std::fprintf(stderr, "skipping unreadable image %s: %s\n", s.source.c_str(), s.reason.c_str());
+  return b;
 }
 
 void Loader::worker_loop() {
@@ -90,7 +100,7 @@ std::optional<Batch> Loader::next() {
     try {
       Batch b = build(k);
       ++next_out_;
-      return b;
+      return deliver(std::move(b));
     } catch (...) {
       error_ = std::current_exception();
       throw;
@@ -108,7 +118,7 @@ std::optional<Batch> Loader::next() {
     error_ = s.error;
     std::rethrow_exception(s.error);
   }
-  return std::move(s.batch);
+  return deliver(std::move(s.batch));
 }
 
 }  // namespace rt::data

@@ -9,6 +9,9 @@
 // Workers claim batch indices in order and may run at most `prefetch` batches ahead of
 // the consumer, which bounds memory. An exception thrown while building batch k is
 // rethrown by the next() call that would have returned batch k.
+//
+// Unreadable examples are replaced (Note [Unreadable examples] in data/batch.h); next()
+// names each such file on stderr the first time it is met and counts them per epoch.
 #pragma once
 
 #include <condition_variable>
@@ -16,10 +19,11 @@
 #include <exception>
 #include <mutex>
 #include <optional>
+#include <set>
+#include <string>
 #include <thread>
 #include <vector>
 
-#include "data/augment.h"
 #include "data/batch.h"
 #include "data/dataset.h"
 #include "data/sampler.h"
@@ -29,7 +33,9 @@ namespace rt::data {
 struct LoaderOptions {
   int workers = 0;   // background threads; 0 = build each batch inside next()
   int prefetch = 0;  // batches built ahead of the consumer; 0 = 2 per worker
-  AugmentOptions augment;
+  bool strict = false;      // unreadable examples are errors (--strict-images)
+  bool pin_memory = false;  // batches in page-locked memory, for asynchronous copies to a GPU
+  bool log_skipped = true;  // name each unreadable file on stderr (once)
 };
 
 class Loader {
@@ -48,6 +54,8 @@ class Loader {
 
   int64_t num_batches() const { return sampler_.num_batches(); }
   const Sampler& sampler() const { return sampler_; }
+  // Unreadable examples replaced in the batches next() returned this epoch.
+  int64_t skipped_in_epoch() const { return skipped_in_epoch_; }
 
  private:
   struct Slot {
@@ -57,6 +65,7 @@ class Loader {
   };
 
   Batch build(int64_t k) const;
+  Batch deliver(Batch b);  // reports unreadable examples, counts them
   void worker_loop();
   void stop_workers() noexcept;
 
@@ -69,6 +78,8 @@ class Loader {
   int64_t epoch_ = 0;
   std::vector<int64_t> order_;
   bool started_ = false;
+  int64_t skipped_in_epoch_ = 0;
+  std::set<std::string> reported_;  // unreadable files already named
 
   std::mutex mu_;
   std::condition_variable work_cv_;   // workers: a batch may be claimed, or stop

@@ -21,7 +21,9 @@ class SyntheticDataset final : public Dataset {
   int64_t num_classes() const override { return opt_.num_classes; }
   std::string name() const override { return "synthetic"; }
 
-  void get(int64_t i, float* chw, int64_t* label) const override {
+  DType pixel_dtype() const override { return DType::f32; }
+  void get(int64_t i, int64_t, void* pixels, int64_t* label) const override {
+    float* chw = static_cast<float*>(pixels);
     check_index("synthetic", i, opt_.size);
     Generator g(derive_seed(seed_, uint64_t(i)));
     *label = g.randint(0, opt_.num_classes);

@@ -1,7 +1,7 @@
 // "tensors": a safetensors file with "images" (N, C, H, W; uint8 or float32) and "labels"
-// (N; int64), e.g. written by numpy/PyTorch from any image folder. uint8 images are scaled
-// to [0, 1] and normalised with the options' mean/std; float32 images are used as they are
-// (already normalised by whoever wrote them).
+// (N; int64), e.g. written by numpy/PyTorch from any image folder. uint8 images are raw
+// pixels, normalised (v / 255 - mean) / std with the options' mean/std on the model's
+// device; float32 images are used as they are (already normalised by whoever wrote them).
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
@@ -24,7 +24,8 @@ class F32Dataset final : public Dataset {
   Shape image_shape() const override { return {images_.size(1), images_.size(2), images_.size(3)}; }
   int64_t num_classes() const override { return num_classes_; }
   std::string name() const override { return "tensors"; }
-  void get(int64_t i, float* chw, int64_t* label) const override {
+  DType pixel_dtype() const override { return DType::f32; }
+  void get(int64_t i, int64_t, void* chw, int64_t* label) const override {
     check_index("tensors", i, size());
     const int64_t n = images_.size(1) * images_.size(2) * images_.size(3);
     std::memcpy(chw, images_.data<float>() + i * n, size_t(n) * sizeof(float));
@@ -88,9 +89,14 @@ std::unique_ptr<Dataset> open_tensors(const std::string& path_arg, const std::st
     return std::make_unique<F32Dataset>(images, std::move(y), classes);
   }
   const uint8_t* p = images.data<uint8_t>();
-  std::vector<uint8_t> pixels(p, p + images.numel());
-  return std::make_unique<U8Dataset>("tensors", chw, classes, std::move(pixels), std::move(y),
-                                     PixelNormalizer(chw[0], opt.mean, opt.std, "tensors dataset '" + path + "'"));
+  const std::vector<uint8_t> pixels(p, p + images.numel());
+  Normalization norm;
+  if (!opt.mean.empty()) norm.mean = opt.mean;
+  if (!opt.std.empty()) norm.std = opt.std;
+  check_normalization(norm, chw[0], "tensors dataset '" + path + "'");
+  AugmentOptions augment = opt.augment;
+  augment.enabled = augment.enabled && split == "train";
+  return std::make_unique<U8Dataset>("tensors", chw, classes, pixels, std::move(y), norm, augment);
 }
 
 }  // namespace rt::data

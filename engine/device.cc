@@ -60,22 +60,33 @@ void Allocator::note_free(size_t bytes) noexcept {
 
 namespace {
 
-// Host memory, 64-byte aligned (a cache line; AVX-512 loads).
+// Host memory, 64-byte aligned (a cache line; AVX-512 loads): pageable from the C library,
+// or page-locked from the CUDA driver (pinned_host_allocator()).
 //
-// Note [Host block cache]: blocks of 1 MiB and more are kept after free and handed out
-// again for a request of the same rounded size (up to 1/8 larger). A training step asks
-// for the same sizes every time, so after the first step large tensors cost neither a
-// system call nor page faults (fresh pages are zeroed by the kernel on first touch, which
-// costs as much as writing them). Small blocks go straight to malloc, which caches them.
-class CpuAllocator final : public Allocator {
+// Note [Host block cache]: blocks of at least `cache_min` bytes are kept after free and
+// handed out again for a request of the same rounded size (up to 1/8 larger). A training
+// step asks for the same sizes every time, so after the first step large tensors cost
+// neither a system call nor page faults (fresh pages are zeroed by the kernel on first
+// touch, which costs as much as writing them). Small pageable blocks go straight to
+// malloc, which caches them; pinned blocks are all cached (cudaHostAlloc costs about a
+// millisecond per call and synchronises the device).
+class HostAllocator final : public Allocator {
  public:
-  static constexpr size_t kCacheMin = size_t(1) << 20;
+  struct Backing {
+    void* (*alloc)(size_t bytes);  // nullptr when out of memory
+    void (*free)(void* p) noexcept;
+    size_t cache_min;
+    const char* what;              // for error messages
+    bool pinned;
+  };
   static constexpr size_t kRound = size_t(64) << 10;
+
+  explicit HostAllocator(Backing b) : b_(b) {}
 
   void* allocate(size_t bytes) override {
     const size_t want = std::max<size_t>(bytes, 1);
-    if (want < kCacheMin) {
-      void* p = std::aligned_alloc(64, (want + 63) / 64 * 64);
+    if (want < b_.cache_min) {
+      void* p = b_.alloc((want + 63) / 64 * 64);
       RT_CHECK(p, oom(bytes));
       note_alloc(bytes);
       note_reserved(int64_t((want + 63) / 64 * 64));
@@ -93,10 +104,10 @@ class CpuAllocator final : public Allocator {
         return p;
       }
     }
-    void* p = std::aligned_alloc(64, size);
+    void* p = b_.alloc(size);
     if (!p) {  // give the cache back and try once more
       empty_cache();
-      p = std::aligned_alloc(64, size);
+      p = b_.alloc(size);
     }
     RT_CHECK(p, oom(bytes));
     std::lock_guard<std::mutex> g(mu_);
@@ -108,9 +119,9 @@ class CpuAllocator final : public Allocator {
 
   void deallocate(void* ptr, size_t bytes) noexcept override {
     note_free(bytes);
-    if (std::max<size_t>(bytes, 1) < kCacheMin) {
+    if (std::max<size_t>(bytes, 1) < b_.cache_min) {
       note_reserved(-int64_t((std::max<size_t>(bytes, 1) + 63) / 64 * 64));
-      std::free(ptr);
+      b_.free(ptr);
       return;
     }
     std::lock_guard<std::mutex> g(mu_);
@@ -123,31 +134,38 @@ class CpuAllocator final : public Allocator {
   void empty_cache() override {
     std::lock_guard<std::mutex> g(mu_);
     for (auto& [size, p] : free_) {
-      std::free(p);
+      b_.free(p);
       note_reserved(-int64_t(size));
     }
     free_.clear();
   }
 
   Device device() const override { return Device::cpu(); }
+  bool pinned() const override { return b_.pinned; }
 
  private:
   std::string oom(size_t bytes) const {
     const AllocatorStats s = stats();
-    return detail::cat("out of host memory: tried to allocate ", bytes, " bytes (", s.current_bytes,
+    return detail::cat("out of ", b_.what, ": tried to allocate ", bytes, " bytes (", s.current_bytes,
                        " bytes in use by tensors, ", s.reserved_bytes, " reserved). Use a smaller --batch-size.");
   }
 
+  Backing b_;
   std::mutex mu_;
   std::multimap<size_t, void*> free_;          // cached blocks by size
   std::unordered_map<void*, size_t> live_;     // cached-size blocks in use -> their size
 };
 
+void* aligned_host_alloc(size_t bytes) { return std::aligned_alloc(64, bytes); }
+void aligned_host_free(void* p) noexcept { std::free(p); }
+void* pinned_alloc(size_t bytes) { return cuda::host_alloc_pinned(bytes); }
+void pinned_free(void* p) noexcept { cuda::host_free_pinned(p); }
+
 }  // namespace
 
 Allocator& allocator_for(Device d) {
   if (d.is_cpu()) {
-    static CpuAllocator cpu;
+    static HostAllocator cpu({aligned_host_alloc, aligned_host_free, size_t(1) << 20, "host memory", false});
     return cpu;
   }
   const int n = cuda_device_count();
@@ -163,6 +181,15 @@ Allocator& allocator_for(Device d) {
     return v;
   }();
   return *(*per_device)[d.index];
+}
+
+Allocator& pinned_host_allocator() {
+  const int n = cuda_device_count();
+  RT_CHECK(n > 0, "pinned host memory needs a CUDA device and driver; none is present (load batches into ",
+           "ordinary memory: pin_memory off)");
+  // Leaked on purpose, like the device allocators: blocks may be freed during static destruction.
+  static HostAllocator* pinned = new HostAllocator({pinned_alloc, pinned_free, 0, "pinned host memory", true});
+  return *pinned;
 }
 
 }  // namespace rt

@@ -54,6 +54,7 @@ class Allocator {
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
   virtual Device device() const = 0;
+  virtual bool pinned() const { return false; }  // page-locked host memory
 
   AllocatorStats stats() const;
   void reset_peak();
@@ -78,5 +79,8 @@ class Allocator {
 
 // The process-wide allocator of a device (created on first use).
 Allocator& allocator_for(Device d);
+// Page-locked host memory (device cpu) for asynchronous copies to a GPU: loader batches
+// are built in it. Throws rt::Error when no CUDA device is present.
+Allocator& pinned_host_allocator();
 
 }  // namespace rt

@@ -44,11 +44,23 @@ std::vector<int64_t> strides_of(const Shape& shape, MemoryFormat format) {
 Storage::Storage(size_t nbytes, Device dev) : bytes(nbytes), device(dev), allocator(&allocator_for(dev)) {
   data = allocator->allocate(nbytes);
 }
+Storage::Storage(size_t nbytes, Allocator& a) : bytes(nbytes), device(a.device()), allocator(&a) {
+  data = allocator->allocate(nbytes);
+}
 Storage::~Storage() {
   if (data) allocator->deallocate(data, bytes);
 }
 
 // ---- creation -----------------------------------------------------------------------
+
+Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
+  for (int64_t d : shape) RT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), pinned_host_allocator());
+  impl->shape = shape;
+  impl->dtype = dtype;
+  return Tensor(impl);
+}
 
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryFormat format) {
   for (int64_t d : shape) RT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
@@ -388,6 +400,15 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 void check_cpu_only(const Tensor& t, const char* op) {
   RT_CHECK(t.device().is_cpu(), op, " has no CUDA kernel yet (tensor ", t.str(),
            "); run it on the CPU (--device cpu)");
+}
+
+void copy_async(const Tensor& dst, const Tensor& src, const Stream& s) {
+  RT_CHECK(src.device().is_cpu() && src.is_pinned() && dst.device().is_cuda() && s.device() == dst.device(),
+           "copy_async: expected a pinned CPU source and a CUDA destination on the stream's device, got ", src.str(),
+           " -> ", dst.str(), " on ", s.device().str());
+  RT_CHECK(src.shape() == dst.shape() && src.dtype() == dst.dtype() && src.format() == dst.format(),
+           "copy_async: source ", src.str(), " and destination ", dst.str(), " differ in shape, dtype or format");
+  cuda::memcpy_h2d_async(dst.raw_data(), src.raw_data(), src.nbytes(), dst.device().index, s.handle());
 }
 
 }  // namespace rt

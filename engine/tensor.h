@@ -27,6 +27,7 @@ const char* format_name(MemoryFormat f);
 
 struct Storage {
   Storage(size_t bytes, Device device);
+  Storage(size_t bytes, Allocator& allocator);  // memory from a given allocator (pinned host)
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -65,6 +66,9 @@ class Tensor {
   // ---- creation -------------------------------------------------------------------
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
                       MemoryFormat format = MemoryFormat::contiguous);
+  // A CPU tensor in page-locked memory (pinned_host_allocator()): the source of
+  // asynchronous copies to a GPU. Throws without a CUDA device.
+  static Tensor empty_pinned(const Shape& shape, DType dtype = DType::f32);
   static Tensor full(const Shape& shape, double value, DType dtype = DType::f32, Device device = Device::cpu(),
                      MemoryFormat format = MemoryFormat::contiguous);
   static Tensor zeros(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
@@ -88,6 +92,7 @@ class Tensor {
   Device device() const { return impl().storage->device; }
   MemoryFormat format() const { return impl().format; }
   size_t nbytes() const { return size_t(numel()) * dtype_size(dtype()); }
+  bool is_pinned() const { return impl().storage->allocator->pinned(); }
   std::string str() const;  // "f32[8, 3, 224, 224] channels_last cpu"
 
   // Pointer to the first element. Typed access checks the dtype.
@@ -156,5 +161,12 @@ void check_ndim(const Tensor& t, int want, const char* op, const char* arg);
 void check_same_device(const Tensor& a, const Tensor& b, const char* op);
 void check_same_dtype(const Tensor& a, const Tensor& b, const char* op);
 void check_cpu_only(const Tensor& t, const char* op);
+
+class Stream;
+// dst (CUDA) <- src (CPU, page-locked: Tensor::empty_pinned), same shape, dtype and format,
+// queued on `s` without waiting. src must stay alive and unchanged until `s` has passed
+// this point (record an Event after it); dst must not be used on another stream before
+// that stream waits for such an event.
+void copy_async(const Tensor& dst, const Tensor& src, const Stream& s);
 
 }  // namespace rt

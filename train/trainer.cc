@@ -21,6 +21,7 @@
 #include <set>
 
 #include "data/dataset.h"
+#include "data/device_feeder.h"
 #include "data/loader.h"
 #include "engine/autograd.h"
 #include "engine/io/json.h"
@@ -44,7 +45,7 @@ const std::set<std::string> kTrajectoryFlags = {
     "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
     "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
     "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size",
-    "stem-stride", "memory-format"};
+    "stem-stride", "memory-format", "train-crop-size"};
 
 Device pick_device(const std::string& s) {
   if (s == "auto") {
@@ -71,6 +72,15 @@ data::DatasetOptions dataset_options(const cli::Flags& f) {
     o.synthetic.seed = uint64_t(f.integer("seed"));
     if (f.integer("num-classes") > 0) o.synthetic.num_classes = f.integer("num-classes");
   }
+  // Small in-memory datasets: padding 2 for 28-px images, 4 for 32-px ones.
+  o.augment.enabled = f.has("augment") && f.boolean("augment");
+  o.augment.pad = f.str("dataset") == "fashion-mnist" ? 2 : 4;
+  o.augment.seed = uint64_t(f.integer("seed"));
+  o.image_folder.train_crop_size = int(f.integer("train-crop-size"));
+  o.image_folder.val_resize_size = int(f.integer("val-resize-size"));
+  o.image_folder.val_crop_size = int(f.integer("val-crop-size"));
+  o.image_folder.seed = uint64_t(f.integer("seed"));
+  o.image_folder.cache_dir = f.str("cache-dir");
   return o;
 }
 
@@ -124,29 +134,38 @@ Setup build(const cli::Flags& f, bool need_train) {
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
   int64_t n = 0;
+  int64_t skipped = 0;  // unreadable images replaced
 };
+
+data::LoaderOptions loader_options(const cli::Flags& f, Device device) {
+  data::LoaderOptions lo;
+  lo.workers = int(f.integer("workers"));
+  lo.strict = f.boolean("strict-images");
+  lo.pin_memory = device.is_cuda();
+  return lo;
+}
 
 EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flags& f, Device device,
                     MemoryFormat format) {
   NoGradGuard ng;
   model.eval();
-  data::LoaderOptions lo;
-  lo.workers = int(f.integer("workers"));
   data::SamplerOptions so;
   so.shuffle = false;
-  data::Loader loader(set, data::Sampler(set.size(), f.integer("batch-size"), so), lo);
+  data::Loader loader(set, data::Sampler(set.size(), f.integer("batch-size"), so), loader_options(f, device));
+  data::DeviceFeeder feed(loader, device, format);
   EvalResult r;
   int64_t top1 = 0, top5 = 0;
   double loss_sum = 0;
-  loader.start_epoch(0, 0);
-  while (auto b = loader.next()) {
-    const Tensor logits = model.forward(b->images.to(format).to(device));
-    const int64_t n = b->images.size(0);
-    loss_sum += cross_entropy(logits, b->labels.to(device), f.number("label-smoothing")).item() * double(n);
+  feed.start_epoch(0, 0);
+  while (auto b = feed.next()) {
+    const Tensor logits = model.forward(b->input);
+    const int64_t n = b->input.size(0);
+    loss_sum += cross_entropy(logits, b->labels, f.number("label-smoothing")).item() * double(n);
     const Tensor host = logits.to(Device::cpu()).to(DType::f32);
-    topk_hits(host.data<float>(), b->labels.data<int64_t>(), n, host.size(1), &top1, &top5);
+    topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &top1, &top5);
     r.n += n;
   }
+  r.skipped = loader.skipped_in_epoch();
   model.train();
   r.loss = loss_sum / double(std::max<int64_t>(r.n, 1));
   r.top1 = 100.0 * double(top1) / double(std::max<int64_t>(r.n, 1));
@@ -217,16 +236,13 @@ int run_train(const cli::Flags& f) {
   model.train();
   auto opt = make_optimizer(f, model);
 
-  data::LoaderOptions lo;
-  lo.workers = int(f.integer("workers"));
-  lo.augment.enabled = f.boolean("augment");
-  lo.augment.pad = std::max(s.train_set->image_shape()[1], s.train_set->image_shape()[2]) <= 28 ? 2 : 4;
-  lo.augment.seed = uint64_t(f.integer("seed"));
   data::SamplerOptions so;
   so.shuffle = !f.boolean("no-shuffle");
   so.seed = uint64_t(f.integer("seed"));
   so.drop_last = true;  // every step sees a full batch (batch-norm statistics, exact resume)
-  data::Loader loader(*s.train_set, data::Sampler(s.train_set->size(), f.integer("batch-size"), so), lo);
+  data::Loader loader(*s.train_set, data::Sampler(s.train_set->size(), f.integer("batch-size"), so),
+                      loader_options(f, s.device));
+  data::DeviceFeeder feed(loader, s.device, s.format);
   const int64_t batches_per_epoch = loader.num_batches();
   RT_CHECK(batches_per_epoch >= accum, "the training set (", s.train_set->size(), " images) is smaller than one step of ",
            accum, " x --batch-size ", f.integer("batch-size"));
@@ -268,17 +284,16 @@ int run_train(const cli::Flags& f) {
   const int64_t start_step = p.step;
   bool stop = p.step >= max_steps;
   while (!stop && p.epoch < epochs) {
-    loader.start_epoch(p.epoch, p.batch);
+    feed.start_epoch(p.epoch, p.batch);
     while (!stop) {
       // One optimizer step over `accum` micro-batches.
       opt->set_lr(schedule.lr_at(p.step));
       double step_loss = 0;
       int got = 0;
       for (; got < accum; ++got) {
-        const std::optional<data::Batch> b = loader.next();
+        const std::optional<data::DeviceBatch> b = feed.next();
         if (!b) break;
-        Tensor x = b->images.to(s.format).to(s.device);
-        Tensor loss = cross_entropy(model.forward(x), b->labels.to(s.device), f.number("label-smoothing"));
+        Tensor loss = cross_entropy(model.forward(b->input), b->labels, f.number("label-smoothing"));
         const double l = loss.item();
         if (!std::isfinite(l)) {
           RT_CHECK(f.boolean("skip-nonfinite"), "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch,
@@ -290,8 +305,8 @@ int run_train(const cli::Flags& f) {
         if (accum > 1) loss = mul(loss, 1.0 / double(accum));
         if (std::isfinite(step_loss)) loss.backward();
         step_loss += l / double(accum);
-        p.samples_seen += b->images.size(0);
-        samples_since_log += b->images.size(0);
+        p.samples_seen += b->input.size(0);
+        samples_since_log += b->input.size(0);
       }
       if (got < accum) {  // end of epoch: a partial accumulation is dropped, like drop_last
         opt->zero_grad();
@@ -330,9 +345,14 @@ int run_train(const cli::Flags& f) {
       if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
     }
     if (p.batch + accum > batches_per_epoch) {  // the epoch is complete: evaluate, move on
+      const int64_t skipped = loader.skipped_in_epoch();
       const EvalResult e = evaluate(model, *s.test_set, f, s.device, s.format);
       std::printf("epoch %ld eval: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images)\n", p.epoch, e.loss, e.top1,
                   e.top5, e.n);
+      if (skipped > 0 || e.skipped > 0)
+        std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
+                    "(named on stderr; --strict-images makes them errors)\n",
+                    p.epoch, skipped, e.skipped);
       std::fflush(stdout);
       json::Value m = json::Value::object();
       m.set("type", "eval");
@@ -341,6 +361,8 @@ int run_train(const cli::Flags& f) {
       m.set("loss", e.loss);
       m.set("top1", e.top1);
       m.set("top5", e.top5);
+      m.set("skipped_train_images", skipped);
+      m.set("skipped_eval_images", e.skipped);
       metrics.write(m);
       ++p.epoch;
       p.batch = 0;
@@ -367,6 +389,8 @@ int run_eval(const cli::Flags& f) {
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("eval %s on %s: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images, %.1f img/s)\n",
               f.str("model").c_str(), f.str("dataset").c_str(), e.loss, e.top1, e.top5, e.n, double(e.n) / dt);
+  if (e.skipped > 0)
+    std::printf("%ld unreadable image(s) skipped and replaced (named on stderr)\n", e.skipped);
   return 0;
 }
 

@@ -74,6 +74,24 @@ void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device,
   if (kind != CopyKind::d2d) CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
+void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void* stream) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
+}
+
+void* host_alloc_pinned(size_t bytes) {
+  void* p = nullptr;
+  const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
+  if (e == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();  // clear it: the caller reports out-of-memory
+    return nullptr;
+  }
+  CUDA_CHECK(e);
+  return p;
+}
+void host_free_pinned(void* ptr) noexcept { CUDA_WARN(cudaFreeHost(ptr)); }
+
 void* stream_create(int device) {
   CUDA_CHECK(cudaSetDevice(device));
   cudaStream_t s;

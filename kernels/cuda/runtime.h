@@ -28,10 +28,18 @@ void* try_malloc(int device, size_t bytes);
 void free(int device, void* ptr) noexcept;
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 
+// Page-locked host memory (cudaHostAlloc, portable): nullptr when out of memory; other
+// failures throw.
+void* host_alloc_pinned(size_t bytes);
+void host_free_pinned(void* ptr) noexcept;
+
 enum class CopyKind { h2d, d2h, d2d };
 // Asynchronous on `stream` (cudaStream_t or nullptr); d2h copies synchronise the stream
 // before returning so the host can read the result.
 void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device, void* stream);
+// Host-to-device copy that returns at once. `src` must be pinned (host_alloc_pinned) and
+// stay unchanged until `stream` has passed this point (record an event after it).
+void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void* stream);
 
 void* stream_create(int device);
 void stream_destroy(void* stream) noexcept;

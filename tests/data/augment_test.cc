@@ -15,30 +15,31 @@ namespace {
 
 constexpr int64_t C = 2, H = 5, W = 4, P = 2;
 
-std::vector<float> image() {
-  std::vector<float> v(C * H * W);
-  for (size_t i = 0; i < v.size(); ++i) v[i] = float(i + 1);  // distinct and non-zero
+// HWC bytes, distinct and non-zero.
+std::vector<uint8_t> image() {
+  std::vector<uint8_t> v(C * H * W);
+  for (size_t i = 0; i < v.size(); ++i) v[i] = uint8_t(i + 1);
   return v;
 }
 
 // The textbook recipe: zero-pad by P, cut an H x W window at (top, left), mirror it.
-std::vector<float> reference(const std::vector<float>& src, int64_t top, int64_t left, bool flip) {
+std::vector<uint8_t> reference(const std::vector<uint8_t>& src, int64_t top, int64_t left, bool flip) {
   const int64_t PH = H + 2 * P, PW = W + 2 * P;
-  std::vector<float> padded(C * PH * PW, 0.0f), out(C * H * W);
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x) padded[(c * PH + y + P) * PW + x + P] = src[(c * H + y) * W + x];
-  for (int64_t c = 0; c < C; ++c)
-    for (int64_t y = 0; y < H; ++y)
-      for (int64_t x = 0; x < W; ++x)
-        out[(c * H + y) * W + (flip ? W - 1 - x : x)] = padded[(c * PH + top + y) * PW + left + x];
+  std::vector<uint8_t> padded(C * PH * PW, 0), out(C * H * W);
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x)
+      for (int64_t c = 0; c < C; ++c) padded[((y + P) * PW + x + P) * C + c] = src[(y * W + x) * C + c];
+  for (int64_t y = 0; y < H; ++y)
+    for (int64_t x = 0; x < W; ++x)
+      for (int64_t c = 0; c < C; ++c)
+        out[(y * W + (flip ? W - 1 - x : x)) * C + c] = padded[((top + y) * PW + left + x) * C + c];
   return out;
 }
 
-std::vector<float> augmented(const AugmentOptions& o, int64_t epoch, int64_t index) {
-  const std::vector<float> src = image();
-  std::vector<float> out(src.size(), -1.0f);
-  augment_example(src.data(), {C, H, W}, o, epoch, index, out.data());
+std::vector<uint8_t> augmented(const AugmentOptions& o, int64_t epoch, int64_t index) {
+  const std::vector<uint8_t> src = image();
+  std::vector<uint8_t> out(src.size(), 0xAB);
+  augment_example(src.data(), H, W, C, o, epoch, index, out.data());
   return out;
 }
 
@@ -56,7 +57,7 @@ AugmentOptions opts(bool flip, int64_t pad = P) {
 TEST_CASE("each output is exactly one crop/flip of the zero-padded input; all of them occur") {
   std::set<std::tuple<int64_t, int64_t, bool>> seen;
   for (int64_t index = 0; index < 600; ++index) {
-    const std::vector<float> out = augmented(opts(true), 0, index);
+    const std::vector<uint8_t> out = augmented(opts(true), 0, index);
     int matches = 0;
     for (int64_t top = 0; top <= 2 * P; ++top)
       for (int64_t left = 0; left <= 2 * P; ++left)

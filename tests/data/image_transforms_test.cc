@@ -14,7 +14,9 @@
 #include <vector>
 
 #include <jpeglib.h>
+#include <png.h>
 
+#include "data/png_decode.h"
 #include "engine/error.h"
 #include "tests/data/jpeg_test_util.h"
 
@@ -217,4 +219,56 @@ TEST_CASE("benchmark train_transform 500x375 -> 224" * doctest::skip()) {
     std::sort(ms.begin(), ms.end());
     std::printf("%s: median %.3f ms\n", mode == DecodeMode::full ? "full" : "region_scaled", ms[ms.size() / 2]);
   }
+}
+
+// ImageNet's PNG-under-a-.JPEG files: decoded whole (no DCT scaling, even where a JPEG of
+// that size would get it), then exactly the geometry of a full-resolution decode.
+TEST_CASE("train_transform and eval_transform take PNG bytes") {
+  const int w = 400, h = 300;
+  std::vector<uint8_t> rgb(size_t(w) * h * 3);
+  rt::Generator pg(9);
+  for (size_t i = 0; i < rgb.size(); ++i) rgb[i] = uint8_t((i / 3 % size_t(w)) * 255 / size_t(w) + pg.randint(0, 40));
+  png_image im{};
+  im.version = PNG_IMAGE_VERSION;
+  im.width = w;
+  im.height = h;
+  im.format = PNG_FORMAT_RGB;
+  png_alloc_size_t size = 0;
+  REQUIRE(png_image_write_to_memory(&im, nullptr, &size, 0, rgb.data(), 0, nullptr));
+  std::vector<uint8_t> png(size);
+  REQUIRE(png_image_write_to_memory(&im, png.data(), &size, 0, rgb.data(), 0, nullptr));
+  png.resize(size);
+  REQUIRE(decode_png(png, "p.JPEG").rgb == rgb);
+
+  for (uint64_t seed = 0; seed < 20; ++seed) {
+    const bool flip = seed % 2 == 1;
+    rt::Generator g(seed), g2(seed);
+    std::vector<uint8_t> out(56 * 56 * 3), ref(56 * 56 * 3);
+    train_transform(png, "p.JPEG", 56, g, flip, out.data());
+    resize_bilinear(rgb.data(), w, h, random_resized_crop_box(w, h, g2), 56, 56, ref.data());
+    if (flip) flip_horizontal(ref.data(), 56, 56);
+    CHECK(out == ref);
+    CHECK(g.state() == g2.state());  // the same draws as for a JPEG of that size
+  }
+
+  // Resize(128): 400x300 -> 170x128, CenterCrop(112): left = round(29) = 29, top = 8.
+  std::vector<uint8_t> out(112 * 112 * 3), full(112 * 112 * 3), ref(112 * 112 * 3), resized(170 * 128 * 3);
+  eval_transform(png, "p.JPEG", 128, 112, out.data());
+  eval_transform(png, "p.JPEG", 128, 112, full.data(), DecodeMode::full);
+  resize_bilinear(rgb.data(), w, h, Box{0, 0, w, h}, 170, 128, resized.data());
+  for (int y = 0; y < 112; ++y)
+    std::copy_n(resized.begin() + std::ptrdiff_t(((8 + y) * 170 + 29) * 3), 112 * 3,
+                ref.begin() + std::ptrdiff_t(y * 112 * 3));
+  CHECK(out == ref);
+  CHECK(full == ref);
+
+  const std::vector<uint8_t> cut(png.begin(), png.begin() + std::ptrdiff_t(png.size() / 2));
+  std::string msg;
+  try {
+    eval_transform(cut, "n0/png.JPEG", 128, 112, out.data());
+  } catch (const rt::Error& e) {
+    msg = e.what();
+  }
+  CHECK(msg.find("n0/png.JPEG") != std::string::npos);
+  CHECK(msg.find("PNG") != std::string::npos);
 }

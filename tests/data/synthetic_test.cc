@@ -23,7 +23,7 @@ DatasetOptions opts(uint64_t seed) {
 std::pair<std::vector<float>, int64_t> example(const Dataset& ds, int64_t i) {
   std::vector<float> img(30);
   int64_t label = -1;
-  ds.get(i, img.data(), &label);
+  ds.get(i, 0, img.data(), &label);
   return {img, label};
 }
 

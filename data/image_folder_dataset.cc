@@ -1,0 +1,166 @@
+// "imagenet": ImageNet-1k (or any ImageFolder tree) decoded from its files on demand.
+//
+//   DIR/train/<wnid>/*.JPEG      training split: RandomResizedCrop + horizontal flip
+//   DIR/val/<wnid>/*.JPEG        evaluation split: Resize(256) + CenterCrop(224)
+//   DIR/val/*.JPEG + LOC_val_solution.csv (in DIR or DIR/val): the flat validation layout
+//
+// Class indices are the positions of the train split's sorted folder names (torchvision's
+// ImageFolder), so labels agree with PyTorch-trained weights; validation folders are
+// mapped by name to those indices. Examples are RGB uint8 HWC; the ImageNet mean/std are
+// applied on the model's device.
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <memory>
+
+#include "data/datasets.h"
+#include "data/image_folder.h"
+#include "data/image_transforms.h"
+#include "data/u8_dataset.h"
+#include "engine/error.h"
+
+namespace rt::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+
+const char* const kLayout =
+    "expected ImageNet in the ImageFolder layout: DIR/train/<wnid>/*.JPEG and DIR/val/<wnid>/*.JPEG (or the flat "
+    "DIR/val/*.JPEG with DIR/LOC_val_solution.csv)";
+
+// A whole file into `buf` (reused per thread). Unreadable or empty: BadExample.
+void read_file(const std::string& path, std::vector<uint8_t>& buf) {
+  std::unique_ptr<FILE, int (*)(FILE*)> f(std::fopen(path.c_str(), "rb"), std::fclose);
+  if (!f) throw BadExample(path, path + ": cannot open (" + std::strerror(errno) + ")");
+  buf.clear();
+  uint8_t chunk[1 << 16];
+  for (;;) {
+    const size_t n = std::fread(chunk, 1, sizeof chunk, f.get());
+    buf.insert(buf.end(), chunk, chunk + n);
+    if (n < sizeof chunk) break;
+  }
+  if (std::ferror(f.get())) throw BadExample(path, path + ": read error");
+  if (buf.empty()) throw BadExample(path, path + ": empty file (0 bytes)");
+}
+
+class ImageFolderDataset final : public Dataset {
+ public:
+  ImageFolderDataset(ImageFolderIndex index, bool train, const ImageFolderOptions& opt, int64_t num_classes)
+      : index_(std::move(index)), train_(train), opt_(opt), num_classes_(num_classes) {
+    size_ = train ? opt.train_crop_size : opt.val_crop_size;
+  }
+
+  int64_t size() const override { return int64_t(index_.files.size()); }
+  Shape image_shape() const override { return {3, size_, size_}; }
+  int64_t num_classes() const override { return num_classes_; }
+  std::string name() const override { return "imagenet"; }
+  // torchvision's ImageNet statistics (references/classification/presets.py).
+  Normalization normalization() const override { return {{0.485, 0.456, 0.406}, {0.229, 0.224, 0.225}}; }
+
+  void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const override {
+    check_index("imagenet", i, size());
+    const std::string path = (fs::path(index_.root) / index_.files[size_t(i)]).string();
+    thread_local std::vector<uint8_t> bytes;
+    read_file(path, bytes);
+    auto* out = static_cast<uint8_t*>(pixels);
+    try {
+      if (train_) {
+        Generator g = example_generator(opt_.seed, epoch, i);
+        // Flip first, then the crop draws (torchvision draws the crop first; both are
+        // uniform and independent, only the stream order differs).
+        const bool flip = g.next_u64() >> 63;
+        train_transform(bytes, path, int(size_), g, flip, out);
+      } else {
+        eval_transform(bytes, path, opt_.val_resize_size, opt_.val_crop_size, out);
+      }
+    } catch (const BadExample&) {
+      throw;
+    } catch (const Error& e) {
+      throw BadExample(path, e.what());
+    }
+    *label = index_.labels[size_t(i)];
+  }
+
+ private:
+  ImageFolderIndex index_;
+  bool train_;
+  ImageFolderOptions opt_;
+  int64_t num_classes_;
+  int64_t size_;
+};
+
+void report_empty(const ImageFolderIndex& idx) {
+  if (idx.empty_classes.empty()) return;
+  std::string names;
+  for (size_t k = 0; k < idx.empty_classes.size() && k < 5; ++k) names += (k ? ", " : "") + idx.empty_classes[k];
+  if (idx.empty_classes.size() > 5) names += ", ...";
+  std::fprintf(stderr, "imagenet: %zu class folder(s) in %s hold no images (%s); they keep their class index\n",
+               idx.empty_classes.size(), idx.root.c_str(), names.c_str());
+}
+
+bool has_class_folders(const fs::path& dir) {
+  std::error_code ec;
+  for (const auto& e : fs::directory_iterator(dir, ec))
+    if (e.path().filename().string()[0] != '.' && e.is_directory(ec)) return true;
+  return false;
+}
+
+}  // namespace
+
+std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
+                                           const ImageFolderOptions& opt) {
+  std::error_code ec;
+  RT_CHECK(fs::is_directory(root, ec), "imagenet: --data-path '", root, "' is not a folder; ", kLayout);
+  RT_CHECK(opt.train_crop_size > 0 && opt.val_crop_size > 0 && opt.val_resize_size >= opt.val_crop_size,
+           "imagenet: sizes --train-crop-size ", opt.train_crop_size, ", --val-resize-size ", opt.val_resize_size,
+           ", --val-crop-size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
+  IndexOptions io;
+  io.cache_dir = opt.cache_dir;
+  io.use_cache = opt.use_cache;
+  const fs::path train_dir = fs::path(root) / "train", val_dir = fs::path(root) / "val";
+  const bool have_train = fs::is_directory(train_dir, ec);
+  if (split == "train") {
+    RT_CHECK(have_train, "imagenet: '", train_dir.string(), "' not found; ", kLayout);
+    ImageFolderIndex idx = index_image_folder(train_dir.string(), io);
+    report_empty(idx);
+    const int64_t classes = int64_t(idx.classes.size());
+    return std::make_unique<ImageFolderDataset>(std::move(idx), true, opt, classes);
+  }
+  RT_CHECK(fs::is_directory(val_dir, ec), "imagenet: '", val_dir.string(), "' not found; ", kLayout);
+  // The classes labels refer to: the train split's, when there is one.
+  std::vector<std::string> classes;
+  if (have_train) classes = index_image_folder(train_dir.string(), io).classes;
+  ImageFolderIndex idx;
+  if (has_class_folders(val_dir)) {
+    idx = index_image_folder(val_dir.string(), io);
+    if (!classes.empty()) {  // map val folder names to train indices
+      std::vector<int32_t> to_train(idx.classes.size());
+      for (size_t c = 0; c < idx.classes.size(); ++c) {
+        const auto it = std::lower_bound(classes.begin(), classes.end(), idx.classes[c]);
+        RT_CHECK(it != classes.end() && *it == idx.classes[c], "imagenet: class folder '", idx.classes[c], "' in ",
+                 val_dir.string(), " has no counterpart in ", train_dir.string(),
+                 "; both splits must use the same class folders (wnids)");
+        to_train[c] = int32_t(it - classes.begin());
+      }
+      for (int32_t& l : idx.labels) l = to_train[size_t(l)];
+    } else {
+      classes = idx.classes;
+    }
+  } else {
+    fs::path csv = fs::path(root) / "LOC_val_solution.csv";
+    if (!fs::exists(csv, ec)) csv = val_dir / "LOC_val_solution.csv";
+    RT_CHECK(fs::exists(csv, ec), "imagenet: '", val_dir.string(), "' has no class folders, so it must be the flat ",
+             "validation layout with its labels file, but neither ", (fs::path(root) / "LOC_val_solution.csv").string(),
+             " nor ", csv.string(), " exists; ", kLayout);
+    RT_CHECK(!classes.empty(), "imagenet: the flat validation layout (", val_dir.string(), " with ", csv.string(),
+             ") needs ", train_dir.string(), " for the class list (labels are positions of the train folders' wnids)");
+    idx = index_flat_val(val_dir.string(), csv.string(), classes);
+  }
+  report_empty(idx);
+  return std::make_unique<ImageFolderDataset>(std::move(idx), false, opt, int64_t(classes.size()));
+}
+
+}  // namespace rt::data
