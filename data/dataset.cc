@@ -20,7 +20,7 @@ std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string
   AugmentOptions augment = opt.augment;
   augment.enabled = augment.enabled && split == "train";
   if (name == "fashion-mnist") return open_fashion_mnist(path, split, augment);
-  if (name == "synthetic") return make_synthetic(opt.synthetic, split);
+  if (name == "synthetic") return make_synthetic(opt.synthetic, split, augment);
   if (name == "cifar10") {
     RT_CHECK(!path.empty(), "dataset cifar10 has no default location: download the binary version ",
              "(cifar-10-binary.tar.gz), unpack it and pass --data-path <folder>/cifar-10-batches-bin");

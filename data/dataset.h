@@ -2,8 +2,8 @@
 //
 // An example is raw pixels, uint8 HWC (pixel_dtype() u8): batches of them leave the CPU
 // as (N, H, W, C) bytes and are normalised with normalization() on the model's device
-// (normalize_pixels), a quarter of the f32 bytes over PCIe. Synthetic data and f32
-// "tensors" files give f32 CHW examples, already normalised (pixel_dtype() f32).
+// (normalize_pixels), a quarter of the f32 bytes over PCIe. Only f32 "tensors" files give
+// f32 CHW examples, already normalised (pixel_dtype() f32).
 //
 // A dataset carries its transform, like torchvision's `transform=`: training
 // augmentation or evaluation resize/crop. The random choices for example i in epoch e

@@ -15,7 +15,8 @@ inline constexpr const char* kFashionMnistDefaultPath = "/usr/share/datasets/fas
 std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::string& split,
                                             const AugmentOptions& augment);
 std::unique_ptr<Dataset> open_cifar10(const std::string& dir, const std::string& split, const AugmentOptions& augment);
-std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::string& split);
+std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::string& split,
+                                        const AugmentOptions& augment);
 std::unique_ptr<Dataset> open_tensors(const std::string& path, const std::string& split, const DatasetOptions& opt);
 // ImageNet in torchvision's ImageFolder layout (data/image_folder_dataset.cc).
 std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
