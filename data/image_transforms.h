@@ -46,6 +46,9 @@ enum class DecodeMode {
   full,           // decode everything at full size (reference; slower)
 };
 
+// train_transform and eval_transform take JPEG bytes, or PNG bytes (a PNG is decoded whole
+// with libpng, then cropped and resized the same way, without DCT scaling).
+//
 // Draws a RandomResizedCrop box on the full image size (from the JPEG header), decodes
 // that region, resizes it to size x size and mirrors it if `flip`. Writes size*size*3
 // bytes (RGB HWC) to out_hwc. DCT scaling by d in {2,4,8} (the largest with
