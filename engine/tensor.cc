@@ -6,6 +6,7 @@
 #include "engine/autograd.h"
 #include "engine/stream.h"
 #include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/relayout.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {
@@ -236,14 +237,24 @@ void Tensor::copy_(const Tensor& src) {
     }
     return;
   }
-  // A dtype conversion within one GPU, same layout: the cast kernel, no host round trip.
-  if (src.device() == device() && device().is_cuda() && src.format() == format() &&
-      cuda::cast_supported(src.dtype(), dtype())) {
-    cuda::cast(src.dtype(), dtype(), numel(), src.raw_data(), raw_data(),
-               static_cast<cudaStream_t>(Stream::current(device()).handle()));
+  // Within one GPU: the cast kernel for a dtype change, the transpose kernel for a format
+  // change (both, through a temporary, when both change); no host round trip.
+  if (src.device() == device() && device().is_cuda() &&
+      (src.dtype() == dtype() || cuda::cast_supported(src.dtype(), dtype()))) {
+    const auto stream = static_cast<cudaStream_t>(Stream::current(device()).handle());
+    if (src.format() == format()) {
+      cuda::cast(src.dtype(), dtype(), numel(), src.raw_data(), raw_data(), stream);
+      return;
+    }
+    Tensor same_type = src.dtype() == dtype() ? src : src.to(dtype());
+    const Shape& s = shape();
+    const int64_t C = s[1], HW = s[2] * s[3];
+    const bool to_nhwc = format() == MemoryFormat::channels_last;
+    cuda::transpose_batched(dtype_size(dtype()), s[0], to_nhwc ? C : HW, to_nhwc ? HW : C, same_type.raw_data(),
+                            raw_data(), stream);
     return;
   }
-  // Otherwise convert on the host. (A CUDA relayout kernel takes the rest over later.)
+  // Otherwise convert on the host.
   Tensor s = src.device().is_cpu() ? src : transfer(src, Device::cpu());
   if (device().is_cpu()) {
     Tensor self = *this;
