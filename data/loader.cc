@@ -62,8 +62,12 @@ Batch Loader::build(int64_t k) const {
 Batch Loader::deliver(Batch b) {
   skipped_in_epoch_ += int64_t(b.skipped.size());
   for (const SkippedExample& s : b.skipped)
-    if (opt_.log_skipped && reported_.insert(s.source).second)
-      std::fprintf(stderr, "skipping unreadable image %s: %s\n", s.source.c_str(), s.reason.c_str());
+    if (opt_.log_skipped && reported_.insert(s.source).second) {
+      // Decoders' messages already start with the file name.
+      const bool named = s.reason.rfind(s.source, 0) == 0;
+      std::fprintf(stderr, "skipping unreadable image %s%s%s\n", named ? "" : s.source.c_str(), named ? "" : ": ",
+                   s.reason.c_str());
+    }
   return b;
 }
 

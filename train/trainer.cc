@@ -101,7 +101,10 @@ Setup build(const cli::Flags& f, bool need_train) {
   s.test_set = data::open_dataset(f.str("dataset"), f.str("data-path"), "test", dopt);
   const data::Dataset& ref = need_train ? *s.train_set : *s.test_set;
   const Shape img = ref.image_shape();
-  const bool small = std::max(img[1], img[2]) <= 64;
+  // The architecture follows the training image size, also in `ringtape eval` (whose
+  // ImageNet evaluation crop may sit on the other side of the threshold).
+  const int64_t train_px = f.str("dataset") == "imagenet" ? f.integer("train-crop-size") : std::max(img[1], img[2]);
+  const bool small = train_px <= 64;
   models::ModelOptions mo;
   mo.num_classes = f.integer("num-classes") > 0 ? f.integer("num-classes") : ref.num_classes();
   mo.in_channels = img[0];
@@ -114,7 +117,7 @@ Setup build(const cli::Flags& f, bool need_train) {
   }
   mo.small_stem = f.str("small-stem") == "auto" ? small : f.str("small-stem") == "true";
   if (mo.small_stem)
-    mo.stem_stride = f.str("stem-stride") == "auto" ? (std::max(img[1], img[2]) <= 28 ? 2 : 1)
+    mo.stem_stride = f.str("stem-stride") == "auto" ? (train_px <= 28 ? 2 : 1)
                                                      : int(std::stoi(f.str("stem-stride")));
   else
     RT_CHECK(f.str("stem-stride") != "2", "--stem-stride 2 needs the small stem (--small-stem true)");
