@@ -97,4 +97,30 @@ void GradScaler::update() {
   found_inf_ = false;
 }
 
+std::map<std::string, Tensor> GradScaler::state() const {
+  RT_CHECK(!unscaled_, kWho, ": state() between unscale() and update(): the step is half done");
+  return {{"scale", Tensor::scalar(double(scale_), DType::f32)},
+          {"growth_tracker", Tensor::scalar(double(growth_tracker_), DType::i64)}};
+}
+
+void GradScaler::load_state(const std::map<std::string, Tensor>& state) {
+  RT_CHECK(!unscaled_, kWho, ": load_state() between unscale() and update(): the step is half done");
+  for (const auto& [k, t] : state)
+    RT_CHECK(k == "scale" || k == "growth_tracker", kWho, ": unexpected state entry '", k,
+             "'; expected scale and growth_tracker");
+  auto get = [&](const char* key) {
+    auto it = state.find(key);
+    RT_CHECK(it != state.end(), kWho, ": the state has no '", key, "' entry");
+    RT_CHECK(it->second.defined() && it->second.numel() == 1, kWho, ": state entry '", key,
+             "' must hold one value, got ", it->second.defined() ? it->second.str() : "an undefined tensor");
+    return it->second.item();
+  };
+  const double scale = get("scale"), tracker = get("growth_tracker");
+  RT_CHECK(std::isfinite(scale) && scale > 0.0, kWho, ": the saved scale must be finite and > 0, got ", scale);
+  RT_CHECK(tracker >= 0 && tracker < opt_.growth_interval && tracker == std::floor(tracker), kWho,
+           ": the saved growth_tracker must be an integer in [0, ", opt_.growth_interval, "), got ", tracker);
+  scale_ = float(scale);
+  growth_tracker_ = int(tracker);
+}
+
 }  // namespace rt::optim

@@ -8,6 +8,9 @@
 // Use:  scaler.scale(loss).backward(); scaler.step(opt); scaler.update();
 #pragma once
 
+#include <map>
+#include <string>
+
 #include "engine/tensor.h"
 #include "optim/optimizer.h"
 
@@ -38,6 +41,12 @@ class GradScaler {
 
   double get_scale() const { return double(scale_); }
   int growth_tracker() const { return growth_tracker_; }
+
+  // What a resumed run needs, like PyTorch's GradScaler.state_dict(): "scale" (f32, 0-D)
+  // and "growth_tracker" (i64, 0-D). load_state() checks both entries (and that no step is
+  // half done) before restoring them exactly.
+  std::map<std::string, Tensor> state() const;
+  void load_state(const std::map<std::string, Tensor>& state);
 
  private:
   GradScalerOptions opt_;

@@ -23,10 +23,12 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
 }  // namespace
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
-                     const Progress& p, const std::map<std::string, std::string>& flags) {
+                     const Progress& p, const std::map<std::string, std::string>& flags,
+                     const std::map<std::string, Tensor>& scaler) {
   std::map<std::string, Tensor> tensors;
   for (const auto& [k, t] : model.state_dict()) tensors["model." + k] = t;
   for (const auto& [k, t] : opt.state()) tensors["optimizer." + k] = t;
+  for (const auto& [k, t] : scaler) tensors["grad_scaler." + k] = t;
   json::Value f = json::Value::object();
   for (const auto& [k, v] : flags) f.set(k, v);
   const std::map<std::string, std::string> meta = {
@@ -41,18 +43,20 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 }
 
 Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
-                         std::map<std::string, std::string>* flags) {
+                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler) {
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   RT_CHECK(meta.count("format") && meta.at("format") == kFormat, "'", path,
            "' is not a ringtape checkpoint (no format tag '", kFormat,
            "'); to start from weights only, use --init-weights");
-  std::map<std::string, Tensor> model_state, opt_state;
+  std::map<std::string, Tensor> model_state, opt_state, scaler_state;
   for (const auto& [k, t] : all) {
     if (k.rfind("model.", 0) == 0) model_state[k.substr(6)] = t;
     else if (k.rfind("optimizer.", 0) == 0) opt_state[k.substr(10)] = t;
+    else if (k.rfind("grad_scaler.", 0) == 0) scaler_state[k.substr(12)] = t;
     else RT_FAIL("checkpoint '", path, "': unexpected tensor '", k, "'");
   }
+  if (scaler) *scaler = std::move(scaler_state);
   const nn::Module::LoadReport r = model.load_state_dict(model_state);
   RT_CHECK(r.missing.empty() && r.unexpected.empty(), "checkpoint '", path, "' does not match the model: ",
            r.missing.size(), " missing keys (first: ", r.missing.empty() ? "-" : r.missing[0], "), ",

@@ -2,7 +2,8 @@
 // safetensors file written atomically (temporary file, fsync, rename): an interrupted
 // save never damages the previous checkpoint.
 //
-// Keys: "model.<torchvision state_dict key>", "optimizer.<optimizer state key>".
+// Keys: "model.<torchvision state_dict key>", "optimizer.<optimizer state key>", and with
+// fp16's loss scaling "grad_scaler.scale" and "grad_scaler.growth_tracker".
 // Metadata: format, epoch, batch (next batch of that epoch), step (optimizer steps done),
 // samples_seen, and the run's flags as JSON (to refuse resuming with different settings).
 // The data order and augmentations are pure functions of (seed, epoch, index), so no
@@ -24,13 +25,17 @@ struct Progress {
   int64_t samples_seen = 0;
 };
 
+// `scaler` is the loss scaler's state (MixedPrecision::state()), empty without one.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
-                     const Progress& progress, const std::map<std::string, std::string>& flags);
+                     const Progress& progress, const std::map<std::string, std::string>& flags,
+                     const std::map<std::string, Tensor>& scaler = {});
 
 // Restores model and optimizer in place; returns the progress and (via `flags`) the flags
-// the checkpoint was written with. Errors name the file and what is wrong with it.
+// the checkpoint was written with, and via `scaler` (when given) the loss scaler's state
+// (empty when it has none), for the caller to check and restore after the flags. Errors
+// name the file and what is wrong with it.
 Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
-                         std::map<std::string, std::string>* flags);
+                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler = nullptr);
 
 // Only the model part of a checkpoint (for evaluation).
 void load_checkpoint_model(const std::string& path, nn::Module& model);

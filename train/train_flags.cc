@@ -34,7 +34,12 @@ std::vector<Flag> model_and_data_flags() {
       {"cache-dir", FlagType::string, "",
        "where the imagenet file lists are cached (default $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or "
        "~/.cache/ringtape)", {}},
-      {"device", FlagType::string, "auto", "cpu, cuda or cuda:N; auto = the best device present", {}},
+      {"device", FlagType::string, "auto", "cpu, cuda or cuda:N; auto = cuda:0 when a GPU is present, else cpu", {}},
+      {"precision", FlagType::string, "auto",
+       "what convolutions, linear layers and activations compute in; bf16/fp16 keep fp32 master weights, "
+       "batch norm and loss (fp16 adds loss scaling), tf32 = fp32 with TF32 tensor cores; auto = bf16 on a GPU of "
+       "compute capability 8.0+, else fp32",
+       {"auto", "fp32", "tf32", "bf16", "fp16"}},
       {"batch-size", FlagType::integer, "128", "images per step (per device)", {}},
       {"workers", FlagType::integer, "2", "data loading threads (0 = load in the training thread)", {}},
       {"init-weights", FlagType::string, "", "a .safetensors state dict with torchvision's keys to start from", {}},
@@ -78,6 +83,8 @@ std::vector<Flag> train_flags() {
       {"checkpoint-every", FlagType::integer, "0", "also checkpoint every N optimizer steps (0 = per epoch)", {}},
       {"print-freq", FlagType::integer, "50", "log every N optimizer steps", {}},
       {"skip-nonfinite", FlagType::boolean, "false", "skip steps whose loss is NaN/Inf instead of stopping", {}},
+      {"cudnn-benchmark", FlagType::boolean, "false",
+       "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored on the CPU)", {}},
   };
   f.insert(f.end(), more.begin(), more.end());
   return f;

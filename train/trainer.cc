@@ -6,6 +6,9 @@
 // and the batch is a pure function of (seed, epoch, batch index). A checkpoint therefore
 // only records where training stands; resuming from it replays the same batches and
 // reproduces the uninterrupted run bit for bit, also from the middle of an epoch.
+//
+// Every forward, backward and optimizer step goes through MixedPrecision (train/precision.h,
+// Note [Precision]); with --precision fp32 it adds nothing to the plain step.
 #include "train/trainer.h"
 
 #include <omp.h>
@@ -31,6 +34,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
+#include "train/precision.h"
 
 namespace rt::train {
 namespace {
@@ -45,19 +49,33 @@ const std::set<std::string> kTrajectoryFlags = {
     "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
     "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
     "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size",
-    "stem-stride", "memory-format", "train-crop-size"};
+    "stem-stride", "memory-format", "train-crop-size", "precision"};
 
+// --device auto: the GPU when one is present (cuda:0), else the CPU.
 Device pick_device(const std::string& s) {
   if (s == "auto") {
-    // Note [Auto device]: the CUDA kernels have not yet passed tools/gpu_check.sh on a GPU,
-    // so "auto" stays on the CPU for now; --device cuda opts in explicitly.
-    if (cuda_device_count() > 0)
-      std::printf("a CUDA device is present; training on the CPU (pass --device cuda to use the GPU)\n");
-    return Device::cpu();
+    const Device d = default_device();
+    std::printf("device auto: %s\n", d.is_cuda() ? "cuda:0 (a CUDA device is present)" : "cpu (no CUDA device)");
+    return d;
   }
   const Device d = Device::parse(s);
   if (d.is_cuda()) allocator_for(d);  // a clear error when the device does not exist
   return d;
+}
+
+// --precision on the chosen device, and the CUDA math switches that go with it.
+Precision pick_precision(const cli::Flags& f, Device device) {
+  const Precision p = resolve_precision(f.str("precision"), device);
+  const bool benchmark = f.has("cudnn-benchmark") && f.boolean("cudnn-benchmark");
+  if (f.str("precision") == "auto")
+    std::printf("precision auto: %s (%s)\n", precision_name(p), auto_precision_reason(device).c_str());
+  if (device.is_cuda()) {
+    set_cuda_math(p, benchmark);
+  } else {
+    if (p == Precision::tf32) std::printf("precision tf32: the CPU has no TF32; it computes in fp32\n");
+    if (benchmark) std::printf("--cudnn-benchmark ignored on the CPU\n");
+  }
+  return p;
 }
 
 data::DatasetOptions dataset_options(const cli::Flags& f) {
@@ -88,6 +106,7 @@ struct Setup {
   std::unique_ptr<data::Dataset> train_set, test_set;
   std::shared_ptr<nn::Module> model;
   Device device;
+  Precision precision = Precision::fp32;
   MemoryFormat format = MemoryFormat::channels_last;
 };
 
@@ -96,6 +115,7 @@ Setup build(const cli::Flags& f, bool need_train) {
   RT_CHECK(f.integer("batch-size") > 0, "--batch-size must be positive, got ", f.integer("batch-size"));
   Setup s;
   s.device = pick_device(f.str("device"));
+  s.precision = pick_precision(f, s.device);
   const data::DatasetOptions dopt = dataset_options(f);
   if (need_train) s.train_set = data::open_dataset(f.str("dataset"), f.str("data-path"), "train", dopt);
   s.test_set = data::open_dataset(f.str("dataset"), f.str("data-path"), "test", dopt);
@@ -127,10 +147,11 @@ Setup build(const cli::Flags& f, bool need_train) {
     mo.seed = uint64_t(f.integer("seed"));
   }
   s.model = models::make_model(f.str("model"), mo);
-  std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters, %s\n",
+  std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters, %s, %s\n",
               f.str("model").c_str(), mo.width,
               !mo.small_stem ? "imagenet" : mo.stem_stride == 1 ? "small stride-1" : "small stride-2",
-              mo.num_classes, mo.in_channels, double(s.model->num_parameters()) / 1e6, format_name(s.format));
+              mo.num_classes, mo.in_channels, double(s.model->num_parameters()) / 1e6, format_name(s.format),
+              precision_name(s.precision));
   return s;
 }
 
@@ -148,20 +169,20 @@ data::LoaderOptions loader_options(const cli::Flags& f, Device device) {
   return lo;
 }
 
-EvalResult evaluate(nn::Module& model, const data::Dataset& set, const cli::Flags& f, Device device,
-                    MemoryFormat format) {
+EvalResult evaluate(nn::Module& model, MixedPrecision& mp, const data::Dataset& set, const cli::Flags& f,
+                    Device device, MemoryFormat format) {
   NoGradGuard ng;
   model.eval();
   data::SamplerOptions so;
   so.shuffle = false;
   data::Loader loader(set, data::Sampler(set.size(), f.integer("batch-size"), so), loader_options(f, device));
-  data::DeviceFeeder feed(loader, device, format);
+  data::DeviceFeeder feed(loader, device, format, mp.input_dtype());
   EvalResult r;
   int64_t top1 = 0, top5 = 0;
   double loss_sum = 0;
   feed.start_epoch(0, 0);
   while (auto b = feed.next()) {
-    const Tensor logits = model.forward(b->input);
+    const Tensor logits = mp.forward(b->input);
     const int64_t n = b->input.size(0);
     loss_sum += cross_entropy(logits, b->labels, f.number("label-smoothing")).item() * double(n);
     const Tensor host = logits.to(Device::cpu()).to(DType::f32);
@@ -238,6 +259,7 @@ int run_train(const cli::Flags& f) {
   model.to(s.device, s.format);
   model.train();
   auto opt = make_optimizer(f, model);
+  MixedPrecision mp(model, mixed_precision_options(s.precision));
 
   data::SamplerOptions so;
   so.shuffle = !f.boolean("no-shuffle");
@@ -245,7 +267,7 @@ int run_train(const cli::Flags& f) {
   so.drop_last = true;  // every step sees a full batch (batch-norm statistics, exact resume)
   data::Loader loader(*s.train_set, data::Sampler(s.train_set->size(), f.integer("batch-size"), so),
                       loader_options(f, s.device));
-  data::DeviceFeeder feed(loader, s.device, s.format);
+  data::DeviceFeeder feed(loader, s.device, s.format, mp.input_dtype());
   const int64_t batches_per_epoch = loader.num_batches();
   RT_CHECK(batches_per_epoch >= accum, "the training set (", s.train_set->size(), " images) is smaller than one step of ",
            accum, " x --batch-size ", f.integer("batch-size"));
@@ -262,20 +284,23 @@ int run_train(const cli::Flags& f) {
   const optim::LrSchedule schedule(f.number("lr"), steps_per_epoch, epochs, sched);
 
   Progress p;
-  const auto flags = f.effective();
+  auto flags = f.effective();
+  flags["precision"] = precision_name(s.precision);  // what auto chose: resuming must choose the same
   if (resuming) {
     std::map<std::string, std::string> saved;
-    p = load_checkpoint(f.str("resume"), model, *opt, &saved);
+    std::map<std::string, Tensor> scaler_state;
+    p = load_checkpoint(f.str("resume"), model, *opt, &saved, &scaler_state);
     for (const auto& k : kTrajectoryFlags)
       if (saved.count(k) && saved.at(k) != flags.at(k))
         RT_FAIL("--resume: the checkpoint was trained with --", k, " ", saved.at(k), " but this run has --", k, " ",
                 flags.at(k), "; resume with the same value (or start a new run)");
+    mp.load_state(scaler_state);
     std::printf("resumed %s at epoch %ld, batch %ld, step %ld\n", f.str("resume").c_str(), p.epoch, p.batch, p.step);
   }
   MetricsLog metrics((dir / "metrics.jsonl").string());
   const int64_t max_steps = f.integer("steps") > 0 ? f.integer("steps") : epochs * steps_per_epoch;
   const fs::path ckpt = dir / "checkpoint.safetensors";
-  auto save = [&]() { save_checkpoint(ckpt.string(), model, *opt, p, flags); };
+  auto save = [&]() { save_checkpoint(ckpt.string(), model, *opt, p, flags, mp.state()); };
 
   std::printf("training on %s: %ld images, %ld steps per epoch, %ld epochs, %s; output %s\n",
               s.device.str().c_str(), s.train_set->size(), steps_per_epoch, epochs, schedule.describe().c_str(),
@@ -285,6 +310,7 @@ int run_train(const cli::Flags& f) {
   int64_t samples_since_log = 0, steps_since_log = 0;
   double loss_since_log = 0;
   const int64_t start_step = p.step;
+  int64_t overflow_skips = 0;  // steps the loss scaler skipped since the last log line
   bool stop = p.step >= max_steps;
   while (!stop && p.epoch < epochs) {
     feed.start_epoch(p.epoch, p.batch);
@@ -296,7 +322,7 @@ int run_train(const cli::Flags& f) {
       for (; got < accum; ++got) {
         const std::optional<data::DeviceBatch> b = feed.next();
         if (!b) break;
-        Tensor loss = cross_entropy(model.forward(b->input), b->labels, f.number("label-smoothing"));
+        Tensor loss = cross_entropy(mp.forward(b->input), b->labels, f.number("label-smoothing"));
         const double l = loss.item();
         if (!std::isfinite(l)) {
           RT_CHECK(f.boolean("skip-nonfinite"), "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch,
@@ -306,7 +332,7 @@ int run_train(const cli::Flags& f) {
           step_loss = NAN;
         }
         if (accum > 1) loss = mul(loss, 1.0 / double(accum));
-        if (std::isfinite(step_loss)) loss.backward();
+        if (std::isfinite(step_loss)) mp.backward(loss);
         step_loss += l / double(accum);
         p.samples_seen += b->input.size(0);
         samples_since_log += b->input.size(0);
@@ -316,7 +342,7 @@ int run_train(const cli::Flags& f) {
         break;
       }
       p.batch += accum;
-      if (std::isfinite(step_loss)) opt->step();
+      if (std::isfinite(step_loss) && !mp.step(*opt)) ++overflow_skips;
       opt->zero_grad();
       ++p.step;
       loss_since_log += std::isfinite(step_loss) ? step_loss : 0.0;
@@ -329,8 +355,11 @@ int run_train(const cli::Flags& f) {
         const double ips = double(samples_since_log) / std::max(dt, 1e-9);
         const double eta = elapsed / double(p.step - start_step) * double(max_steps - p.step);
         const double mean_loss = loss_since_log / double(steps_since_log);
-        std::printf("epoch %ld step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  eta %s\n", p.epoch, p.step, max_steps,
+        std::printf("epoch %ld step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps,
                     mean_loss, opt->lr(), ips, fmt_eta(eta).c_str());
+        if (mp.loss_scaling())
+          std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), overflow_skips);
+        std::printf("\n");
         std::fflush(stdout);
         json::Value m = json::Value::object();
         m.set("type", "train");
@@ -340,16 +369,20 @@ int run_train(const cli::Flags& f) {
         m.set("lr", opt->lr());
         m.set("img_per_s", ips);
         m.set("eta_s", eta);
+        if (mp.loss_scaling()) {
+          m.set("loss_scale", mp.loss_scale());
+          m.set("overflow_skips", overflow_skips);
+        }
         metrics.write(m);
         t_log = now;
-        samples_since_log = steps_since_log = 0;
+        samples_since_log = steps_since_log = overflow_skips = 0;
         loss_since_log = 0;
       }
       if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
     }
     if (p.batch + accum > batches_per_epoch) {  // the epoch is complete: evaluate, move on
       const int64_t skipped = loader.skipped_in_epoch();
-      const EvalResult e = evaluate(model, *s.test_set, f, s.device, s.format);
+      const EvalResult e = evaluate(model, mp, *s.test_set, f, s.device, s.format);
       std::printf("epoch %ld eval: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images)\n", p.epoch, e.loss, e.top1,
                   e.top5, e.n);
       if (skipped > 0 || e.skipped > 0)
@@ -387,8 +420,9 @@ int run_eval(const cli::Flags& f) {
   if (!f.str("checkpoint").empty()) load_checkpoint_model(f.str("checkpoint"), model);
   else load_weights(f.str("init-weights"), model);
   model.to(s.device, s.format);
+  MixedPrecision mp(model, mixed_precision_options(s.precision));
   const auto t0 = Clock::now();
-  const EvalResult e = evaluate(model, *s.test_set, f, s.device, s.format);
+  const EvalResult e = evaluate(model, mp, *s.test_set, f, s.device, s.format);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
   std::printf("eval %s on %s: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images, %.1f img/s)\n",
               f.str("model").c_str(), f.str("dataset").c_str(), e.loss, e.top1, e.top5, e.n, double(e.n) / dt);

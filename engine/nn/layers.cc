@@ -2,6 +2,8 @@
 
 #include <cmath>
 
+#include "engine/nn/compute_copies.h"
+
 namespace rt::nn {
 
 Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Generator& g, bool with_bias, int groups)
@@ -12,7 +14,7 @@ Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Gen
   if (with_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, weight, bias, params); }
+Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, compute(weight), compute(bias), params); }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double m, double e) : momentum(m), eps(e) {
   weight = register_parameter("weight", Tensor::full({channels}, 1.0));
@@ -29,7 +31,14 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
     host.data<int64_t>()[0] += 1;
     if (!host.same(num_batches_tracked)) num_batches_tracked.copy_(host);
   }
-  return batch_norm(x, weight, bias, running_mean, running_var, is_training(), momentum, eps);
+  // Note [Batch norm in mixed precision]: the parameters and running statistics stay in the
+  // master dtype (keeps_master_dtype) while x comes in the compute dtype. batch_norm takes
+  // running statistics of another dtype, but its weight and bias must have x's dtype, so
+  // they are cast here (C values, differentiably: the gradient reaches the masters in their
+  // dtype). Pass them as they are once the op accepts the mix.
+  const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
+  const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
+  return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps);
 }
 
 Linear::Linear(int64_t in, int64_t out, Generator& g, bool with_bias) {
@@ -38,6 +47,6 @@ Linear::Linear(int64_t in, int64_t out, Generator& g, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", rand_uniform({out}, g, -bound, bound));
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, weight, bias); }
+Tensor Linear::forward(const Tensor& x) { return linear(x, compute(weight), compute(bias)); }
 
 }  // namespace rt::nn

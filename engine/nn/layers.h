@@ -25,6 +25,9 @@ class BatchNorm2d : public Module {
   Tensor forward(const Tensor& x) override;
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
+
+ protected:
+  bool keeps_master_dtype() const override { return true; }  // Note [Batch norm in mixed precision]
 };
 
 // PyTorch's default Linear init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).

@@ -99,6 +99,37 @@ Module::LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& 
   return r;
 }
 
+NamedTensors Module::compute_parameters() const {
+  NamedTensors out;
+  std::function<void(const Module&, const std::string&)> walk = [&](const Module& m, const std::string& prefix) {
+    if (!m.keeps_master_dtype())
+      for (const auto& [n, t] : m.params_) out.emplace_back(prefix + n, t);
+    for (const auto& [n, child] : m.children_) walk(*child, prefix + n + ".");
+  };
+  walk(*this, "");
+  return out;
+}
+
+void Module::bind_compute_copies(const std::map<const TensorImpl*, Tensor>& copies) {
+  copies_.clear();
+  for (size_t i = 0; i < params_.size(); ++i) {
+    const auto& [name, p] = params_[i];
+    auto it = copies.find(p.impl_ptr().get());
+    if (it == copies.end()) continue;
+    RT_CHECK(it->second.shape() == p.shape(), "bind_compute_copies: the copy of '", name, "' is ", it->second.str(),
+             " but the parameter is ", p.str());
+    copies_.resize(params_.size());
+    copies_[i] = it->second;
+  }
+  for (auto& [name, child] : children_) child->bind_compute_copies(copies);
+}
+
+Tensor Module::compute(const Tensor& p) const {
+  for (size_t i = 0; i < copies_.size(); ++i)
+    if (params_[i].second.same(p)) return copies_[i].defined() ? copies_[i] : p;
+  return p;
+}
+
 Tensor Module::register_parameter(const std::string& name, Tensor t) {
   t.set_requires_grad(true);
   params_.emplace_back(name, t);

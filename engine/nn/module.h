@@ -29,6 +29,10 @@ class Module {
   NamedTensors state_dict() const;  // parameters and buffers, PyTorch's order and names
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
+  // The parameters that mixed precision computes with in the compute dtype (Note [Compute
+  // copies], engine/nn/compute_copies.h): all but those of modules that keep the master
+  // dtype (batch norm).
+  NamedTensors compute_parameters() const;
 
   // Moves every parameter and buffer to `d` in place (handles stay valid); 4-D floating
   // tensors (conv weights) take `format`.
@@ -44,7 +48,18 @@ class Module {
   // mismatch is an error naming the key and both shapes.
   LoadReport load_state_dict(const std::map<std::string, Tensor>& state);
 
+  // From now on every layer of this module tree computes with copies.at(p) in place of each
+  // parameter p listed (keyed by p's TensorImpl); an empty map goes back to the parameters
+  // themselves. ComputeCopies (engine/nn/compute_copies.h) is the one user.
+  void bind_compute_copies(const std::map<const TensorImpl*, Tensor>& copies);
+
  protected:
+  // What forward computes with for parameter `p` (or an undefined tensor): its bound
+  // working copy when there is one, else `p`.
+  Tensor compute(const Tensor& p) const;
+  // True for modules whose parameters stay in the master dtype under mixed precision.
+  virtual bool keeps_master_dtype() const { return false; }
+
   Tensor register_parameter(const std::string& name, Tensor t);
   Tensor register_buffer(const std::string& name, Tensor t);
   template <typename M>
@@ -57,6 +72,7 @@ class Module {
   void collect(const std::string& prefix, bool params, bool buffers, NamedTensors& out) const;
 
   NamedTensors params_, buffers_;
+  std::vector<Tensor> copies_;  // bound working copies, parallel to params_ (empty: none)
   std::vector<std::pair<std::string, std::shared_ptr<Module>>> children_;
   bool training_ = true;
 };

@@ -58,7 +58,11 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   const char* op = "conv2d";
   check_ndim(x, 4, op, "input");
   check_ndim(weight, 4, op, "weight");
-  check_float(x, op, "input");
+  // The CPU computes in f32/f64; cuDNN also takes bf16/f16 (fp32 accumulation).
+  if (x.device().is_cuda())
+    RT_CHECK(is_floating(x.dtype()), op, ": argument 'input' must be f32, f64, bf16 or f16, got ", x.str());
+  else
+    check_float(x, op, "input");
   check_same_dtype(x, weight, op);
   check_same_device(x, weight, op);
   RT_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&

@@ -42,7 +42,8 @@ std::vector<std::string> data_flags() {
   static const std::string cache = tmpdir("cache");
   return {"--dataset", "imagenet", "--data-path", tree().root, "--model", "resnet18", "--width", "4",
           "--batch-size", "4", "--workers", "2", "--val-resize-size", "36", "--val-crop-size", "32",
-          "--cache-dir", cache};
+          "--cache-dir", cache, "--train-crop-size", "32",  // eval builds the model from it too
+          "--device", "cpu"};  // a CPU test also where a GPU is present
 }
 
 std::vector<std::string> train_args(const std::string& out) {

@@ -28,11 +28,11 @@ std::string tmpdir(const std::string& name) {
 }
 
 // A run small enough for a unit test: 64 synthetic 1x8x8 images, batch 8 (8 steps per
-// epoch), a width-4 ResNet18 with the small stem.
+// epoch), a width-4 ResNet18 with the small stem, on the CPU (also where a GPU is present).
 std::vector<std::string> tiny(const std::string& out) {
   return {"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
           "--batch-size", "8", "--epochs", "2", "--print-freq", "1", "--workers", "0", "--lr", "0.05",
-          "--output-dir", out, "--seed", "3", "--augment", "--lr-warmup-epochs", "1"};
+          "--output-dir", out, "--seed", "3", "--augment", "--lr-warmup-epochs", "1", "--device", "cpu"};
 }
 
 int train(std::vector<std::string> args, const std::vector<std::string>& more = {}) {
@@ -145,6 +145,34 @@ TEST_CASE("bad input gets clear errors and loses nothing") {
                        doctest::Contains("at step"), Error);
   CHECK(train(tiny(tmpdir("skip")), {"--lr", "1e30", "--lr-warmup-epochs", "0", "--skip-nonfinite", "--steps", "4"}) ==
         0);
+}
+
+TEST_CASE("--precision: fp32 on the CPU, recorded in the checkpoint; bf16/fp16 need a GPU") {
+  CHECK_THROWS_WITH_AS(train(tiny(tmpdir("bf16")), {"--precision", "bf16"}), doctest::Contains("--precision fp32"),
+                       Error);
+  CHECK_THROWS_WITH_AS(train(tiny(tmpdir("fp16")), {"--precision", "fp16"}), doctest::Contains("needs a GPU"), Error);
+  // auto resolves to fp32 here; the checkpoint records what it chose. --cudnn-benchmark is
+  // ignored on the CPU.
+  const std::string a = tmpdir("precision");
+  REQUIRE(train(tiny(a), {"--steps", "2", "--cudnn-benchmark"}) == 0);
+  std::map<std::string, std::string> meta;
+  const auto ckpt = load_safetensors(a + "/checkpoint.safetensors", &meta);
+  std::string precision;
+  for (const auto& [k, v] : json::parse(meta.at("flags")).as_object())
+    if (k == "precision") precision = v.as_string();
+  CHECK(precision == "fp32");
+  for (const auto& [k, t] : ckpt) CHECK_MESSAGE(k.rfind("grad_scaler.", 0) != 0, k);  // no loss scaling in fp32
+  // Resuming with another precision changes the trajectory: refused. fp32 given
+  // explicitly is what auto chose: accepted.
+  CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "tf32"}),
+                       doctest::Contains("--precision fp32 but this run has --precision tf32"), Error);
+  CHECK(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "fp32", "--steps", "3"}) == 0);
+  // eval takes --precision and --device too.
+  cli::Flags e(train::eval_flags());
+  e.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
+           "--batch-size", "8", "--workers", "0", "--device", "cpu", "--precision", "fp16", "--checkpoint",
+           a + "/checkpoint.safetensors"});
+  CHECK_THROWS_WITH_AS(train::run_eval(e), doctest::Contains("needs a GPU"), Error);
 }
 
 TEST_CASE("flags: unknown names and bad values name the flag and what it accepts") {
