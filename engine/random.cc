@@ -3,10 +3,15 @@
 #include <cmath>
 #include <vector>
 
+#include "engine/stream.h"
+#include "kernels/cuda/random.cuh"
+
 namespace rt {
 
+// kernels/cuda/random.cu repeats these constants and formulas (it cannot include this
+// engine header); tests/cuda/random_cuda_test.cc checks that both give the same values.
 uint64_t Generator::next_u64() {
-  uint64_t z = (state_ += 0x9e3779b97f4a7c15ull);
+  uint64_t z = (state_ += kIncrement);
   z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
   z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
   return z ^ (z >> 31);
@@ -22,7 +27,8 @@ double Generator::normal() {
 
 int64_t Generator::randint(int64_t lo, int64_t hi) {
   RT_CHECK(hi > lo, "randint: empty range [", lo, ", ", hi, ")");
-  return lo + int64_t(next_u64() % uint64_t(hi - lo));
+  // lo + draw % (hi - lo) in unsigned arithmetic: no overflow for ranges wider than 2^63.
+  return int64_t(uint64_t(lo) + next_u64() % (uint64_t(hi) - uint64_t(lo)));
 }
 
 namespace {
@@ -44,19 +50,52 @@ Tensor draw(const Shape& shape, DType dtype, Device device, MemoryFormat format,
   return host.to(dtype).to(format).to(device);
 }
 
+// Where a CUDA fill writes logical element i (kernels/cuda/random.cuh).
+cuda::RandomLayout layout_of(const Tensor& t) {
+  if (t.format() == MemoryFormat::channels_last) return {t.size(0), t.size(1), t.size(2), t.size(3), true};
+  return {t.numel(), 1, 1, 1, false};
+}
+
+cudaStream_t stream_on(Device d) { return static_cast<cudaStream_t>(Stream::current(d).handle()); }
+
 }  // namespace
 
+// The affine maps are written as std::fma: the same single rounding as the CUDA kernels'
+// fma on every compiler (with FMA enabled GCC already contracted `mean + std * x` to it, so
+// the values are unchanged).
 Tensor randn(const Shape& shape, Generator& g, DType dtype, Device device, MemoryFormat format, double mean,
-             double std) {
-  return draw(shape, dtype, device, format, [&] { return mean + std * g.normal(); });
+             double stddev) {
+  if (device.is_cuda() && is_floating(dtype)) {
+    Tensor y = Tensor::empty(shape, dtype, device, format);
+    cuda::random_normal(g.state(), layout_of(y), mean, stddev, dtype, y.raw_data(), stream_on(device));
+    g.skip(2 * uint64_t(y.numel()));  // Generator::normal draws two uniforms per value
+    return y;
+  }
+  return draw(shape, dtype, device, format, [&] { return std::fma(stddev, g.normal(), mean); });
 }
 
 Tensor rand_uniform(const Shape& shape, Generator& g, double lo, double hi, DType dtype, Device device,
                     MemoryFormat format) {
-  return draw(shape, dtype, device, format, [&] { return lo + (hi - lo) * g.uniform(); });
+  if (device.is_cuda() && is_floating(dtype)) {
+    Tensor y = Tensor::empty(shape, dtype, device, format);
+    cuda::random_uniform(g.state(), layout_of(y), lo, hi, dtype, y.raw_data(), stream_on(device));
+    g.skip(uint64_t(y.numel()));
+    return y;
+  }
+  return draw(shape, dtype, device, format, [&] { return std::fma(hi - lo, g.uniform(), lo); });
 }
 
+// No rejection sampling (draw % range), so every element takes exactly one draw and the
+// CUDA kernel can compute element i from the state alone.
 Tensor randint(const Shape& shape, Generator& g, int64_t lo, int64_t hi, Device device) {
+  if (device.is_cuda()) {
+    Tensor y = Tensor::empty(shape, DType::i64, device);
+    const int64_t n = y.numel();
+    if (n == 0) return y;  // no draws, so no range check either, like the host loop
+    cuda::random_int(g.state(), n, lo, hi, y.data<int64_t>(), stream_on(device));
+    g.skip(uint64_t(n));
+    return y;
+  }
   std::vector<int64_t> v(size_t(shape_numel(shape)));
   for (int64_t& x : v) x = g.randint(lo, hi);
   return Tensor::from_vector(v, shape, device);
