@@ -1,12 +1,22 @@
-// One training step of a ResNet on the CPU backend: forward, cross-entropy, backward and
-// the SGD update (momentum 0.9, weight decay), timed over repeated steps on a fixed random
-// batch. bench/train_step_bench_torch.py does the same in PyTorch;
-// bench/run_train_step_bench.sh runs both configurations of the issue side by side:
-//   resnet50, batch 8, 3x224x224, 1000 classes (the ImageNet step), and
-//   the default Fashion-MNIST model: resnet18, width 16, small stem, batch 128, 1x28x28.
+// One training step of a ResNet: forward, cross-entropy, backward and the SGD update
+// (momentum 0.9, weight decay), timed over repeated steps on a fixed random batch, on the
+// CPU or a GPU, in a training precision (train/precision.h: fp32, tf32, bf16 or fp16 with
+// f32 master weights; the step goes through train::MixedPrecision exactly as `ringtape
+// train` does). bench/train_step_bench_torch.py does the same in PyTorch;
+// bench/run_train_step_bench.sh runs both side by side: on the CPU the two configurations of
+// the CPU milestone (resnet50, batch 8, 3x224x224; the default Fashion-MNIST model: resnet18,
+// width 16, small stem, batch 128, 1x28x28), with --gpu ResNet50 at batch 256 on CUDA.
 //
 //   bazel run //bench:train_step_bench -- --model resnet50 --batch 8 --size 3x224x224
 //       --classes 1000 [--width 64] [--small-stem] [--steps 5] [--warmup 2] [--channels-last]
+//       [--device cuda] [--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark]
+//
+// Each step's time ends with loss.item(), which waits for the device, so a step's time is
+// complete (the next step's host work does not overlap it: a slight underestimate of what
+// a training loop that reads the loss less often reaches). Output: one JSON line; on CUDA
+// "peak_bytes" is the device allocator's peak of bytes handed out (tensors; like
+// torch.cuda.max_memory_allocated) and "reserved_bytes" what its cache holds at the end
+// (like torch.cuda.memory_reserved).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -20,15 +30,16 @@
 #include "engine/random.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
+#include "train/precision.h"
 
 namespace {
 
 struct Options {
   std::string model = "resnet50";
   int64_t batch = 8, C = 3, H = 224, W = 224, classes = 1000, width = 64;
-  bool small_stem = false, channels_last = false;
+  bool small_stem = false, channels_last = false, cudnn_benchmark = false;
   int stem_stride = 1;
-  std::string device = "cpu";
+  std::string device = "cpu", precision = "fp32";
   int steps = 5, warmup = 2;
 };
 
@@ -36,7 +47,7 @@ struct Options {
   std::fprintf(stderr,
                "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
                "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
-               "[--steps N] [--warmup N]\n",
+               "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N]\n",
                why);
   std::exit(2);
 }
@@ -59,6 +70,8 @@ Options parse(int argc, char** argv) {
     else if (a == "--small-stem") o.small_stem = true;
     else if (a == "--stem-stride") o.stem_stride = std::atoi(next().c_str());
     else if (a == "--device") o.device = next();
+    else if (a == "--precision") o.precision = next();
+    else if (a == "--cudnn-benchmark") o.cudnn_benchmark = true;
     else if (a == "--channels-last") o.channels_last = true;
     else if (a == "--steps") o.steps = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
@@ -92,6 +105,8 @@ int run(const Options& o) {
   auto model = rt::models::make_model(o.model, mo);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
   const rt::Device dev = rt::Device::parse(o.device);
+  const rt::train::Precision prec = rt::train::resolve_precision(o.precision, dev);
+  if (dev.is_cuda()) rt::train::set_cuda_math(prec, o.cudnn_benchmark);
   model->to(dev, fmt);
   model->train();
   rt::optim::SgdOptions so;
@@ -99,8 +114,10 @@ int run(const Options& o) {
   so.momentum = 0.9;
   so.weight_decay = 1e-4;
   auto opt = rt::optim::make_sgd(model->named_parameters(), so);
+  // fp32/tf32: plain training (no copies); bf16/fp16: compute copies over f32 masters.
+  rt::train::MixedPrecision mp(*model, rt::train::mixed_precision_options(prec));
   rt::Generator g(1);
-  const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, dev, fmt);
+  const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, dev, fmt).to(mp.input_dtype());
   const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes, dev);
 
   std::vector<double> ms;
@@ -108,9 +125,9 @@ int run(const Options& o) {
   for (int s = 0; s < o.warmup + o.steps; ++s) {
     const auto t0 = std::chrono::steady_clock::now();
     opt->zero_grad();
-    rt::Tensor l = rt::cross_entropy(model->forward(x), y);
-    l.backward();
-    opt->step();
+    rt::Tensor l = rt::cross_entropy(mp.forward(x), y);
+    mp.backward(l);
+    mp.step(*opt);
     loss = l.item();  // also waits for the device, so the step's time is complete
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (s >= o.warmup) ms.push_back(t);
@@ -119,9 +136,11 @@ int run(const Options& o) {
   const double med = ms[ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"channels_last\": %s, \"threads\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, "
-              "\"peak_tensor_bytes\": %ld}\n",
-              o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), o.channels_last ? "true" : "false",
-              omp_get_max_threads(), med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes);
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"threads\": %d, "
+              "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
+              "\"reserved_bytes\": %ld}\n",
+              o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
+              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", omp_get_max_threads(), o.steps,
+              med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes);
   return 0;
 }

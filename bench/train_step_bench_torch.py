@@ -1,14 +1,23 @@
 """PyTorch's twin of bench/train_step_bench.cc: the same step, model and batch.
 
-Run with Debian's python3 (torch 1.13). Prints one JSON line like the C++ benchmark.
+On the CPU: Debian's python3 (torch 1.13). On a GPU: --device cuda, with --amp bf16|fp16
+(torch.autocast around forward and loss; fp16 adds a GradScaler), --channels-last,
+--cudnn-benchmark, --tf32 and --compile (torch.compile; a failure is reported in the JSON
+line, never a crash). Every step ends with loss.item(), which waits for the device, as the
+C++ benchmark's steps do; the result is the median step after --warmup steps. Peak memory
+is torch.cuda.max_memory_allocated (tensors; ringtape's "peak_bytes") and memory_reserved
+(the caching allocator's hold; ringtape's "reserved_bytes").
+
+Prints one JSON line like the C++ benchmark (with "error" instead of timings when the
+configuration could not run).
 """
 import argparse
 import json
+import sys
 import time
 
 import torch
 import torch.nn.functional as F
-import torchvision
 from torchvision.models.resnet import BasicBlock, Bottleneck, ResNet
 
 LAYERS = {"resnet18": (BasicBlock, [2, 2, 2, 2]), "resnet34": (BasicBlock, [3, 4, 6, 3]),
@@ -42,6 +51,14 @@ def make_model(name, classes, in_ch, width, small_stem, stem_stride=1):
     return m
 
 
+def grad_scaler(enabled):
+    """torch.amp.GradScaler("cuda") (torch >= 2.3), else torch.cuda.amp.GradScaler."""
+    try:
+        return torch.amp.GradScaler("cuda", enabled=enabled)
+    except (AttributeError, TypeError):
+        return torch.cuda.amp.GradScaler(enabled=enabled)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--model", default="resnet50")
@@ -55,32 +72,87 @@ def main():
     ap.add_argument("--steps", type=int, default=5)
     ap.add_argument("--warmup", type=int, default=2)
     ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--device", default="cpu", help="cpu or cuda")
+    ap.add_argument("--amp", default="none", choices=["none", "bf16", "fp16"],
+                    help="torch.autocast dtype for forward and loss (fp16 adds a GradScaler)")
+    ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuBLAS and cuDNN (default: off)")
+    ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
+    ap.add_argument("--compile", action="store_true", help="torch.compile the model")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
     C, H, W = (int(v) for v in a.size.split("x"))
-    model = make_model(a.model, a.classes, C, a.width, a.small_stem, a.stem_stride)
+    dev = torch.device(a.device)
+    cuda = dev.type == "cuda"
+    out = {"impl": "torch" + (" compile" if a.compile else ""), "model": a.model, "batch": a.batch, "size": a.size,
+           "width": a.width, "device": a.device, "amp": a.amp, "channels_last": a.channels_last,
+           "compile": a.compile, "cudnn_benchmark": a.cudnn_benchmark, "tf32": a.tf32,
+           "threads": torch.get_num_threads(), "steps": a.steps, "torch": torch.__version__}
+
+    def fail(msg):
+        out["error"] = msg[:500]
+        print(json.dumps(out))
+        sys.stdout.flush()
+        sys.exit(0)
+
+    if cuda:
+        if not torch.cuda.is_available():
+            fail("torch sees no CUDA device")
+        out["gpu"] = torch.cuda.get_device_name(dev)
+        torch.backends.cuda.matmul.allow_tf32 = a.tf32
+        torch.backends.cudnn.allow_tf32 = a.tf32
+        torch.backends.cudnn.benchmark = a.cudnn_benchmark
+    amp_dtype = {"none": None, "bf16": torch.bfloat16, "fp16": torch.float16}[a.amp]
     fmt = torch.channels_last if a.channels_last else torch.contiguous_format
-    model = model.to(memory_format=fmt).train()
+    model = make_model(a.model, a.classes, C, a.width, a.small_stem, a.stem_stride)
+    model = model.to(device=dev, memory_format=fmt).train()
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    x = torch.randn(a.batch, C, H, W).to(memory_format=fmt)
-    y = torch.randint(0, a.classes, (a.batch,))
+    scaler = grad_scaler(a.amp == "fp16") if cuda else None
+    x = torch.randn(a.batch, C, H, W).to(device=dev, memory_format=fmt)
+    y = torch.randint(0, a.classes, (a.batch,)).to(dev)
+    fwd = model
+    if a.compile:
+        if not hasattr(torch, "compile"):
+            fail("torch.compile failed: torch %s has no torch.compile" % torch.__version__)
+        try:
+            fwd = torch.compile(model)
+        except Exception as e:  # noqa: BLE001 - any failure is reported, not raised
+            fail("torch.compile failed: %s: %s" % (type(e).__name__, e))
+
+    def step():
+        opt.zero_grad(set_to_none=True)
+        with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+            loss = F.cross_entropy(fwd(x), y)
+        if scaler is not None and scaler.is_enabled():
+            scaler.scale(loss).backward()
+            scaler.step(opt)
+            scaler.update()
+        else:
+            loss.backward()
+            opt.step()
+        return loss.item()  # waits for the device: the step's time is complete
+
     times = []
+    loss = float("nan")
     for s in range(a.warmup + a.steps):
         t0 = time.perf_counter()
-        opt.zero_grad(set_to_none=True)
-        loss = F.cross_entropy(model(x), y)
-        loss.backward()
-        opt.step()
+        try:
+            loss = step()
+        except Exception as e:  # noqa: BLE001 - compile errors surface at the first call
+            what = "torch.compile failed" if a.compile and s == 0 else "step %d failed" % (s + 1)
+            fail("%s: %s: %s" % (what, type(e).__name__, e))
+        if cuda:
+            torch.cuda.synchronize(dev)
         dt = (time.perf_counter() - t0) * 1000
         if s >= a.warmup:
             times.append(dt)
     times.sort()
     med = times[len(times) // 2]
-    print(json.dumps({"impl": "torch", "model": a.model, "batch": a.batch, "size": a.size, "width": a.width,
-                      "channels_last": a.channels_last, "threads": torch.get_num_threads(),
-                      "step_ms": round(med, 3), "img_per_s": round(1000.0 * a.batch / med, 1),
-                      "loss": round(loss.item(), 4), "torch": torch.__version__}))
+    out.update({"step_ms": round(med, 3), "img_per_s": round(1000.0 * a.batch / med, 1), "loss": round(loss, 4)})
+    if cuda:
+        out["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
+        out["reserved_bytes"] = torch.cuda.memory_reserved(dev)
+    print(json.dumps(out))
 
 
 if __name__ == "__main__":

@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # GPU check in two halves (README.md, "GPU check"):
-#   tools/gpu_check.sh prepare   here, no GPU needed: builds every GPU test binary, //cli:ringtape and
-#                                //bench:train_step_bench statically (the CUDA runtime included), copies
-#                                them into gpu_check_out/ (git-ignored) with a manifest and their ldd.
+#   tools/gpu_check.sh prepare   here, no GPU needed: builds every GPU test binary, //cli:ringtape,
+#                                //bench:train_step_bench and //bench:cuda_kernel_bench statically (the
+#                                CUDA runtime included) and packs them, with copies of the non-system
+#                                shared libraries they need (libjpeg, libpng, ...) for machines that
+#                                lack them, into gpu_check_out/payload.tar.gz (git-ignored), next to
+#                                a manifest and their ldd.
 #   tools/gpu_check.sh run       on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
-#                                finds the CUDA libraries, prints nvidia-smi, runs the tests, a
-#                                compute-sanitizer memcheck, the CUDA training path and the benchmark
-#                                where they exist, all within 8 minutes; summary table last.
+#                                finds the CUDA libraries, prints nvidia-smi, runs the tests, the kernel
+#                                bandwidth benchmark, the CUDA training path (the device feeder included)
+#                                and compute-sanitizer memchecks, then the throughput benchmark against
+#                                PyTorch, all within 8 minutes; summary tables last.
 # Exit codes: 0 all passed (steps reported "not yet available" count as passed); 1 a step failed
 # (failure, crash, sanitizer error, timeout); 2 usage; 3 prepare's output missing or over the size
 # limit, or the build failed; 4 run found no usable NVIDIA GPU. GPU_CHECK_BUDGET_S (default 480)
@@ -22,12 +26,14 @@ WARN_BYTES=$((56 * 1024 * 1024))
 usage() {
   cat >&2 <<'EOF'
 usage: tools/gpu_check.sh prepare|run
-  prepare  (no GPU) build the GPU test binaries, //cli:ringtape and //bench:train_step_bench
-           statically and copy them into gpu_check_out/ with MANIFEST.txt and ldd.txt
+  prepare  (no GPU) build the GPU test binaries, //cli:ringtape, //bench:train_step_bench and
+           //bench:cuda_kernel_bench statically and pack them (bin/) with copies of the non-system
+           shared libraries they need (lib/) into gpu_check_out/payload.tar.gz, with MANIFEST.txt
+           and ldd.txt
   run      (GPU machine, repository root, gpu_check_out/ present) find the CUDA libraries, print
-           nvidia-smi, run every GPU test binary, compute-sanitizer memcheck, `ringtape train
-           --device cuda` and the benchmark when available; log and results snippet go to $OUT
-           (else gpu_check_out/last_run/)
+           nvidia-smi, run every GPU test binary, the kernel bandwidth benchmark, `ringtape train
+           --device cuda`, compute-sanitizer memchecks and the throughput benchmark against PyTorch;
+           log, results snippet and JSON go to $OUT (else gpu_check_out/last_run/)
 exit codes: 0 passed, 1 a step failed, 2 usage, 3 prepare output missing/too large or build failed,
             4 no usable NVIDIA GPU
 EOF
@@ -63,7 +69,7 @@ cmd_prepare() {
     echo "gpu_check prepare: no GPU test targets found" >&2
     exit 3
   fi
-  local others="//cli:ringtape //bench:train_step_bench"
+  local others="//cli:ringtape //bench:train_step_bench //bench:cuda_kernel_bench"
   echo "== GPU test targets:"
   printf '   %s\n' $tests
   # --dynamic_mode=off: cc_tests (not linkstatic) link the project's libraries statically instead of
@@ -120,15 +126,39 @@ cmd_prepare() {
   done
   [[ $bad -eq 0 ]] || exit 3
 
-  # If the binaries alone are too big, drop the symbol tables as well.
-  local bin_bytes tree_bytes total
-  bin_bytes=$(du -cb "$DEST" | tail -1 | cut -f1)
+  # Shared libraries that are neither glibc's, libstdc++'s nor the CUDA stack's (today libjpeg,
+  # libpng, libz, libgomp): copied into $DEST/lib. `run` puts a library from there on the path
+  # only when the GPU machine has none of that name (its image is not Debian: Debian's
+  # libjpeg.so.62, for one, is not there), so the machine's own copies win where it has them.
+  mkdir -p "$DEST/lib"
+  local lname lpath
+  while read -r lname lpath; do
+    [[ -n "$lname" ]] || continue
+    cp -L "$lpath" "$DEST/lib/$lname"
+    echo "lib $lname lib/$lname $(stat -c %s "$DEST/lib/$lname") $(sha256sum "$DEST/lib/$lname" | cut -c1-16)" >>"$manifest"
+  done < <(for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
+    grep -vE '^(libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcuda|libcudart|libcublas|libcublasLt|libcudnn[^ ]*|libnccl|libnvrtc|libnvJitLink)[.-]' || true)
+
+  # bin/ and lib/ travel as one gzip'd tar, payload.tar.gz (a quarter of their size: the limit
+  # counts what travels); `run` unpacks it into a temporary folder. If even that is too big,
+  # the symbol tables go as well (sanitizer backtraces then lose function names).
+  local bin_bytes tree_bytes total unpacked
+  unpacked=$(du -cb "$DEST/bin" "$DEST/lib" | tail -1 | cut -f1)
+  pack_payload() {
+    tar -C "$DEST" -cf - bin lib | gzip -9 >"$DEST/payload.tar.gz"
+    bin_bytes=$(($(du -cb "$DEST" | tail -1 | cut -f1) - $(du -cb "$DEST/bin" "$DEST/lib" | tail -1 | cut -f1)))
+  }
+  pack_payload
   tree_bytes=$(git ls-files -co --exclude-standard -z | du -cb --files0-from=- 2>/dev/null | tail -1 | cut -f1)
   if ((bin_bytes + tree_bytes > WARN_BYTES)); then
     echo "== over $((WARN_BYTES >> 20)) MiB: stripping symbol tables too"
     strip --strip-unneeded "$DEST"/bin/*
-    bin_bytes=$(du -cb "$DEST" | tail -1 | cut -f1)
+    echo "# symbol tables stripped (the hashes above are of the binaries before)" >>"$manifest"
+    pack_payload
   fi
+  rm -rf "${DEST:?}/bin" "${DEST:?}/lib"
+  echo "# payload: payload.tar.gz $(stat -c %s "$DEST/payload.tar.gz") bytes ($unpacked unpacked)" \
+    "$(sha256sum "$DEST/payload.tar.gz" | cut -c1-16)" >>"$manifest"
   total=$((bin_bytes + tree_bytes))
 
   echo "== $DEST/MANIFEST.txt"
@@ -153,6 +183,7 @@ BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # everything, nvidia-smi to the summary, wi
 T0=$SECONDS
 STEPS=()  # "name|status|seconds|note"
 FAILED=0
+KERNEL_TABLE="" TSB_TABLE=""  # the benchmarks' tables, for the summary and the snippet
 
 remaining() { echo $((BUDGET_S - (SECONDS - T0))); }
 record() {  # name status seconds note ('|' in a note would split the table: made '/')
@@ -246,8 +277,31 @@ EOF
   done
 }
 
+# prepare's copies of non-system libraries (gpu_check_out/lib): each one this machine has no
+# library of that name for (not in LD_LIBRARY_PATH's folders, not in ldconfig's cache) is linked
+# into a folder put last on LD_LIBRARY_PATH; the machine's own libraries win everywhere else.
+use_fallback_libs() {
+  local fb=$WORK/fallback_lib f name d found used=""
+  mkdir -p "$fb"
+  for f in "$PAYLOAD"/lib/*; do
+    [[ -f "$f" ]] || continue
+    name=$(basename "$f")
+    found=""
+    for d in ${LD_LIBRARY_PATH//:/ }; do  # set (maybe empty) by find_cuda_libs
+      [[ -e "$d/$name" ]] && found=$d/$name && break
+    done
+    [[ -n "$found" ]] || found=$( (ldconfig -p 2>/dev/null || true) | awk -v n="$name" '$1 == n {print $NF; exit}')
+    if [[ -z "$found" ]]; then
+      ln -s "$f" "$fb/$name"
+      used+=" $name"
+    fi
+  done
+  export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$fb"
+  echo "=== libraries this machine lacks, taken from prepare's copies:${used:- none}"
+}
+
 write_results() {
-  local dev=$1 bench_line=$2 f=$RESULTS_DIR/RESULTS_snippet.md
+  local dev=$1 f=$RESULTS_DIR/RESULTS_snippet.md
   {
     echo "### GPU check, $(date -u +%Y-%m-%d), ${dev:-no GPU}"
     echo
@@ -260,9 +314,21 @@ write_results() {
       IFS='|' read -r n st sec note <<<"$s"
       echo "| $n | $st | $sec | ${note:-} |"
     done
-    if [[ -n "$bench_line" ]]; then
+    if [[ -n "$KERNEL_TABLE" ]]; then
       echo
-      echo "Throughput: \`$bench_line\`"
+      echo "Kernel bandwidth (\`bench/cuda_kernel_bench.cc\`, --quick):"
+      echo
+      echo '```'
+      echo "$KERNEL_TABLE"
+      echo '```'
+    fi
+    if [[ -n "$TSB_TABLE" ]]; then
+      echo
+      echo "Training throughput (\`bench/run_train_step_bench.sh --gpu --no-compile\`):"
+      echo
+      echo '```'
+      echo "$TSB_TABLE"
+      echo '```'
     fi
   } >"$f"
   echo
@@ -279,6 +345,17 @@ print_summary() {
     IFS='|' read -r n st sec note <<<"$s"
     printf '%-34s %-8s %7s  %s\n' "$n" "$st" "$sec" "${note:-}"
   done
+  if [[ -n "$KERNEL_TABLE" ]]; then
+    echo
+    echo "=== kernel bandwidth (cuda_kernel_bench --quick)"
+    echo "$KERNEL_TABLE"
+  fi
+  if [[ -n "$TSB_TABLE" ]]; then
+    echo
+    echo "=== training throughput (run_train_step_bench.sh --gpu --no-compile)"
+    echo "$TSB_TABLE"
+  fi
+  echo
   if ((FAILED)); then echo "RESULT: FAILED"; else echo "RESULT: PASSED"; fi
 }
 
@@ -298,6 +375,14 @@ cmd_run() {
   trap 'exit_rc=$?; exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null; rm -rf "$WORK"; exit "$exit_rc"' EXIT
   echo "=== tools/gpu_check.sh run, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n), log $log"
   grep '^#' "$DEST/MANIFEST.txt"
+  # prepare's binaries and libraries, unpacked where they do not travel back (WORK is removed
+  # at exit): PAYLOAD/bin/..., PAYLOAD/lib/..., the paths MANIFEST.txt names.
+  PAYLOAD=$WORK/payload
+  mkdir -p "$PAYLOAD"
+  if ! tar -C "$PAYLOAD" -xzf "$DEST/payload.tar.gz"; then
+    echo "gpu_check run: cannot unpack $DEST/payload.tar.gz: run 'tools/gpu_check.sh prepare' again" >&2
+    exit 3
+  fi
 
   dev_name=""
   local t=$SECONDS
@@ -320,10 +405,14 @@ cmd_run() {
   fi
   record nvidia-smi PASS $((SECONDS - t)) "$dev_name"
 
+  # PyTorch finds its own CUDA libraries (wheel RUNPATHs): the throughput benchmark runs it with
+  # the library path this machine started with, not the one built here for ringtape's binaries.
+  export RINGTAPE_TORCH_LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}
   find_cuda_libs
+  use_fallback_libs
   echo "=== unresolved libraries per binary (with this LD_LIBRARY_PATH):"
   local b missing any=0
-  for b in "$DEST"/bin/*; do
+  for b in "$PAYLOAD"/bin/*; do
     missing=$(ldd "$b" 2>&1 | grep 'not found' | awk '{print $1}' | tr '\n' ' ' || true)
     if [[ -n "$missing" ]]; then echo "   $(basename "$b"): $missing"; any=1; fi
   done
@@ -335,7 +424,7 @@ cmd_run() {
   export TEST_SRCDIR=$WORK/runfiles TEST_WORKSPACE=ringtape TEST_TMPDIR=$WORK/tmp
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
 
-  local rt=$DEST/bin/cli__ringtape bench=$DEST/bin/bench__train_step_bench
+  local rt=$PAYLOAD/bin/cli__ringtape bench=$PAYLOAD/bin/bench__train_step_bench
   run_cmd "ringtape info" 60 "$rt" info
   local st note=""
   st=$(status_of_rc)
@@ -347,7 +436,7 @@ cmd_run() {
   local kind label file rest
   while read -r kind label file rest; do
     [[ $kind == test ]] || continue
-    run_cmd "$label" 150 "$DEST/$file"
+    run_cmd "$label" 150 "$PAYLOAD/$file"
     st=$(status_of_rc) note=""
     if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the test saw no GPU"; fi
     [[ $st != PASS ]] || note=$(grep -m1 -oE '[0-9]+ passed \| [0-9]+ failed' "$STEP_OUT" || true)
@@ -355,8 +444,83 @@ cmd_run() {
     record "$label" "$st" "$SECS" "$note"
   done < <(grep -v '^#' "$DEST/MANIFEST.txt")
 
-  # compute-sanitizer memcheck: the CUDA training path when it exists, and the first GPU test
-  # binary (the runtime's kernels) in any case. API errors are not counted: the tests provoke
+  # Kernel bandwidth at ResNet50 batch-256 shapes against a device copy (a few seconds).
+  local kbench=$PAYLOAD/bin/bench__cuda_kernel_bench
+  if [[ -x "$kbench" ]]; then
+    run_cmd "cuda_kernel_bench" 120 "$kbench" --quick --json "$RESULTS_DIR/cuda_kernel_bench.json"
+    st=$(status_of_rc)
+    note=$(grep -m1 -oE '^[0-9]+ of [0-9]+ kernels at >= [0-9]+% of the copy bandwidth \([0-9]+ GB/s\)' "$STEP_OUT" || true)
+    if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the benchmark saw no GPU"; fi
+    [[ $st == FAIL ]] && grep -q 'FAILED:' "$STEP_OUT" && note="a case failed: $(grep -m1 'FAILED:' "$STEP_OUT" | cut -c1-60)"
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    KERNEL_TABLE=$(sed -n '/^device-to-device copy/,$p' "$STEP_OUT" | grep -v '^results in ' || true)
+    record "cuda_kernel_bench" "$st" "$SECS" "$note"
+  else
+    record "cuda_kernel_bench" FAIL 0 "$kbench missing: rerun prepare"
+  fi
+
+  # The CUDA training path on synthetic uint8 data: the loader builds batches in page-locked
+  # memory with 2 worker threads, data/device_feeder.h copies them on its copy stream and
+  # normalises them on the GPU. 160 images in batches of 32: the 5 steps are the whole epoch,
+  # so the evaluation (the feeder again, no gradients) runs too. --precision default (auto:
+  # bf16 on this GPU), then fp32. "Not implemented yet" is N/A; anything else non-zero fails.
+  local train_args=(train --device cuda --steps 5 --epochs 1 --dataset synthetic --synthetic-size 160x3x64x64
+    --num-classes 10 --batch-size 32 --workers 2 --print-freq 1)
+  local notyet='not implemented yet|has no CUDA kernel yet|not yet (available|supported)'
+  train_status() {  # reads RC, STEP_OUT; "status|note"
+    local s n=""
+    s=$(status_of_rc)
+    if [[ $RC == 1 ]] && grep -qE "$notyet" "$STEP_OUT"; then
+      s=N/A n="not yet available: $(grep -m1 -oE "[^:]*($notyet)[^;]*" "$STEP_OUT" | sed 's/^ *//' | cut -c1-70)"
+    elif [[ $s == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT"; then
+      s=FAIL n="no evaluation line after the epoch"
+    elif [[ $s == PASS ]]; then
+      n="$(grep -m1 -oE 'step 5/5 +loss [0-9.]+' "$STEP_OUT" | tr -s ' ' || true)"
+      n+="$(grep 'step 5/5' "$STEP_OUT" | grep -m1 -oE '[0-9.]+ img/s' | sed 's/^/, /' || true)"
+    fi
+    [[ $s == FAIL && -z "$n" ]] && n=$(grep -v '^\s*$' "$STEP_OUT" | tail -1 | cut -c1-90 || true)
+    [[ $s == CRASH ]] && n="signal $((RC - 128))"
+    echo "$s|$n"
+  }
+  run_cmd "ringtape train --device cuda" 120 "$rt" "${train_args[@]}" --output-dir "$WORK/train"
+  IFS='|' read -r st note <<<"$(train_status)"
+  record "ringtape train --device cuda" "$st" "$SECS" "$note"
+  local train_ok=$st
+  if { timeout 20 "$rt" train --help 2>&1 || true; } | grep -q -- '--precision'; then
+    run_cmd "ringtape train --precision fp32" 120 "$rt" "${train_args[@]}" --precision fp32 --output-dir "$WORK/train32"
+    IFS='|' read -r st note <<<"$(train_status)"
+    record "ringtape train --precision fp32" "$st" "$SECS" "$note"
+  fi
+
+  # Throughput: ResNet50, batch 256, channels-last, ringtape (--precision bf16) against
+  # PyTorch eager with autocast bf16 (skipped, with the reason, where python has no torch with
+  # CUDA). torch.compile is left out for the time budget: bench/run_train_step_bench.sh --gpu
+  # runs it too.
+  if [[ -x "$bench" ]] && { timeout 20 "$bench" --help 2>&1 || true; } | grep -q -- '--precision'; then
+    run_cmd "train_step_bench gpu vs torch" 180 bash bench/run_train_step_bench.sh --gpu --no-compile --steps 10 \
+      --rt-bin "$bench" --out "$WORK/tsb"
+    st=$(status_of_rc) note=""
+    TSB_TABLE=$(cat "$WORK/tsb/table.txt" 2>/dev/null || true)
+    cp "$WORK/tsb/results.jsonl" "$RESULTS_DIR/train_step_bench.jsonl" 2>/dev/null || true
+    local rt_line
+    rt_line=$(head -1 "$WORK/tsb/results.jsonl" 2>/dev/null || true)
+    if [[ $st == PASS ]] && ! grep -q '"img_per_s"' <<<"$rt_line"; then
+      st=FAIL note="ringtape: $(grep -oE '"error": "[^"]{0,80}' <<<"$rt_line" | cut -c11- || echo 'no result')"
+    elif [[ $st == PASS ]]; then
+      note="ringtape $(grep -oE '"img_per_s": [0-9.]+' <<<"$rt_line" | grep -oE '[0-9.]+$' || true) img/s"
+      note+="$(grep -m1 -oE '^torch eager +amp bf16 +[0-9]+' <<<"$TSB_TABLE" | grep -oE '[0-9]+$' |
+        sed 's/^/, torch eager /; s/$/ img\/s/' || true)"
+    fi
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    record "train_step_bench gpu vs torch" "$st" "$SECS" "$note"
+  else
+    record "train_step_bench gpu vs torch" FAIL 0 "$bench missing or without --precision: rerun prepare"
+  fi
+
+  # compute-sanitizer memcheck: //tests:cuda_test (the runtime, the allocator, streams; else
+  # the first GPU test) and a short CUDA training run (2 steps = a 32-image epoch, then its
+  # evaluation: the device feeder's copies and normalisation, every training kernel, the
+  # optimizer). Last, as the slowest steps. API errors are not counted: the tests provoke
   # out-of-memory on purpose.
   local cs="" cs_args=(--tool memcheck --leak-check full --report-api-errors no --error-exitcode 86)
   if command -v compute-sanitizer >/dev/null; then cs=compute-sanitizer
@@ -373,51 +537,29 @@ cmd_run() {
     fi
   }
   local first_test
-  first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" {print $3; exit}')
+  first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" && $2 == "//tests:cuda_test" {print $3; exit}')
+  [[ -n "$first_test" ]] || first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" {print $3; exit}')
   if [[ -z "$cs" ]]; then
     record "memcheck" FAIL 0 "compute-sanitizer not found"
-  elif [[ -n "$first_test" ]]; then
-    run_cmd "memcheck $(basename "$first_test")" 150 "$cs" "${cs_args[@]}" "$DEST/$first_test"
-    IFS='|' read -r st note <<<"$(memcheck_status)"
-    record "memcheck $(basename "$first_test")" "$st" "$SECS" "$note"
-  fi
-
-  # The CUDA training path: three steps on synthetic data; "not implemented yet" is reported as
-  # N/A, anything else non-zero (a crash, a CUDA error, a timeout) fails.
-  local train_args=(train --device cuda --steps 3 --epochs 1 --dataset synthetic --synthetic-size 256x3x32x32
-    --num-classes 10 --batch-size 32 --workers 0 --print-freq 1 --output-dir "$WORK/train")
-  local notyet='not implemented yet|has no CUDA kernel yet|not yet (available|supported)'
-  run_cmd "ringtape train --device cuda" 120 "$rt" "${train_args[@]}"
-  st=$(status_of_rc) note=""
-  if [[ $RC == 1 ]] && grep -qE "$notyet" "$STEP_OUT"; then
-    st=N/A note="not yet available: $(grep -m1 -oE "[^:]*($notyet)[^;]*" "$STEP_OUT" | sed 's/^ *//' | cut -c1-70)"
-  fi
-  record "ringtape train --device cuda" "$st" "$SECS" "$note"
-  if [[ $st == PASS ]]; then
-    if [[ -n "$cs" ]]; then
-      rm -rf "$WORK/train"
-      run_cmd "memcheck ringtape train" 240 "$cs" "${cs_args[@]}" "$rt" "${train_args[@]}"
+  else
+    if [[ -n "$first_test" ]]; then
+      run_cmd "memcheck $(basename "$first_test")" 150 "$cs" "${cs_args[@]}" "$PAYLOAD/$first_test"
       IFS='|' read -r st note <<<"$(memcheck_status)"
-      record "memcheck ringtape train" "$st" "$SECS" "$note"
+      record "memcheck $(basename "$first_test")" "$st" "$SECS" "$note"
     fi
-  else
-    record "memcheck ringtape train" N/A 0 "CUDA training path not available"
+    if [[ $train_ok == PASS ]]; then
+      run_cmd "memcheck ringtape train" 180 "$cs" "${cs_args[@]}" "$rt" train --device cuda --steps 2 --epochs 1 \
+        --dataset synthetic --synthetic-size 32x3x32x32 --num-classes 10 --batch-size 16 --workers 2 --print-freq 1 \
+        --output-dir "$WORK/train_memcheck"
+      IFS='|' read -r st note <<<"$(memcheck_status)"
+      [[ $st == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT" && st=FAIL note="no evaluation line; $note"
+      record "memcheck ringtape train" "$st" "$SECS" "$note"
+    else
+      record "memcheck ringtape train" N/A 0 "CUDA training path not available"
+    fi
   fi
 
-  # Throughput: only once the benchmark takes --device (today it is CPU-only).
-  local bench_line=""
-  if [[ -x "$bench" ]] && { timeout 20 "$bench" --help 2>&1 || true; } | grep -q -- '--device'; then
-    run_cmd "train_step_bench cuda" 180 "$bench" --device cuda --model resnet50 --batch 64 --size 3x224x224 \
-      --classes 1000 --width 64 --channels-last --steps 20 --warmup 5
-    st=$(status_of_rc) note=""
-    bench_line=$(grep -m1 '^{' "$STEP_OUT" || true)
-    [[ -n "$bench_line" ]] && note=$(echo "$bench_line" | grep -oE '"step_ms": *[0-9.]+' || true)
-    record "train_step_bench cuda" "$st" "$SECS" "$note"
-  else
-    record "train_step_bench cuda" N/A 0 "not yet available: the benchmark has no --device flag"
-  fi
-
-  write_results "$dev_name" "$bench_line"
+  write_results "$dev_name"
   print_summary
   ((FAILED == 0)) || exit 1
 }

@@ -1,0 +1,618 @@
+// The ImageNet training input pipeline on the CPU, end to end: read a JPEG file (page cache
+// warm), RandomResizedCrop(224) + horizontal flip via rt::data::train_transform, into the
+// image's slot of a preallocated (B, 224, 224, 3) uint8 batch. bench/jpeg_pipeline_bench_torch.py
+// does the same with torchvision's PIL pipeline; bench/run_jpeg_pipeline_bench.sh runs both
+// on the same files and compares (see bench/README.md, "JPEG input pipeline").
+//
+//   bazel run //bench:jpeg_pipeline_bench -- --files DIR [--threads 1] [--batch 256]
+//       [--rounds 5] [--warmup 1] [--mode region|full] [--size 224] [--seed 0]
+//       [--breakdown] [--json FILE]
+//
+// One round = every file of DIR once, in batches of B. T threads (std::thread, no OpenMP)
+// take the images of a batch from a shared counter; the batch is complete when all have
+// arrived at a barrier, and the next batch reuses the buffer. Image i's randomness comes
+// from its own Generator seeded with derive_seed(derive_seed(seed, kAugmentStream), i):
+// first the flip (p = 0.5), then the crop's draws inside train_transform. So the output
+// does not depend on T. Reported: images/s of each round (all files / wall time), the
+// median over the rounds after `warmup`, and per thread.
+//
+// Before timing, a sanity pass over the first 16 images, at the output size and at a quarter
+// of it (where crops get DCT-scaled): region_scaled against DecodeMode::full (same crop and
+// flip) and against an independent block-average reference (mean and max absolute
+// difference of the uint8 outputs), and a second run must give the same bytes. Not a test:
+// a guard against timing garbage. --breakdown adds a single-thread pass that times reading,
+// header, decoding alone, resize + flip alone and the whole transform per image.
+#include <algorithm>
+#include <atomic>
+#include <barrier>
+#include <cctype>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>  // before jpeglib.h, which needs FILE and size_t
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <fcntl.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <jpeglib.h>  // for LIBJPEG_TURBO_VERSION only
+
+#include "data/image_transforms.h"
+#include "data/jpeg_decode.h"
+#include "data/seed.h"
+#include "engine/error.h"
+#include "engine/random.h"
+
+namespace {
+
+namespace fs = std::filesystem;
+using rt::data::DecodeMode;
+
+#define RT_BENCH_STR2(x) #x
+#define RT_BENCH_STR(x) RT_BENCH_STR2(x)
+#ifdef LIBJPEG_TURBO_VERSION
+const char* kJpegLib = "libjpeg-turbo " RT_BENCH_STR(LIBJPEG_TURBO_VERSION);
+#else
+const char* kJpegLib = "libjpeg " RT_BENCH_STR(JPEG_LIB_VERSION);
+#endif
+
+struct Options {
+  std::string files_dir;
+  int threads = 1;
+  int batch = 256;
+  int rounds = 5;
+  int warmup = 1;
+  int size = 224;
+  uint64_t seed = 0;
+  DecodeMode mode = DecodeMode::region_scaled;
+  bool breakdown = false;
+  std::string json_path;
+};
+
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+const char* kUsage =
+    "usage: jpeg_pipeline_bench --files DIR [--threads N] [--batch B] [--rounds R] [--warmup W]\n"
+    "                           [--mode region|full] [--size S] [--seed N] [--breakdown] [--json FILE]\n"
+    "  --files DIR        the JPEGs (*.jpg, *.jpeg), in name order\n"
+    "  --threads N        worker threads (default 1)\n"
+    "  --batch B          images per batch buffer (default 256)\n"
+    "  --rounds R         timed passes over all files; the median is reported (default 5)\n"
+    "  --warmup W         untimed passes first (default 1)\n"
+    "  --mode region|full decode only the crop, DCT-scaled (default), or the whole image\n"
+    "  --size S           output side (default 224)\n"
+    "  --seed N           augmentation seed (default 0)\n"
+    "  --breakdown        also time read / decode / whole transform per image, one thread\n"
+    "  --json FILE        also write the results as JSON\n";
+
+std::string user_path(const std::string& p) {
+  if (p.empty() || p[0] == '/') return p;
+  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
+  return wd ? std::string(wd) + "/" + p : p;
+}
+
+int parse_int(const std::string& flag, const std::string& v, int lo) {
+  size_t used = 0;
+  int r = 0;
+  try {
+    r = std::stoi(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || v.empty() || r < lo)
+    throw UsageError(flag + " wants an integer >= " + std::to_string(lo) + ", got '" + v + "'");
+  return r;
+}
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    std::string value;
+    bool has_value = false;
+    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    auto next = [&]() -> std::string {
+      if (has_value) return value;
+      if (i + 1 >= argc) throw UsageError(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else if (a == "--files") {
+      o.files_dir = user_path(next());
+    } else if (a == "--threads") {
+      o.threads = parse_int(a, next(), 1);
+    } else if (a == "--batch") {
+      o.batch = parse_int(a, next(), 1);
+    } else if (a == "--rounds") {
+      o.rounds = parse_int(a, next(), 1);
+    } else if (a == "--warmup") {
+      o.warmup = parse_int(a, next(), 0);
+    } else if (a == "--size") {
+      o.size = parse_int(a, next(), 1);
+    } else if (a == "--seed") {
+      o.seed = uint64_t(parse_int(a, next(), 0));
+    } else if (a == "--mode") {
+      const std::string m = next();
+      if (m == "region") {
+        o.mode = DecodeMode::region_scaled;
+      } else if (m == "full") {
+        o.mode = DecodeMode::full;
+      } else {
+        throw UsageError("--mode wants 'region' or 'full', got '" + m + "'");
+      }
+    } else if (a == "--breakdown" && !has_value) {
+      o.breakdown = true;
+    } else if (a == "--json") {
+      o.json_path = user_path(next());
+    } else {
+      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
+    }
+  }
+  if (o.files_dir.empty()) throw UsageError("--files DIR is required");
+  return o;
+}
+
+const char* mode_name(DecodeMode m) { return m == DecodeMode::full ? "full" : "region"; }
+
+std::vector<std::string> list_jpegs(const std::string& dir) {
+  if (!fs::is_directory(dir)) throw std::runtime_error("--files: '" + dir + "' is not a directory");
+  std::vector<std::string> files;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    if (!e.is_regular_file()) continue;
+    std::string ext = e.path().extension().string();
+    std::transform(ext.begin(), ext.end(), ext.begin(), [](unsigned char c) { return char(std::tolower(c)); });
+    if (ext == ".jpg" || ext == ".jpeg") files.push_back(e.path().string());
+  }
+  if (files.empty()) throw std::runtime_error("no *.jpg or *.jpeg files in '" + dir + "'");
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// The whole file into `buf` (resized to fit), as a loader reads it: open, fstat, read.
+void read_file(const std::string& path, std::vector<uint8_t>& buf) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw std::runtime_error("cannot open '" + path + "': " + std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int e = errno;
+    ::close(fd);
+    throw std::runtime_error("cannot stat '" + path + "': " + std::strerror(e));
+  }
+  buf.resize(size_t(st.st_size));
+  size_t done = 0;
+  while (done < buf.size()) {
+    const ssize_t n = ::read(fd, buf.data() + done, buf.size() - done);
+    if (n <= 0) {
+      const int e = errno;
+      ::close(fd);
+      throw std::runtime_error("cannot read '" + path + "': " + (n == 0 ? "file shrank" : std::strerror(e)));
+    }
+    done += size_t(n);
+  }
+  ::close(fd);
+}
+
+// Image i's generator and flip; train_transform then draws the crop from the same generator.
+struct ImageRng {
+  rt::Generator g;
+  bool flip;
+};
+ImageRng image_rng(uint64_t seed, size_t index) {
+  ImageRng r{rt::Generator(rt::data::derive_seed(rt::data::derive_seed(seed, rt::data::kAugmentStream), index)),
+             false};
+  r.flip = r.g.uniform() < 0.5;
+  return r;
+}
+
+void transform_one(const std::vector<uint8_t>& bytes, const std::string& label, size_t index, const Options& opt,
+                   DecodeMode mode, uint8_t* out) {
+  ImageRng r = image_rng(opt.seed, index);
+  rt::data::train_transform(bytes, label, opt.size, r.g, r.flip, out, mode);
+}
+
+using Clock = std::chrono::steady_clock;
+double s_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t m = v.size() / 2;
+  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
+}
+
+// How busy the machine was apart from this process (as in conv_bench.cc).
+inline constexpr double kBusyShare = 0.02;  // above this, warn
+
+struct CpuSample {
+  Clock::time_point t;
+  double busy_s = -1;  // all CPUs' non-idle time since boot (/proc/stat), incl. steal; -1: unknown
+  double own_s = 0;    // this process's CPU time, all threads
+};
+
+CpuSample sample_cpu() {
+  CpuSample c;
+  c.t = Clock::now();
+  std::ifstream f("/proc/stat");
+  std::string cpu;
+  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+  if (f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
+    c.busy_s = double(user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
+  rusage ru{};
+  getrusage(RUSAGE_SELF, &ru);
+  c.own_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
+  return c;
+}
+
+double others_cpu_share(const CpuSample& a, const CpuSample& b) {
+  if (a.busy_s < 0 || b.busy_s < 0) return -1;
+  const double wall_s = s_between(a.t, b.t);
+  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+  if (wall_s <= 0 || ncpu < 1) return -1;
+  return std::max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s)) / (wall_s * double(ncpu));
+}
+
+// The DCT scale train_transform picks for a crop: the largest d in {8, 4, 2} with both
+// sides >= d * size, else 1.
+int dct_denom(const rt::data::Box& box, int size) {
+  const int m = std::min(box.w, box.h);
+  return m >= 8 * size ? 8 : m >= 4 * size ? 4 : m >= 2 * size ? 2 : 1;
+}
+
+// An independent reference for the region path: decode everything, average d x d blocks
+// (what libjpeg's scaled IDCT approximates; the image's scaled size is ceil(W/d) x
+// ceil(H/d)), then bilinear with half-pixel centres over the crop mapped to that scale,
+// clamped to the scaled pixels the crop touches, as train_transform documents. Then flip.
+void reference_transform(const std::vector<uint8_t>& bytes, const std::string& label, rt::data::Box box, int d,
+                         int size, bool flip, uint8_t* out) {
+  const rt::data::DecodedImage full = rt::data::decode_jpeg(bytes, label);
+  const int W = full.width, H = full.height, SW = (W + d - 1) / d, SH = (H + d - 1) / d;
+  std::vector<float> scaled(size_t(SW) * size_t(SH) * 3);  // (SH, SW, 3)
+  for (int y = 0; y < SH; ++y)
+    for (int x = 0; x < SW; ++x)
+      for (int c = 0; c < 3; ++c) {
+        double sum = 0;
+        int n = 0;
+        for (int yy = y * d; yy < std::min(H, (y + 1) * d); ++yy)
+          for (int xx = x * d; xx < std::min(W, (x + 1) * d); ++xx, ++n)
+            sum += full.rgb[(size_t(yy) * size_t(W) + size_t(xx)) * 3 + size_t(c)];
+        scaled[(size_t(y) * size_t(SW) + size_t(x)) * 3 + size_t(c)] = float(sum / n);
+      }
+  auto taps = [&](int o, int start, int len, int lim, int& i0, int& i1, double& w) {
+    const int lo = start / d, hi = std::min(lim, (start + len + d - 1) / d) - 1;
+    const double pos = std::clamp(double(start) / d + (o + 0.5) * len / d / size - 0.5, double(lo), double(hi));
+    i0 = int(pos);
+    i1 = std::min(i0 + 1, hi);
+    w = pos - i0;
+  };
+  for (int oy = 0; oy < size; ++oy) {
+    int y0, y1;
+    double wy;
+    taps(oy, box.y, box.h, SH, y0, y1, wy);
+    for (int ox = 0; ox < size; ++ox) {
+      int x0, x1;
+      double wx;
+      taps(ox, box.x, box.w, SW, x0, x1, wx);
+      auto at = [&](int y, int x, int c) { return scaled[(size_t(y) * size_t(SW) + size_t(x)) * 3 + size_t(c)]; };
+      const int dx = flip ? size - 1 - ox : ox;
+      for (int c = 0; c < 3; ++c) {
+        const double v = (1 - wy) * ((1 - wx) * at(y0, x0, c) + wx * at(y0, x1, c)) +
+                         wy * ((1 - wx) * at(y1, x0, c) + wx * at(y1, x1, c));
+        out[(size_t(oy) * size_t(size) + size_t(dx)) * 3 + size_t(c)] = uint8_t(std::clamp(int(v + 0.5), 0, 255));
+      }
+    }
+  }
+}
+
+struct Sanity {
+  int size = 0, images = 0;
+  int dct_scaled = 0;  // images among them whose crop was DCT-scaled
+  double mad_full = 0, mad_full_image0 = 0;  // mean |region - full| over the bytes
+  int max_full = 0;
+  double mad_ref = 0;  // mean |region - reference_transform|
+  int max_ref = 0;
+  bool deterministic = true;
+  double mean_value = 0;  // of the region outputs: a black or constant output would show
+};
+
+// region_scaled vs full and vs reference_transform on the first few images at output side
+// `size`; not a test, a guard against timing garbage.
+Sanity sanity_check(const std::vector<std::string>& files, Options opt, int size) {
+  opt.size = size;
+  Sanity s;
+  s.size = size;
+  s.images = int(std::min<size_t>(16, files.size()));
+  const size_t n = size_t(size) * size_t(size) * 3;
+  std::vector<uint8_t> bytes, a(n), b(n), c(n), ref(n);
+  double sum_full = 0, sum_ref = 0, sum_val = 0;
+  for (int i = 0; i < s.images; ++i) {
+    const std::string& f = files[size_t(i)];
+    read_file(f, bytes);
+    transform_one(bytes, f, size_t(i), opt, DecodeMode::region_scaled, a.data());
+    transform_one(bytes, f, size_t(i), opt, DecodeMode::full, b.data());
+    transform_one(bytes, f, size_t(i), opt, DecodeMode::region_scaled, c.data());
+    if (a != c) s.deterministic = false;
+    ImageRng r = image_rng(opt.seed, size_t(i));  // the crop and flip train_transform used
+    const rt::data::ImageInfo info = rt::data::jpeg_info(bytes, f);
+    const rt::data::Box box = rt::data::random_resized_crop_box(info.width, info.height, r.g);
+    const int d = dct_denom(box, size);
+    s.dct_scaled += d > 1;
+    reference_transform(bytes, f, box, d, size, r.flip, ref.data());
+    double img_full = 0;
+    for (size_t k = 0; k < n; ++k) {
+      const int df = std::abs(int(a[k]) - int(b[k])), dr = std::abs(int(a[k]) - int(ref[k]));
+      img_full += df;
+      sum_ref += dr;
+      s.max_full = std::max(s.max_full, df);
+      s.max_ref = std::max(s.max_ref, dr);
+      sum_val += a[k];
+    }
+    if (i == 0) s.mad_full_image0 = img_full / double(n);
+    sum_full += img_full;
+  }
+  s.mad_full = sum_full / (double(n) * s.images);
+  s.mad_ref = sum_ref / (double(n) * s.images);
+  s.mean_value = sum_val / (double(n) * s.images);
+  return s;
+}
+
+volatile size_t g_sink = 0;
+
+// Single-thread per-image times (us), one pass each over all files.
+struct Breakdown {
+  double read_us = 0;         // open + read of the file
+  double header_us = 0;       // jpeg_info alone
+  double decode_region_us = 0, decode_full_us = 0;  // decode_jpeg_region(crop, d) / decode_jpeg alone
+  double transform_region_us = 0, transform_full_us = 0;  // train_transform: header, decode, resize, flip
+  double resize_flip_us = 0;  // resize_bilinear of the crop of a decoded image + flip_horizontal
+  double dct_scaled_share = 0;  // images whose crop is decoded with DCT scaling (d > 1)
+  double crop_area_share = 0;   // mean crop area / image area
+};
+
+Breakdown breakdown(const std::vector<std::string>& files, const Options& opt) {
+  Breakdown b;
+  const size_t nimg = files.size();
+  std::vector<std::vector<uint8_t>> all(nimg);
+  const auto t0 = Clock::now();
+  for (size_t i = 0; i < nimg; ++i) read_file(files[i], all[i]);
+  b.read_us = s_between(t0, Clock::now()) * 1e6 / double(nimg);
+
+  std::vector<rt::data::Box> boxes(nimg);
+  std::vector<int> denoms(nimg);
+  auto t = Clock::now();
+  for (size_t i = 0; i < nimg; ++i) {
+    const rt::data::ImageInfo info = rt::data::jpeg_info(all[i], files[i]);
+    ImageRng r = image_rng(opt.seed, i);  // the crop train_transform will draw
+    boxes[i] = rt::data::random_resized_crop_box(info.width, info.height, r.g);
+    denoms[i] = dct_denom(boxes[i], opt.size);
+    b.dct_scaled_share += denoms[i] > 1 ? 1.0 / double(nimg) : 0.0;
+    b.crop_area_share += double(boxes[i].w) * boxes[i].h / (double(info.width) * info.height) / double(nimg);
+  }
+  b.header_us = s_between(t, Clock::now()) * 1e6 / double(nimg);
+
+  size_t sink = 0;  // a byte of every result, so that no decode is optimised away
+  t = Clock::now();
+  for (size_t i = 0; i < nimg; ++i) sink += rt::data::decode_jpeg_region(all[i], files[i], boxes[i], denoms[i]).rgb[0];
+  b.decode_region_us = s_between(t, Clock::now()) * 1e6 / double(nimg);
+  std::vector<uint8_t> out(size_t(opt.size) * size_t(opt.size) * 3);
+  double resize_s = 0;
+  t = Clock::now();
+  for (size_t i = 0; i < nimg; ++i) {
+    const rt::data::DecodedImage img = rt::data::decode_jpeg(all[i], files[i]);
+    const auto r0 = Clock::now();
+    rt::data::resize_bilinear(img.rgb.data(), img.width, img.height, boxes[i], opt.size, opt.size, out.data());
+    rt::data::flip_horizontal(out.data(), opt.size, opt.size);
+    resize_s += s_between(r0, Clock::now());
+    sink += img.rgb[0] + out[0];
+  }
+  b.decode_full_us = (s_between(t, Clock::now()) - resize_s) * 1e6 / double(nimg);
+  b.resize_flip_us = resize_s * 1e6 / double(nimg);
+
+  for (DecodeMode mode : {DecodeMode::region_scaled, DecodeMode::full}) {
+    t = Clock::now();
+    for (size_t i = 0; i < nimg; ++i) {
+      transform_one(all[i], files[i], i, opt, mode, out.data());
+      sink += out[0];
+    }
+    (mode == DecodeMode::full ? b.transform_full_us : b.transform_region_us) =
+        s_between(t, Clock::now()) * 1e6 / double(nimg);
+  }
+  g_sink = sink;
+  return b;
+}
+
+// One pass over all files with T threads; returns the wall seconds. Errors in a worker are
+// kept and rethrown here after every thread has finished.
+double run_round(const std::vector<std::string>& files, const Options& opt, std::vector<uint8_t>& batch_buf) {
+  const size_t nimg = files.size(), B = size_t(opt.batch);
+  const size_t img_bytes = size_t(opt.size) * size_t(opt.size) * 3;
+  const size_t nbatches = (nimg + B - 1) / B;
+  std::atomic<size_t> next{0};
+  // The last thread to arrive resets the counter for the next batch before any is released.
+  std::barrier sync(opt.threads, [&]() noexcept { next.store(0, std::memory_order_relaxed); });
+  std::atomic<bool> failed{false};
+  std::exception_ptr error;
+  std::atomic_flag error_taken = ATOMIC_FLAG_INIT;
+
+  auto worker = [&]() {
+    std::vector<uint8_t> bytes;
+    for (size_t b = 0; b < nbatches; ++b) {
+      const size_t first = b * B, count = std::min(B, nimg - first);
+      while (!failed.load(std::memory_order_relaxed)) {
+        const size_t k = next.fetch_add(1);
+        if (k >= count) break;
+        const size_t i = first + k;
+        try {
+          read_file(files[i], bytes);
+          transform_one(bytes, files[i], i, opt, opt.mode, batch_buf.data() + k * img_bytes);
+        } catch (...) {
+          if (!error_taken.test_and_set()) error = std::current_exception();
+          failed.store(true);
+        }
+      }
+      sync.arrive_and_wait();  // the batch is complete; a consumer would take it here
+    }
+  };
+  const auto t0 = Clock::now();
+  std::vector<std::thread> pool;
+  for (int t = 1; t < opt.threads; ++t) pool.emplace_back(worker);
+  worker();
+  for (std::thread& th : pool) th.join();
+  const double s = s_between(t0, Clock::now());
+  if (error) std::rethrow_exception(error);
+  return s;
+}
+
+std::string json_str(const std::string& s) {
+  std::string o = "\"";
+  for (char ch : s) {
+    if (ch == '"' || ch == '\\') {
+      o += '\\';
+      o += ch;
+    } else if (static_cast<unsigned char>(ch) < 0x20) {
+      char buf[8];
+      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
+      o += buf;
+    } else {
+      o += ch;
+    }
+  }
+  return o + "\"";
+}
+
+std::string num(double v) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.6g", v);
+  return buf;
+}
+
+int run(const Options& opt) {
+  const std::vector<std::string> files = list_jpegs(opt.files_dir);
+  uint64_t total_bytes = 0;
+  for (const std::string& f : files) total_bytes += fs::file_size(f);
+  const double mean_kb = double(total_bytes) / double(files.size()) / 1000.0;
+  std::printf("ringtape train_transform | %s | %zu files (mean %.1f KB) in %s | threads %d | batch %d | mode %s | "
+              "size %d | warmup %d | median of %d\n",
+              kJpegLib, files.size(), mean_kb, opt.files_dir.c_str(), opt.threads, opt.batch, mode_name(opt.mode),
+              opt.size, opt.warmup, opt.rounds);
+  std::fflush(stdout);
+
+  // At the timed size, and at a quarter of it: on ImageNet-sized files a 224 crop is rarely
+  // >= 448 pixels on both sides, so only the smaller size exercises the DCT-scaled decode.
+  // Against the full decode the difference then grows with the content's fine detail (the
+  // scaled IDCT averages it, bilinear point-samples it); against reference_transform, which
+  // averages too, it should stay small.
+  Sanity sanity[2];
+  for (int k = 0; k < 2; ++k) {
+    const Sanity& s = sanity[k] = sanity_check(files, opt, k == 0 ? opt.size : std::max(1, opt.size / 4));
+    std::printf("sanity at %d (%d of %d images DCT-scaled): region vs full decode: mean |diff| %.3f (image 0: "
+                "%.3f), max %d; region vs block-average reference: mean |diff| %.3f, max %d; mean value %.1f; %s\n",
+                s.size, s.dct_scaled, s.images, s.mad_full, s.mad_full_image0, s.max_full, s.mad_ref, s.max_ref,
+                s.mean_value, s.deterministic ? "deterministic" : "NOT deterministic");
+    if (!s.deterministic || s.mad_ref > 4.0 || s.mean_value < 5.0 || s.mean_value > 250.0)
+      std::printf("WARNING: the outputs look wrong (want deterministic, mean |diff| vs the reference <= 4, a "
+                  "plausible mean value)\n");
+  }
+
+  Breakdown bd;
+  if (opt.breakdown) {
+    bd = breakdown(files, opt);
+    const double tr = opt.mode == DecodeMode::full ? bd.transform_full_us : bd.transform_region_us;
+    std::printf("breakdown, 1 thread, us/image: read %.0f | header %.0f | decode region %.0f, full %.0f | "
+                "resize+flip %.0f | train_transform region %.0f, full %.0f | read share of read+transform(%s) "
+                "%.1f%%\n",
+                bd.read_us, bd.header_us, bd.decode_region_us, bd.decode_full_us, bd.resize_flip_us,
+                bd.transform_region_us, bd.transform_full_us, mode_name(opt.mode),
+                100.0 * bd.read_us / (bd.read_us + tr));
+    std::printf("crops: mean area %.1f%% of the image; %.1f%% of the images DCT-scaled (crop >= 2x%d on both sides)\n",
+                100.0 * bd.crop_area_share, 100.0 * bd.dct_scaled_share, opt.size);
+  }
+
+  // (B, size, size, 3) uint8, the batch every round writes into.
+  std::vector<uint8_t> batch_buf(size_t(opt.batch) * size_t(opt.size) * size_t(opt.size) * 3);
+  for (int w = 0; w < opt.warmup; ++w) run_round(files, opt, batch_buf);
+  std::vector<double> rates, others;
+  const CpuSample start = sample_cpu();
+  for (int r = 0; r < opt.rounds; ++r) {
+    const CpuSample a = sample_cpu();
+    const double sec = run_round(files, opt, batch_buf);
+    others.push_back(others_cpu_share(a, sample_cpu()));
+    rates.push_back(double(files.size()) / sec);
+    std::printf("round %d: %.3f s, %.1f images/s (%.1f per thread), others %.1f%%\n", r + 1, sec, rates.back(),
+                rates.back() / opt.threads, 100.0 * others.back());
+    std::fflush(stdout);
+  }
+  const double others_all = others_cpu_share(start, sample_cpu());
+  const double rate = median(rates);
+  std::printf("RESULT ringtape threads %d mode %s: %.1f images/s, %.1f per thread (median of %d rounds)\n",
+              opt.threads, mode_name(opt.mode), rate, rate / opt.threads, opt.rounds);
+  if (others_all >= 0)
+    std::printf("other processes used %.1f%% of the machine's CPU time during the timed rounds%s\n",
+                100 * others_all, others_all > kBusyShare ? ": WARNING: the timings are distorted, rerun when idle" : "");
+
+  if (!opt.json_path.empty()) {
+    std::ofstream out(opt.json_path);
+    if (!out) throw std::runtime_error("cannot write '" + opt.json_path + "'");
+    out << "{\n  \"impl\": \"ringtape\",\n  \"version\": " << json_str(kJpegLib) << ",\n  \"mode\": \""
+        << mode_name(opt.mode) << "\",\n  \"threads\": " << opt.threads << ",\n  \"batch\": " << opt.batch
+        << ",\n  \"size\": " << opt.size << ",\n  \"files\": " << files.size() << ",\n  \"mean_kb\": " << num(mean_kb)
+        << ",\n  \"warmup\": " << opt.warmup << ",\n  \"rounds\": " << opt.rounds << ",\n  \"img_per_s\": " << num(rate)
+        << ",\n  \"img_per_s_per_thread\": " << num(rate / opt.threads) << ",\n  \"round_img_per_s\": [";
+    for (size_t i = 0; i < rates.size(); ++i) out << (i ? ", " : "") << num(rates[i]);
+    out << "],\n  \"round_others_cpu\": [";
+    for (size_t i = 0; i < others.size(); ++i) out << (i ? ", " : "") << num(others[i]);
+    out << "],\n  \"others_cpu\": " << num(others_all) << ",\n  \"sanity\": [";
+    for (int k = 0; k < 2; ++k) {
+      const Sanity& s = sanity[k];
+      out << (k ? ",\n    " : "\n    ") << "{\"size\": " << s.size << ", \"images\": " << s.images
+          << ", \"dct_scaled\": " << s.dct_scaled << ", \"mean_abs_diff_full_vs_region\": " << num(s.mad_full)
+          << ", \"mean_abs_diff_image0\": " << num(s.mad_full_image0) << ", \"max_abs_diff\": " << s.max_full
+          << ", \"mean_abs_diff_vs_reference\": " << num(s.mad_ref) << ", \"max_abs_diff_vs_reference\": "
+          << s.max_ref << ", \"mean_value\": " << num(s.mean_value)
+          << ", \"deterministic\": " << (s.deterministic ? "true" : "false") << "}";
+    }
+    out << "]";
+    if (opt.breakdown)
+      out << ",\n  \"breakdown_us\": {\"read\": " << num(bd.read_us) << ", \"header\": " << num(bd.header_us)
+          << ", \"decode_region\": " << num(bd.decode_region_us) << ", \"decode_full\": " << num(bd.decode_full_us)
+          << ", \"resize_flip\": " << num(bd.resize_flip_us) << ", \"transform_region\": " << num(bd.transform_region_us)
+          << ", \"transform_full\": " << num(bd.transform_full_us)
+          << ", \"dct_scaled_share\": " << num(bd.dct_scaled_share)
+          << ", \"crop_area_share\": " << num(bd.crop_area_share) << "}";
+    out << "\n}\n";
+    if (!out) throw std::runtime_error("error writing '" + opt.json_path + "'");
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse_args(argc, argv));
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "jpeg_pipeline_bench: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "jpeg_pipeline_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,134 @@
+#!/usr/bin/env bash
+# The ImageNet training input pipeline on the CPU (read JPEG, decode, RandomResizedCrop(224),
+# flip, into a uint8 batch of 256): ringtape's train_transform vs torchvision's PIL pipeline
+# on the same files in the same run, per core and with 1..N threads / worker processes; prints
+# the table and the cores one GPU at 8,000 images/s would need (see bench/README.md).
+#
+#   bench/run_jpeg_pipeline_bench.sh [--threads 1,2] [--rounds R] [--repeats N] [--batch B]
+#                                    [--count N] [--corpus DIR] [--out DIR] [--gpu-rate IMG/S]
+#                                    [--check]
+#
+# --threads LIST: thread / worker counts to measure (default 1,2; e.g. 1,2,4,8,16 on a bigger
+#   machine). ringtape runs T threads in one process; torchvision a DataLoader with T workers.
+# --rounds R: alternate the programs R times and report medians over the rounds (default 3).
+# --repeats N: timed passes inside each program run, after one warm-up (default 3).
+# --corpus DIR: time these JPEGs instead of the synthetic corpus, which is otherwise made by
+#   make_jpeg_corpus.py (--count files, default 512) into OUT/corpus unless it exists.
+# --check: exit 1 when ringtape's per-core rate is under 2x torchvision's.
+# Results (each run's JSON and output, summary.json, table.txt) go to OUT (default out/jpeg_bench).
+set -euo pipefail
+
+start="$PWD"
+self="$(cd "$(dirname "$0")" && pwd)/$(basename "$0")"
+cd "$(dirname "$self")/.."
+PY="${RINGTAPE_TORCH_PYTHON:-/usr/bin/python3}"  # Debian's python3 has torch; pyenv's does not
+
+threads=1,2
+rounds=3
+repeats=3
+batch=256
+count=512
+corpus=""
+out=out/jpeg_bench
+gpu_rate=8000
+check=()
+while [[ $# -gt 0 ]]; do
+  case "$1" in
+    --threads) threads="$2"; shift 2 ;;
+    --rounds) rounds="$2"; shift 2 ;;
+    --repeats) repeats="$2"; shift 2 ;;
+    --batch) batch="$2"; shift 2 ;;
+    --count) count="$2"; shift 2 ;;
+    --corpus) corpus="$2"; [[ "$corpus" = /* ]] || corpus="$start/$corpus"; shift 2 ;;
+    --out) out="$2"; [[ "$out" = /* ]] || out="$start/$out"; shift 2 ;;
+    --gpu-rate) gpu_rate="$2"; shift 2 ;;
+    --check) check=(--check); shift ;;
+    -h|--help) sed -n '2,21p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    *) echo "run_jpeg_pipeline_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
+  esac
+done
+IFS=, read -r -a tlist <<<"$threads"
+for t in "${tlist[@]}"; do
+  [[ "$t" =~ ^[1-9][0-9]*$ ]] || { echo "run_jpeg_pipeline_bench.sh: --threads wants counts like 1,2,4, got '$threads'" >&2; exit 2; }
+  if ((t > $(nproc))); then
+    echo "WARNING: $t threads on $(nproc) cores: that row measures oversubscription" >&2
+  fi
+done
+
+bazel build //bench:jpeg_pipeline_bench >/dev/null 2>&1 || bazel build //bench:jpeg_pipeline_bench
+mkdir -p "$out"
+if [[ -z "$corpus" ]]; then
+  corpus="$out/corpus"
+  if [[ ! -f "$corpus/corpus.json" ]]; then
+    "$PY" bench/make_jpeg_corpus.py "$corpus" --count "$count"
+  fi
+fi
+# Earlier results would mix with this run's.
+rm -f "$out"/rt_*.json "$out"/rt_*.txt "$out"/tv_*.json "$out"/tv_*.txt "$out"/table.txt "$out"/summary.json
+# Warm the page cache: every run reads the files from memory, as a loader's later epochs do.
+cat "$corpus"/*.jpg "$corpus"/*.jpeg 2>/dev/null >/dev/null || true
+
+# On 2 cores anything else running (a build, tests) distorts the timings. Before each program,
+# wait (up to RT_BENCH_IDLE_WAIT seconds, default 300) for a second in which the CPUs are under
+# 3% busy; each program also reports how much CPU others took while it ran (others_cpu).
+cpu_jiffies() {  # busy total, from /proc/stat's first line
+  local _cpu u n s i w q sq st _rest
+  read -r _cpu u n s i w q sq st _rest </proc/stat
+  echo "$((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st))"
+}
+wait_idle() {
+  local start=$SECONDS b0 t0 b1 t1 pct said=-1000
+  while :; do
+    read -r b0 t0 < <(cpu_jiffies)
+    sleep 1
+    read -r b1 t1 < <(cpu_jiffies)
+    pct=$((100 * (b1 - b0) / (t1 > t0 ? t1 - t0 : 1)))
+    ((pct < 3)) && return 0
+    if ((SECONDS - start >= ${RT_BENCH_IDLE_WAIT:-300})); then
+      echo "WARNING: the machine is still ${pct}% busy; running anyway, the timings will be distorted" >&2
+      return 0
+    fi
+    if ((SECONDS - said >= 30)); then
+      echo "waiting for the machine to go idle (${pct}% busy; RT_BENCH_IDLE_WAIT=0 runs at once)..." >&2
+      said=$SECONDS
+    fi
+  done
+}
+
+common=(--files "$corpus" --batch "$batch" --rounds "$repeats" --warmup 1)
+# ringtape: std::thread workers, no OpenMP inside train_transform; OMP_NUM_THREADS=1 keeps
+# the engine's OpenMP runtime from spinning up a team.
+rt() {  # NAME ARGS...
+  local name="$1"; shift
+  echo; wait_idle
+  echo "== ringtape $name"
+  OMP_NUM_THREADS=1 bazel-bin/bench/jpeg_pipeline_bench "${common[@]}" "$@" --json "$out/rt_$name.json" \
+    | tee "$out/rt_$name.txt"
+}
+# torchvision: glibc malloc never trims or mmaps (PyTorch's best setting here, as in the
+# other benchmarks); torch.set_num_threads(1) in the script and in every worker.
+tv() {  # NAME ARGS...
+  local name="$1"; shift
+  echo; wait_idle
+  echo "== torchvision $name"
+  MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000 OMP_NUM_THREADS=1 \
+    "$PY" bench/jpeg_pipeline_bench_torch.py "${common[@]}" "$@" --json "$out/tv_$name.json" | tee "$out/tv_$name.txt"
+}
+
+for ((r = 1; r <= rounds; r++)); do
+  echo
+  echo "######## round $r/$rounds"
+  extra=()
+  ((r == 1)) && extra=(--breakdown)
+  rt "t1_region.$r" --threads 1 --mode region "${extra[@]}"
+  tv "inproc.$r" --workers 0 "${extra[@]}"
+  rt "t1_full.$r" --threads 1 --mode full
+  for t in "${tlist[@]}"; do
+    ((t == 1)) || rt "t${t}_region.$r" --threads "$t" --mode region
+    tv "w$t.$r" --workers "$t"
+  done
+done
+
+echo
+"$PY" bench/compare_jpeg_pipeline_bench.py --out "$out" --corpus "$corpus" --threads "$threads" \
+  --rounds "$rounds" --gpu-rate "$gpu_rate" "${check[@]}" | tee "$out/table.txt"
