@@ -13,7 +13,8 @@
 # --rounds R: alternate the programs R times and report medians over the rounds (default 3).
 # --repeats N: timed passes inside each program run, after one warm-up (default 3).
 # --corpus DIR: time these JPEGs instead of the synthetic corpus, which is otherwise made by
-#   make_jpeg_corpus.py (--count files, default 512) into OUT/corpus unless it exists.
+#   make_jpeg_corpus.py (--count files, default 512) into out/jpeg_bench/corpus unless it
+#   exists (delete it to make a new one).
 # --check: exit 1 when ringtape's per-core rate is under 2x torchvision's.
 # Results (each run's JSON and output, summary.json, table.txt) go to OUT (default out/jpeg_bench).
 set -euo pipefail
@@ -43,7 +44,7 @@ while [[ $# -gt 0 ]]; do
     --out) out="$2"; [[ "$out" = /* ]] || out="$start/$out"; shift 2 ;;
     --gpu-rate) gpu_rate="$2"; shift 2 ;;
     --check) check=(--check); shift ;;
-    -h|--help) sed -n '2,21p' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,/^set /{/^#/p}' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_jpeg_pipeline_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
@@ -58,7 +59,7 @@ done
 bazel build //bench:jpeg_pipeline_bench >/dev/null 2>&1 || bazel build //bench:jpeg_pipeline_bench
 mkdir -p "$out"
 if [[ -z "$corpus" ]]; then
-  corpus="$out/corpus"
+  corpus=out/jpeg_bench/corpus
   if [[ ! -f "$corpus/corpus.json" ]]; then
     "$PY" bench/make_jpeg_corpus.py "$corpus" --count "$count"
   fi
