@@ -56,6 +56,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 // variance: r = (1 - momentum) * r + momentum * batch_stat. Eval: use the running stats.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+// Fused tails of a residual block, same arguments and running-stat update as batch_norm, in
+// one pass each way (the backward needs only the output, as relu's does):
+//   batch_norm_relu     = relu(batch_norm(x, ...))
+//   batch_norm_add_relu = relu(batch_norm(x, ...) + residual)   (residual: x's shape/dtype/device)
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                       Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           Tensor running_mean, Tensor running_var, bool training, double momentum = 0.1,
+                           double eps = 1e-5);
 
 // ---- pooling ---------------------------------------------------------------------
 struct Pool2dParams {

@@ -1,6 +1,7 @@
 // batch_norm: forward against a per-channel reference in double (mean, biased variance,
 // affine), the running-statistics update (unbiased variance), eval mode, every layout and
 // rank; gradients by gradcheck in f64.
+#include <algorithm>
 #include <cmath>
 
 #include "engine/ops.h"
@@ -298,6 +299,182 @@ TEST_CASE("batch_norm rejects bad arguments with clear messages") {
   CHECK_THROWS_AS(batch_norm(x, test::rnd({4}, 4), Tensor(), rm2, rv2, true), Error);
   CHECK(rm2.to_vector<double>() == rm.to_vector<double>());
   CHECK(rv2.to_vector<double>() == rv.to_vector<double>());
+}
+
+// ---- the fused tails: batch_norm_relu, batch_norm_add_relu ----------------------------
+
+MemoryFormat other(MemoryFormat f) {
+  return f == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+}
+
+// The fused op (residual undefined: batch_norm_relu) ...
+Tensor fused_op(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, Tensor rm, Tensor rv,
+                bool training) {
+  return r.defined() ? batch_norm_add_relu(x, r, w, b, rm, rv, training) : batch_norm_relu(x, w, b, rm, rv, training);
+}
+// ... and the same composed from the unfused ops.
+Tensor composed_op(const Tensor& x, const Tensor& r, const Tensor& w, const Tensor& b, Tensor rm, Tensor rv,
+                   bool training) {
+  const Tensor y = batch_norm(x, w, b, rm, rv, training);
+  return r.defined() ? add_relu(y, r) : relu(y);
+}
+
+TEST_CASE("batch_norm_relu and batch_norm_add_relu equal the composed ops: values, gradients, running stats") {
+  const std::vector<Shape> shapes = {
+      {2, 3, 5, 7},     // odd spatial sizes
+      {1, 4, 3, 5},     // batch 1, spatial > 1
+      {3, 5, 1, 1},     // 1x1 images
+      {5, 3},           // (N, C)
+      {3, 2, 4},        // (N, C, L)
+      {4, 37, 3, 5},    // odd channel count
+      {8, 16, 12, 12},  // the kernels' multi-threaded paths
+  };
+  uint64_t seed = 1000;
+  for (const Shape& s : shapes) {
+    const Dims d = dims_of(s);
+    for (DType dt : {DType::f64, DType::f32})
+      for (MemoryFormat f : formats_for(s))
+        for (bool training : {true, false})
+          for (bool affine : {true, false})
+            for (int res : {0, 1, 2}) {  // none; in x's format; in the other format (4-D only)
+              if (res == 2 && s.size() != 4) continue;
+              const std::string what =
+                  detail::cat(res ? "batch_norm_add_relu" : "batch_norm_relu", " shape ", shape_str(s), " ",
+                              dtype_name(dt), " ", fmt_name(f), training ? " training" : " eval",
+                              affine ? " affine" : "", res == 2 ? " residual in the other format" : "");
+              const Tensor x64 = test::rnd(s, ++seed), w64 = add(test::rnd({d.C}, ++seed), 0.5);
+              const Tensor b64 = test::rnd({d.C}, ++seed), r64 = test::rnd(s, ++seed), g64 = test::rnd(s, ++seed);
+              const Tensor rm0 = test::rnd({d.C}, ++seed).to(dt), rv0 = positive(d.C, ++seed, dt);
+              struct Side {
+                Tensor x, w, b, r, rm, rv, y;
+              };
+              auto make = [&]() {
+                Side sd{test::leaf(x64.to(dt).to(f)), Tensor(), Tensor(), Tensor(), rm0.clone(), rv0.clone(), Tensor()};
+                if (affine) sd.w = test::leaf(w64.to(dt)), sd.b = test::leaf(b64.to(dt));
+                if (res) sd.r = test::leaf(r64.to(dt).to(res == 2 ? other(f) : f));
+                return sd;
+              };
+              Side a = make(), c = make();
+              a.y = fused_op(a.x, a.r, a.w, a.b, a.rm, a.rv, training);
+              c.y = composed_op(c.x, c.r, c.w, c.b, c.rm, c.rv, training);
+              CHECK(a.y.format() == f);
+              CHECK(a.y.dtype() == dt);
+              const test::Tol tol = test::tol_for(dt);
+              test::check_close(a.y, c.y, tol, what + ": y");
+              // Same statistics code on both sides: the running stats are bit for bit the same.
+              CHECK_MESSAGE(a.rm.to_vector<double>() == c.rm.to_vector<double>(), what, ": running_mean");
+              CHECK_MESSAGE(a.rv.to_vector<double>() == c.rv.to_vector<double>(), what, ": running_var");
+              // The relu must have cut something and passed something.
+              const std::vector<double> yv = a.y.to_vector<double>();
+              CHECK(std::count(yv.begin(), yv.end(), 0.0) > 0);
+              CHECK(std::count(yv.begin(), yv.end(), 0.0) < std::ptrdiff_t(yv.size()));
+
+              const Tensor seed_grad = g64.to(dt).to(s.size() == 4 ? other(f) : f);  // also converts dy
+              a.y.backward(seed_grad);
+              c.y.backward(seed_grad);
+              test::check_close(a.x.grad(), c.x.grad(), tol, what + ": dx");
+              CHECK(a.x.grad().format() == f);
+              if (affine) {
+                test::check_close(a.w.grad(), c.w.grad(), tol, what + ": dweight");
+                test::check_close(a.b.grad(), c.b.grad(), tol, what + ": dbias");
+              }
+              if (res) test::check_close(a.r.grad(), c.r.grad(), tol, what + ": dresidual");
+            }
+  }
+}
+
+TEST_CASE("batch_norm_relu and batch_norm_add_relu match the per-channel definition") {
+  // Against the reference directly, not only against the unfused ops.
+  const Shape s{3, 4, 5, 3};
+  const Dims d = dims_of(s);
+  const Tensor x = test::rnd(s, 31), r = test::rnd(s, 32), w = test::rnd({4}, 33), b = test::rnd({4}, 34);
+  for (DType dt : {DType::f64, DType::f32})
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      const std::vector<double> xv = x.to(dt).to_vector<double>(), rv = r.to(dt).to_vector<double>();
+      const Stats st = reference_stats(xv, d);
+      std::vector<double> want = reference_apply(xv, d, st.mean, st.var, w.to(dt).to_vector<double>(),
+                                                 b.to(dt).to_vector<double>());
+      std::vector<double> want_relu = want;
+      for (size_t i = 0; i < want.size(); ++i) {
+        want_relu[i] = std::max(want[i], 0.0);
+        want[i] = std::max(want[i] + rv[i], 0.0);
+      }
+      const std::string what = detail::cat(dtype_name(dt), " ", fmt_name(f));
+      test::check_close(batch_norm_relu(x.to(dt).to(f), w.to(dt), b.to(dt), Tensor(), Tensor(), true), want_relu,
+                        test::tol_for(dt), "batch_norm_relu " + what);
+      test::check_close(
+          batch_norm_add_relu(x.to(dt).to(f), r.to(dt).to(f), w.to(dt), b.to(dt), Tensor(), Tensor(), true), want,
+          test::tol_for(dt), "batch_norm_add_relu " + what);
+    }
+}
+
+TEST_CASE("batch_norm_relu and batch_norm_add_relu pass gradcheck w.r.t. x, residual, weight, bias") {
+  const std::vector<Shape> shapes = {{2, 3, 3, 4}, {1, 2, 3, 3}, {5, 3}, {2, 2, 5}};
+  for (size_t si = 0; si < shapes.size(); ++si) {
+    const Shape& s = shapes[si];
+    const Dims d = dims_of(s);
+    for (bool training : {true, false})
+      for (MemoryFormat f : formats_for(s))
+        for (bool with_res : {false, true})
+          for (bool affine : {true, false}) {
+            const Tensor x = test::leaf(test::rnd(s, 170 + si, DType::f64, f));
+            const Tensor w = test::leaf(add(test::rnd({d.C}, 180 + si), 1.5));
+            const Tensor b = test::leaf(test::rnd({d.C}, 190 + si));
+            // The residual in the other layout for 4-D inputs: its gradient goes back converted.
+            const Tensor r = test::leaf(test::rnd(s, 195 + si, DType::f64, s.size() == 4 ? other(f) : f));
+            Tensor rm = test::rnd({d.C}, 197 + si), rv = positive(d.C, 198 + si);
+            std::vector<Tensor> in{x};
+            if (with_res) in.push_back(r);
+            if (affine) in.insert(in.end(), {w, b});
+            test::check_gradcheck(
+                [&](const std::vector<Tensor>& v) {
+                  const Tensor& vw = affine ? v[with_res ? 2 : 1] : Tensor();
+                  const Tensor& vb = affine ? v[with_res ? 3 : 2] : Tensor();
+                  return with_res ? batch_norm_add_relu(v[0], v[1], vw, vb, rm, rv, training)
+                                  : batch_norm_relu(v[0], vw, vb, rm, rv, training);
+                },
+                in,
+                detail::cat(with_res ? "batch_norm_add_relu" : "batch_norm_relu", " shape ", shape_str(s),
+                            training ? " training " : " eval ", fmt_name(f), affine ? " affine" : " no affine"));
+            CHECK(x.grad().format() == f);
+            if (with_res) CHECK(r.grad().format() == r.format());
+          }
+  }
+}
+
+TEST_CASE("batch_norm_add_relu gives the residual its gradient when x needs none") {
+  // dx not wanted: the backward writes the residual's gradient alone.
+  const Shape s{2, 3, 4, 5};
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    const Tensor x = test::rnd(s, 41, DType::f64, f);
+    const Tensor ra = test::leaf(test::rnd(s, 42, DType::f64, f)), rc = test::leaf(ra.detach());
+    const Tensor g = test::rnd(s, 43, DType::f64, f);
+    batch_norm_add_relu(x, ra, Tensor(), Tensor(), Tensor(), Tensor(), true).backward(g);
+    add_relu(batch_norm(x, Tensor(), Tensor(), Tensor(), Tensor(), true), rc).backward(g);
+    CHECK(ra.grad().to_vector<double>() == rc.grad().to_vector<double>());
+  }
+}
+
+TEST_CASE("batch_norm_relu propagates NaN like relu") {
+  Tensor x = test::rnd({4, 2}, 51);
+  Tensor rm = Tensor::zeros({2}, DType::f64), rv = Tensor::full({2}, 1.0, DType::f64);
+  x.data<double>()[3] = std::nan("");
+  const std::vector<double> y = batch_norm_relu(x, Tensor(), Tensor(), rm, rv, /*training=*/false).to_vector<double>();
+  CHECK(std::isnan(y[3]));
+  CHECK(!std::isnan(y[2]));
+}
+
+TEST_CASE("batch_norm_add_relu rejects bad residuals with clear messages") {
+  const Tensor x = test::rnd({2, 3, 4, 4}, 1);
+  CHECK_THROWS_WITH_AS(batch_norm_add_relu(x, test::rnd({2, 3, 4, 5}, 2), Tensor(), Tensor(), Tensor(), Tensor(), true),
+                       doctest::Contains("residual must have the input's shape"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm_add_relu(x, test::rnd({2, 3, 4, 4}, 2, DType::f32), Tensor(), Tensor(), Tensor(),
+                                           Tensor(), true),
+                       doctest::Contains("different dtypes"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm_add_relu(x, Tensor(), Tensor(), Tensor(), Tensor(), Tensor(), true),
+                       doctest::Contains("batch_norm_add_relu"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm_relu(x, test::rnd({4}, 4), Tensor(), Tensor(), Tensor(), true),
+                       doctest::Contains("batch_norm_relu: weight must be [3]"), Error);
 }
 
 }  // namespace

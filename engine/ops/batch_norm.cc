@@ -1,6 +1,8 @@
 // batch_norm: PyTorch's semantics. Training normalises with the batch's biased variance
 // and updates the running variance with the unbiased one (n / (n - 1)); eval uses the
-// running statistics. Kernel: kernels/cpu/batch_norm.cc.
+// running statistics. Kernel: kernels/cpu/batch_norm.cc. batch_norm_relu and
+// batch_norm_add_relu are the same op with relu (and a residual) fused into its
+// elementwise passes.
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm.cuh"
 
@@ -22,11 +24,35 @@ void blend_running(Tensor& r, const std::vector<double>& v, double momentum) {
   });
 }
 
+// The fused tails (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h): relu(bn(x)
+// [+ residual]). Their backward reads dy masked by the saved output y.
+struct Tail {
+  bool relu = false;
+  Tensor residual;    // undefined, or x's shape, dtype and device (relu only): recorded
+  Tensor residual_x;  // its values in x's memory format: what the kernels read
+};
+
+// What the backward of all three ops keeps (besides mean and invstd). Their recorded
+// inputs are x, weight, bias, residual (undefined but for batch_norm_add_relu).
+struct Saved {
+  bool training;
+  Tensor x, w, y;  // y: the output, saved by the fused ops only (the relu's mask)
+};
+
+// Gradient buffers for what `needs` asks: dx, dweight, dbias, dresidual.
+std::vector<Tensor> grad_buffers(const Saved& sv, int64_t C, const std::vector<bool>& needs) {
+  return {needs[0] ? ops::empty_like(sv.x) : Tensor(), needs[1] ? ops::empty_like(sv.w) : Tensor(),
+          needs[2] ? Tensor::empty({C}, sv.x.dtype(), sv.x.device()) : Tensor(),
+          needs[3] ? ops::empty_like(sv.x) : Tensor()};
+}
+
+void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+
 // The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
 // f32 otherwise) and are never read on the host; the running statistics are updated there.
-Tensor batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                       Tensor running_var, bool training, double momentum, double eps, const cuda::BatchNormGeom& g) {
-  const char* op = "batch_norm";
+Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
+                       const cuda::BatchNormGeom& g, const Tail& tail) {
   const DType st = cuda::batch_norm_stat_dtype(x.dtype());
   const cudaStream_t s = ops::stream_of(x);
   if (running_mean.defined())
@@ -47,61 +73,39 @@ Tensor batch_norm_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias
                                 mean.raw_data(), invstd.raw_data(), s);
   }
   Tensor y = ops::empty_like(x);
-  cuda::batch_norm_apply(g, x.dtype(), x.raw_data(), mean.raw_data(), invstd.raw_data(),
-                         weight.defined() ? weight.raw_data() : nullptr, bias.defined() ? bias.raw_data() : nullptr,
-                         y.raw_data(), s);
-  record(op, y, {x, weight, bias},
-         [g, training, mean, invstd, x = x.detach(), w = weight.defined() ? weight.detach() : Tensor()](
-             const Tensor& gy, const std::vector<bool>& needs) {
-           const Tensor dy = ops::in_format(gy, x.format());
-           Tensor dx = needs[0] ? ops::empty_like(x) : Tensor();
-           Tensor dw = needs[1] ? ops::empty_like(w) : Tensor();
-           Tensor db = needs[2] ? Tensor::empty({g.C}, x.dtype(), x.device()) : Tensor();
-           Tensor coef = Tensor::empty({3 * g.C}, mean.dtype(), x.device());  // k, a, b per channel
-           cuda::batch_norm_backward(g, x.dtype(), x.raw_data(), dy.raw_data(), mean.raw_data(), invstd.raw_data(),
-                                     w.defined() ? w.raw_data() : nullptr, training,
-                                     dx.defined() ? dx.raw_data() : nullptr, dw.defined() ? dw.raw_data() : nullptr,
-                                     db.defined() ? db.raw_data() : nullptr, coef.raw_data(), ops::stream_of(x));
-           return std::vector<Tensor>{dx, dw, db};
+  if (tail.relu)
+    cuda::batch_norm_apply_relu(g, x.dtype(), x.raw_data(), raw_or_null(tail.residual_x), mean.raw_data(),
+                                invstd.raw_data(), raw_or_null(weight), raw_or_null(bias), y.raw_data(), s);
+  else
+    cuda::batch_norm_apply(g, x.dtype(), x.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(weight),
+                           raw_or_null(bias), y.raw_data(), s);
+  const Saved sv{training, x.detach(), weight.defined() ? weight.detach() : Tensor(),
+                 tail.relu ? y.detach() : Tensor()};
+  record(op, y, {x, weight, bias, tail.residual},
+         [sv, g, mean, invstd](const Tensor& gy, const std::vector<bool>& needs) {
+           const Tensor dy = ops::in_format(gy, sv.x.format());
+           std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
+           Tensor coef = Tensor::empty({3 * g.C}, mean.dtype(), sv.x.device());  // k, a, b per channel
+           const cudaStream_t s = ops::stream_of(sv.x);
+           if (sv.y.defined())
+             cuda::batch_norm_backward_relu(g, sv.x.dtype(), sv.x.raw_data(), sv.y.raw_data(), dy.raw_data(),
+                                            mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w), sv.training,
+                                            raw_or_null(d[0]), raw_or_null(d[1]), raw_or_null(d[2]),
+                                            raw_or_null(d[3]), coef.raw_data(), s);
+           else
+             cuda::batch_norm_backward(g, sv.x.dtype(), sv.x.raw_data(), dy.raw_data(), mean.raw_data(),
+                                       invstd.raw_data(), raw_or_null(sv.w), sv.training, raw_or_null(d[0]),
+                                       raw_or_null(d[1]), raw_or_null(d[2]), coef.raw_data(), s);
+           return d;
          });
   return y;
 }
 
-}  // namespace
-
-Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                  bool training, double momentum, double eps) {
-  const char* op = "batch_norm";
-  // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
-  const bool on_cuda = x.defined() && x.device().is_cuda();
-  auto check_floating = [&](const Tensor& t, const char* name) {
-    if (!on_cuda) return check_float(t, op, name);
-    check_defined(t, op, name);
-    RT_CHECK(is_floating(t.dtype()), op, ": argument '", name, "' must be f32, f64, bf16 or f16, got ", t.str());
-  };
-  check_floating(x, "input");
-  RT_CHECK(x.ndim() >= 2, op, ": input must be (N, C, ...), got ", x.str());
-  const int64_t N = x.size(0), C = x.size(1);
-  const int64_t S = x.numel() / std::max<int64_t>(N * C, 1);
-  auto check_param = [&](const Tensor& t, const char* name, bool same_dtype) {
-    if (!t.defined()) return;
-    RT_CHECK(t.shape() == Shape{C}, op, ": ", name, " must be [", C, "] for an input with ", C, " channels, got ", t.str());
-    check_same_device(x, t, op);
-    if (same_dtype) check_same_dtype(x, t, op);
-    else check_floating(t, name);
-  };
-  check_param(weight, "weight", true);
-  check_param(bias, "bias", true);
-  check_param(running_mean, "running_mean", false);
-  check_param(running_var, "running_var", false);
-  RT_CHECK(running_mean.defined() == running_var.defined(), op, ": running_mean and running_var go together");
-  RT_CHECK(eps > 0, op, ": eps must be positive, got ", eps);
-
-  const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
-  if (on_cuda)
-    return batch_norm_cuda(x, weight, bias, running_mean, running_var, training, momentum, eps,
-                           cuda::BatchNormGeom{N, C, S, nhwc});
-  const cpu::BatchNormGeom g{N, C, S, nhwc};
+// The CPU path: statistics in double on the host.
+Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
+                      const cpu::BatchNormGeom& g, const Tail& tail) {
+  const int64_t N = g.N, C = g.C, S = g.S;
   auto mean = std::make_shared<std::vector<double>>(size_t(C));
   auto invstd = std::make_shared<std::vector<double>>(size_t(C));
   if (training) {
@@ -129,27 +133,100 @@ Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Ten
   Tensor y = ops::empty_like(x);
   ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
-    cpu::batch_norm_apply<T>(g, x.data<T>(), mean->data(), invstd->data(), weight.defined() ? weight.data<T>() : nullptr,
-                             bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
+    const T* w = weight.defined() ? weight.data<T>() : nullptr;
+    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    if (tail.relu)
+      cpu::batch_norm_apply_relu<T>(g, x.data<T>(), tail.residual_x.defined() ? tail.residual_x.data<T>() : nullptr,
+                                    mean->data(), invstd->data(), w, b, y.data<T>());
+    else
+      cpu::batch_norm_apply<T>(g, x.data<T>(), mean->data(), invstd->data(), w, b, y.data<T>());
   });
 
-  record(op, y, {x, weight, bias},
-         [g, training, mean, invstd, x = x.detach(), w = weight.defined() ? weight.detach() : Tensor()](
-             const Tensor& gy, const std::vector<bool>& needs) {
-           const Tensor dy = ops::in_format(gy, x.format());
-           Tensor dx = needs[0] ? ops::empty_like(x) : Tensor();
-           Tensor dw = needs[1] ? ops::empty_like(w) : Tensor();
-           Tensor db = needs[2] ? Tensor::empty({g.C}, x.dtype(), x.device()) : Tensor();
-           ops::dispatch_float(x.dtype(), "batch_norm backward", [&](auto z) {
+  const Saved sv{training, x.detach(), weight.defined() ? weight.detach() : Tensor(),
+                 tail.relu ? y.detach() : Tensor()};
+  record(op, y, {x, weight, bias, tail.residual},
+         [sv, g, mean, invstd](const Tensor& gy, const std::vector<bool>& needs) {
+           const Tensor dy = ops::in_format(gy, sv.x.format());
+           std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
+           ops::dispatch_float(sv.x.dtype(), "batch_norm backward", [&](auto z) {
              using T = decltype(z);
-             cpu::batch_norm_backward<T>(g, x.data<T>(), dy.data<T>(), mean->data(), invstd->data(),
-                                         w.defined() ? w.data<T>() : nullptr, training,
-                                         dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
-                                         db.defined() ? db.data<T>() : nullptr);
+             auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
+             if (sv.y.defined())
+               cpu::batch_norm_backward_relu<T>(g, sv.x.data<T>(), sv.y.data<T>(), dy.data<T>(), mean->data(),
+                                                invstd->data(), ptr(sv.w), sv.training, ptr(d[0]), ptr(d[1]),
+                                                ptr(d[2]), ptr(d[3]));
+             else
+               cpu::batch_norm_backward<T>(g, sv.x.data<T>(), dy.data<T>(), mean->data(), invstd->data(), ptr(sv.w),
+                                           sv.training, ptr(d[0]), ptr(d[1]), ptr(d[2]));
            });
-           return std::vector<Tensor>{dx, dw, db};
+           return d;
          });
   return y;
+}
+
+// Checks the arguments of all three ops and runs the backend of x's device.
+Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                      Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
+                      Tail tail) {
+  // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
+  const bool on_cuda = x.defined() && x.device().is_cuda();
+  auto check_floating = [&](const Tensor& t, const char* name) {
+    if (!on_cuda) return check_float(t, op, name);
+    check_defined(t, op, name);
+    RT_CHECK(is_floating(t.dtype()), op, ": argument '", name, "' must be f32, f64, bf16 or f16, got ", t.str());
+  };
+  check_floating(x, "input");
+  RT_CHECK(x.ndim() >= 2, op, ": input must be (N, C, ...), got ", x.str());
+  const int64_t N = x.size(0), C = x.size(1);
+  const int64_t S = x.numel() / std::max<int64_t>(N * C, 1);
+  auto check_param = [&](const Tensor& t, const char* name, bool same_dtype) {
+    if (!t.defined()) return;
+    RT_CHECK(t.shape() == Shape{C}, op, ": ", name, " must be [", C, "] for an input with ", C, " channels, got ", t.str());
+    check_same_device(x, t, op);
+    if (same_dtype) check_same_dtype(x, t, op);
+    else check_floating(t, name);
+  };
+  check_param(weight, "weight", true);
+  check_param(bias, "bias", true);
+  check_param(running_mean, "running_mean", false);
+  check_param(running_var, "running_var", false);
+  RT_CHECK(running_mean.defined() == running_var.defined(), op, ": running_mean and running_var go together");
+  RT_CHECK(eps > 0, op, ": eps must be positive, got ", eps);
+  if (tail.residual.defined()) {
+    RT_CHECK(tail.residual.shape() == x.shape(), op, ": residual must have the input's shape ", shape_str(x.shape()),
+             ", got ", tail.residual.str());
+    check_same_dtype(x, tail.residual, op);
+    check_same_device(x, tail.residual, op);
+    tail.residual_x = ops::in_format(tail.residual, x.format());
+  }
+
+  const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
+  if (on_cuda)
+    return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                           cuda::BatchNormGeom{N, C, S, nhwc}, tail);
+  return batch_norm_cpu(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                        cpu::BatchNormGeom{N, C, S, nhwc}, tail);
+}
+
+}  // namespace
+
+Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
+                  bool training, double momentum, double eps) {
+  return batch_norm_any("batch_norm", x, weight, bias, running_mean, running_var, training, momentum, eps, Tail{});
+}
+
+Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                       Tensor running_var, bool training, double momentum, double eps) {
+  return batch_norm_any("batch_norm_relu", x, weight, bias, running_mean, running_var, training, momentum, eps,
+                        Tail{true, Tensor(), Tensor()});
+}
+
+Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
+                           Tensor running_mean, Tensor running_var, bool training, double momentum, double eps) {
+  const char* op = "batch_norm_add_relu";
+  check_defined(residual, op, "residual");
+  return batch_norm_any(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
+                        Tail{true, residual, Tensor()});
 }
 
 }  // namespace rt

@@ -3,6 +3,8 @@
 #include <cstddef>
 #include <omp.h>
 
+#include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "kernels/cpu/parallel.h"
@@ -27,53 +29,222 @@ void channel_sums(const BatchNormGeom& g, double* sums, F f) {
   }
   const int64_t rows = g.N * g.S;
   const int nt = rows * g.C >= kParallelGrain ? omp_get_max_threads() : 1;
-  std::vector<double> part(size_t(nt) * g.C, 0.0);
+  // (thread, c), threads a cache line apart: a line written by two threads every row
+  // (false sharing) costs more than the pass.
+  const size_t stride = size_t(g.C) + 8;
+  std::vector<double> part(size_t(nt) * stride, 0.0);
 #pragma omp parallel num_threads(nt)
   {
-    double* p = part.data() + size_t(omp_get_thread_num()) * g.C;
+    double* p = part.data() + size_t(omp_get_thread_num()) * stride;
 #pragma omp for schedule(static)
     for (int64_t r = 0; r < rows; ++r)
       for (int64_t c = 0; c < g.C; ++c) p[c] += f(c, r * g.C + c);
   }
   for (int64_t c = 0; c < g.C; ++c) {
     double s = 0;
-    for (int t = 0; t < nt; ++t) s += part[size_t(t) * g.C + c];
+    for (int t = 0; t < nt; ++t) s += part[size_t(t) * stride + c];
     sums[c] = s;
   }
 }
 
-// out = a_c * (x - m_c) + b_c  (+ k_c * dy when dy is given), for every element: the one
-// elementwise pass of both the forward and the backward. The loops take plain pointers
-// so they vectorise (see parallel_range).
-template <typename T>
-void row_map(const T* x, const T* dy, T m, T a, T k, T b, T* out, int64_t n) {
-  if (dy)
-    for (int64_t i = 0; i < n; ++i) out[i] = k * dy[i] + a * (x[i] - m) + b;
-  else
-    for (int64_t i = 0; i < n; ++i) out[i] = a * (x[i] - m) + b;
-}
+// The backward's sums, sum(dz) and sum(dz * (x - m)), dz = dy or with kMask (y > 0 ? dy : 0),
+// in the order of summation of channel_sums. The mask is a select, not a branch (a relu's
+// mask is random: a branch mispredicts half the time): dz is written first, to a small
+// buffer or to dz_out (GCC 12 if-converts a float select, not one feeding a double sum),
+// then the sums read it, over plain __restrict pointers so that they vectorise.
 
-template <typename T>
-void pixel_map(const T* x, const T* dy, const T* m, const T* a, const T* k, const T* b, T* out, int64_t C) {
-  if (dy)
-    for (int64_t c = 0; c < C; ++c) out[c] = k[c] * dy[c] + a[c] * (x[c] - m[c]) + b[c];
-  else
-    for (int64_t c = 0; c < C; ++c) out[c] = a[c] * (x[c] - m[c]) + b[c];
-}
-
-template <typename T>
-void channel_map(const BatchNormGeom& g, const T* x, const T* dy, const std::vector<T>& m, const std::vector<T>& a,
-                 const std::vector<T>& k, const std::vector<T>& b, T* out) {
-  if (!g.nhwc) {
-    parallel_for(g.N * g.C, [&](int64_t r) {
-      const int64_t c = r % g.C, base = r * g.S;
-      row_map(x + base, dy ? dy + base : nullptr, m[c], a[c], k[c], b[c], out + base, g.S);
-    }, g.S);
-  } else {
-    parallel_for(g.N * g.S, [&](int64_t r) {
-      pixel_map(x + r * g.C, dy ? dy + r * g.C : nullptr, m.data(), a.data(), k.data(), b.data(), out + r * g.C, g.C);
-    }, g.C);
+// dz[i] for n elements.
+template <typename T, bool kMask>
+void masked(const T* __restrict y, const T* __restrict dy, T* __restrict dz, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const T g = dy[i];  // loaded unconditionally: a select, not a branch
+    dz[i] = kMask ? (y[i] > T(0) ? g : T(0)) : g;
   }
+}
+
+// NHWC: one pixel of C channels, added to s0[c], s1[c].
+template <typename T>
+void grad_sums_pixel(const T* __restrict x, const T* __restrict dz, const double* __restrict m,
+                     double* __restrict s0, double* __restrict s1, int64_t C) {
+  for (int64_t c = 0; c < C; ++c) {
+    const double d = double(dz[c]);
+    s0[c] += d;
+    s1[c] += d * (double(x[c]) - m[c]);
+  }
+}
+
+// NCHW: one row of n elements of one channel, added to s[0], s[1] in order.
+template <typename T>
+void grad_sums_row(const T* __restrict x, const T* __restrict dz, double m, double* __restrict s, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const double d = double(dz[i]);
+    s[0] += d;
+    s[1] += d * (double(x[i]) - m);
+  }
+}
+
+// dz_out: null, or where dz goes (with kMask): the residual's gradient of the fused op.
+template <typename T, bool kMask>
+void grad_sums(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const double* mean, double* sum_dz,
+               double* sum_dz_xm, T* dz_out) {
+  constexpr int64_t kChunk = 512;  // NCHW: a row masked this many elements at a time
+  if (!g.nhwc) {
+    parallel_for(g.C, [&](int64_t c) {
+      double s[2] = {0, 0};
+      T buf[kChunk];
+      for (int64_t n = 0; n < g.N; ++n)
+        for (int64_t i = 0; i < g.S; i += kChunk) {
+          const int64_t o = (n * g.C + c) * g.S + i, len = std::min(kChunk, g.S - i);
+          T* dz = dz_out ? dz_out + o : buf;
+          if constexpr (kMask) masked<T, kMask>(y + o, dy + o, dz, len);
+          grad_sums_row<T>(x + o, kMask ? dz : dy + o, mean[c], s, len);
+        }
+      sum_dz[c] = s[0];
+      sum_dz_xm[c] = s[1];
+    }, g.N * g.S);
+    return;
+  }
+  const int64_t rows = g.N * g.S;
+  const int nt = rows * g.C >= kParallelGrain ? omp_get_max_threads() : 1;
+  // (thread, sum, c), threads a cache line apart, as in channel_sums.
+  const size_t stride = size_t(2 * g.C) + 8;
+  std::vector<double> part(size_t(nt) * stride, 0.0);
+#pragma omp parallel num_threads(nt)
+  {
+    double* p = part.data() + size_t(omp_get_thread_num()) * stride;
+    std::vector<T> buf(kMask && !dz_out ? size_t(g.C) : 0);
+#pragma omp for schedule(static)
+    for (int64_t r = 0; r < rows; ++r) {
+      const int64_t o = r * g.C;
+      T* dz = dz_out ? dz_out + o : buf.data();
+      if constexpr (kMask) masked<T, kMask>(y + o, dy + o, dz, g.C);
+      grad_sums_pixel<T>(x + o, kMask ? dz : dy + o, mean, p, p + g.C, g.C);
+    }
+  }
+  for (int64_t c = 0; c < g.C; ++c) {
+    double s0 = 0, s1 = 0;
+    for (int t = 0; t < nt; ++t) {
+      s0 += part[size_t(t) * stride + c];
+      s1 += part[size_t(t) * stride + g.C + c];
+    }
+    sum_dz[c] = s0;
+    sum_dz_xm[c] = s1;
+  }
+}
+
+// The one elementwise pass of the forward and of the backward, run over a tensor in runs
+// of contiguous elements: an NCHW row (n, c) of S elements, all of channel c, or an NHWC
+// pixel of C elements, channel i at i. The per-channel values (m, a, b, k) are indexed by
+// [kPixel ? i : 0]: the caller passes channel c's values (row) or all channels' (pixel).
+// The loops take plain __restrict pointers so they vectorise (see parallel_range).
+
+// Forward: y = a * (x - m) + b [+ res], then max(y, 0) with kRelu (NaN stays NaN).
+template <typename T, bool kPixel, bool kRes, bool kRelu>
+void apply_run(const T* __restrict x, const T* __restrict res, const T* __restrict m, const T* __restrict a,
+               const T* __restrict b, T* __restrict y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = kPixel ? i : 0;
+    T v = a[c] * (x[i] - m[c]) + b[c];
+    if constexpr (kRes) v += res[i];
+    if constexpr (kRelu) v = std::max(v, T(0));
+    y[i] = v;
+  }
+}
+
+// Backward: dz = dy, or with kMask dz = (y > 0 ? dy : 0) (Note [Fused batch_norm + relu]);
+// dx = k * dz + a * (x - m) + b.
+template <typename T, bool kPixel, bool kMask>
+void backward_run(const T* __restrict x, const T* __restrict y, const T* __restrict dy, const T* __restrict m,
+                  const T* __restrict a, const T* __restrict k, const T* __restrict b, T* __restrict dx, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) {
+    const int64_t c = kPixel ? i : 0;
+    const T g = dy[i];  // loaded unconditionally: a select, not a branch, so it vectorises
+    const T dz = kMask ? (y[i] > T(0) ? g : T(0)) : g;
+    dx[i] = k[c] * dz + a[c] * (x[i] - m[c]) + b[c];
+  }
+}
+
+// run(offset, n, c, pixel) for every run of the tensor (NCHW rows, NHWC pixels), in parallel.
+template <typename F>
+void for_each_run(const BatchNormGeom& g, F run) {
+  if (!g.nhwc)
+    parallel_for(g.N * g.C, [&](int64_t r) { run(r * g.S, g.S, r % g.C, std::false_type{}); }, g.S);
+  else
+    parallel_for(g.N * g.S, [&](int64_t r) { run(r * g.C, g.C, int64_t(0), std::true_type{}); }, g.C);
+}
+
+// f(std::true_type) or f(std::false_type): a run-time flag as a template argument.
+template <typename F>
+void with_flag(bool on, F f) {
+  if (on) f(std::true_type{});
+  else f(std::false_type{});
+}
+
+template <typename T>
+std::vector<T> per_channel(int64_t C) {
+  return std::vector<T>(static_cast<size_t>(C));
+}
+
+template <typename T>
+void apply_impl(const BatchNormGeom& g, const T* x, const T* residual, bool relu, const double* mean,
+                const double* invstd, const T* gamma, const T* beta, T* y) {
+  // y = (x - mean) * scale + shift per channel; subtracting first keeps precision when
+  // |mean| is large against the spread.
+  std::vector<T> m = per_channel<T>(g.C), scale = per_channel<T>(g.C), shift = per_channel<T>(g.C);
+  for (int64_t c = 0; c < g.C; ++c) {
+    m[c] = T(mean[c]);
+    scale[c] = T(invstd[c] * (gamma ? double(gamma[c]) : 1.0));
+    shift[c] = T(beta ? double(beta[c]) : 0.0);
+  }
+  with_flag(residual != nullptr, [&](auto has_res) {
+    with_flag(relu, [&](auto has_relu) {
+      for_each_run(g, [&](int64_t o, int64_t n, int64_t c, auto pixel) {
+        apply_run<T, decltype(pixel)::value, decltype(has_res)::value, decltype(has_relu)::value>(
+            x + o, residual ? residual + o : nullptr, m.data() + c, scale.data() + c, shift.data() + c, y + o, n);
+      });
+    });
+  });
+}
+
+// relu_y: null, or the output of apply_impl with relu (the backward masks dy by it).
+template <typename T>
+void backward_impl(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
+                   const double* invstd, const T* gamma, bool training, T* dx, T* dgamma, T* dbeta, T* dres) {
+  const double M = double(g.N * g.S);
+  std::vector<double> sum_dy(static_cast<size_t>(g.C)), sum_dy_xhat(static_cast<size_t>(g.C));
+  // sum(dy) and sum(dy * xhat) = invstd * sum(dy * (x - mean)) in one pass, dy masked by
+  // the relu's output when there is one. The residual's gradient is the masked dy itself:
+  // that pass writes it, and the dx pass reads it as its dy (no second mask, one read less).
+  if (relu_y) grad_sums<T, true>(g, x, relu_y, dy, mean, sum_dy.data(), sum_dy_xhat.data(), dres);
+  else grad_sums<T, false>(g, x, nullptr, dy, mean, sum_dy.data(), sum_dy_xhat.data(), nullptr);
+  if (relu_y && dres) {
+    dy = dres;
+    relu_y = nullptr;
+  }
+  for (int64_t c = 0; c < g.C; ++c) sum_dy_xhat[c] *= invstd[c];
+  if (dgamma)
+    for (int64_t c = 0; c < g.C; ++c) dgamma[c] = T(sum_dy_xhat[c]);
+  if (dbeta)
+    for (int64_t c = 0; c < g.C; ++c) dbeta[c] = T(sum_dy[c]);
+  if (!dx) return;
+  // training: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat))
+  // eval:     dx = gamma*invstd * dy
+  // As dx = k*dy + a*(x - mean) + b per channel.
+  std::vector<T> m = per_channel<T>(g.C), k = per_channel<T>(g.C), a = per_channel<T>(g.C), b = per_channel<T>(g.C);
+  for (int64_t c = 0; c < g.C; ++c) {
+    const double gi = (gamma ? double(gamma[c]) : 1.0) * invstd[c];
+    m[c] = T(mean[c]);
+    k[c] = T(gi);
+    a[c] = T(training ? -gi * invstd[c] * sum_dy_xhat[c] / M : 0.0);
+    b[c] = T(training ? -gi * sum_dy[c] / M : 0.0);
+  }
+  with_flag(relu_y != nullptr, [&](auto mask) {
+    for_each_run(g, [&](int64_t o, int64_t n, int64_t c, auto pixel) {
+      backward_run<T, decltype(pixel)::value, decltype(mask)::value>(x + o, relu_y ? relu_y + o : nullptr, dy + o,
+                                                                     m.data() + c, a.data() + c, k.data() + c,
+                                                                     b.data() + c, dx + o, n);
+    });
+  });
 }
 
 }  // namespace
@@ -94,44 +265,26 @@ void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* 
 template <typename T>
 void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, const double* invstd, const T* gamma,
                       const T* beta, T* y) {
-  // y = (x - mean) * scale + shift per channel; subtracting first keeps precision when
-  // |mean| is large against the spread.
-  std::vector<T> m(static_cast<size_t>(g.C)), scale(static_cast<size_t>(g.C)), shift(static_cast<size_t>(g.C)),
-      none(static_cast<size_t>(g.C), T(0));
-  for (int64_t c = 0; c < g.C; ++c) {
-    m[c] = T(mean[c]);
-    scale[c] = T(invstd[c] * (gamma ? double(gamma[c]) : 1.0));
-    shift[c] = T(beta ? double(beta[c]) : 0.0);
-  }
-  channel_map<T>(g, x, nullptr, m, scale, none, shift, y);
+  apply_impl<T>(g, x, nullptr, false, mean, invstd, gamma, beta, y);
 }
 
 template <typename T>
 void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const double* mean, const double* invstd,
                          const T* gamma, bool training, T* dx, T* dgamma, T* dbeta) {
-  const double M = double(g.N * g.S);
-  std::vector<double> sum_dy(static_cast<size_t>(g.C)), sum_dy_xhat(static_cast<size_t>(g.C));
-  channel_sums(g, sum_dy.data(), [&](int64_t, int64_t i) { return double(dy[i]); });
-  // sum(dy * xhat) = invstd * sum(dy * (x - mean))
-  channel_sums(g, sum_dy_xhat.data(), [&](int64_t c, int64_t i) { return double(dy[i]) * (double(x[i]) - mean[c]); });
-  for (int64_t c = 0; c < g.C; ++c) sum_dy_xhat[c] *= invstd[c];
-  if (dgamma)
-    for (int64_t c = 0; c < g.C; ++c) dgamma[c] = T(sum_dy_xhat[c]);
-  if (dbeta)
-    for (int64_t c = 0; c < g.C; ++c) dbeta[c] = T(sum_dy[c]);
-  if (!dx) return;
-  // training: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat))
-  // eval:     dx = gamma*invstd * dy
-  // As dx = k*dy + a*(x - mean) + b per channel.
-  std::vector<T> m(static_cast<size_t>(g.C)), k(static_cast<size_t>(g.C)), a(static_cast<size_t>(g.C)), b(static_cast<size_t>(g.C));
-  for (int64_t c = 0; c < g.C; ++c) {
-    const double gi = (gamma ? double(gamma[c]) : 1.0) * invstd[c];
-    m[c] = T(mean[c]);
-    k[c] = T(gi);
-    a[c] = T(training ? -gi * invstd[c] * sum_dy_xhat[c] / M : 0.0);
-    b[c] = T(training ? -gi * sum_dy[c] / M : 0.0);
-  }
-  channel_map<T>(g, x, dy, m, a, k, b, dx);
+  backward_impl<T>(g, x, nullptr, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr);
+}
+
+template <typename T>
+void batch_norm_apply_relu(const BatchNormGeom& g, const T* x, const T* residual, const double* mean,
+                           const double* invstd, const T* gamma, const T* beta, T* y) {
+  apply_impl<T>(g, x, residual, true, mean, invstd, gamma, beta, y);
+}
+
+template <typename T>
+void batch_norm_backward_relu(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const double* mean,
+                              const double* invstd, const T* gamma, bool training, T* dx, T* dgamma, T* dbeta,
+                              T* dresidual) {
+  backward_impl<T>(g, x, y, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual);
 }
 
 #define RT_INSTANTIATE(T)                                                                                         \
@@ -139,7 +292,11 @@ void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const 
   template void batch_norm_apply<T>(const BatchNormGeom&, const T*, const double*, const double*, const T*,       \
                                     const T*, T*);                                                                \
   template void batch_norm_backward<T>(const BatchNormGeom&, const T*, const T*, const double*, const double*,    \
-                                       const T*, bool, T*, T*, T*);
+                                       const T*, bool, T*, T*, T*);                                         \
+  template void batch_norm_apply_relu<T>(const BatchNormGeom&, const T*, const T*, const double*, const double*,  \
+                                         const T*, const T*, T*);                                                 \
+  template void batch_norm_backward_relu<T>(const BatchNormGeom&, const T*, const T*, const T*, const double*,    \
+                                            const double*, const T*, bool, T*, T*, T*, T*);
 RT_INSTANTIATE(float)
 RT_INSTANTIATE(double)
 #undef RT_INSTANTIATE

@@ -27,4 +27,23 @@ template <typename T>
 void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const double* mean, const double* invstd,
                          const T* gamma, bool training, T* dx, T* dgamma, T* dbeta);
 
+// Note [Fused batch_norm + relu]: the tail of a ResNet block, relu(bn(x) [+ residual]), in
+// the one elementwise pass of batch_norm_apply. Its backward needs only the output y: the
+// relu passes dy where y > 0, so the backward reads dz = (y > 0 ? dy : 0) in place of dy.
+// dz is never stored, except as the residual's gradient, which it is: then the pass of the
+// sums writes it and the dx pass reads it back instead of dy and y.
+
+// y = max(0, (x - mean) * invstd * gamma + beta + residual); residual may be null (0),
+// gamma/beta as in batch_norm_apply. NaN stays NaN, like relu.
+template <typename T>
+void batch_norm_apply_relu(const BatchNormGeom& g, const T* x, const T* residual, const double* mean,
+                           const double* invstd, const T* gamma, const T* beta, T* y);
+
+// batch_norm_backward of dz = (y > 0 ? dy : 0), y the output of batch_norm_apply_relu;
+// dresidual (may be null) receives dz. dx, dgamma, dbeta may be null.
+template <typename T>
+void batch_norm_backward_relu(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const double* mean,
+                              const double* invstd, const T* gamma, bool training, T* dx, T* dgamma, T* dbeta,
+                              T* dresidual);
+
 }  // namespace rt::cpu

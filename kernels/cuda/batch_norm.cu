@@ -8,6 +8,13 @@
 //         strides over rows; the 32 columns are then summed over y in a fixed order.
 // The reduction hands each channel's two sums to an `Out` functor run by one thread, which
 // finishes the channel (mean; invstd and running stats; dgamma/dbeta and dx coefficients).
+//
+// Elementwise passes (apply, dx), memory-bound: one grid-stride kernel moves 16-byte packs
+// (Pack<T>: 4 floats, 2 doubles, 8 bf16/f16) when every pointer is 16-byte aligned, then the
+// n % W elements left one by one (all of them when a pointer is not aligned). A pack may
+// straddle NCHW rows or NHWC pixels: each of its elements gets its own channel. The fused
+// relu / residual variants (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h) are
+// the same passes with the relu, the residual and the mask by y switched on.
 // TODO(perf): one block per channel underfills the GPU when C is small and N*S large;
 // split rows over more blocks with a second deterministic pass.
 #include "kernels/cuda/batch_norm.cuh"
@@ -18,6 +25,7 @@ namespace {
 
 using detail::acc_t;
 using detail::from_acc;
+using detail::Pack;
 using detail::to_acc;
 
 constexpr int kThreads = 256;
@@ -87,11 +95,12 @@ struct SumSqDev {
   }
 };
 template <typename T, typename A>
-struct SumDy {  // sum(dy), sum(dy * (x - mean))
-  const T *x, *dy;
+struct SumDy {  // sum(dz), sum(dz * (x - mean)); dz = dy, or (y > 0 ? dy : 0) when y is given
+  const T *x, *dy, *y;
   const A* mean;
   __device__ Two<A> operator()(int64_t c, int64_t i) const {
-    const A g = to_acc(dy[i]);
+    A g = to_acc(dy[i]);
+    if (y && !(to_acc(y[i]) > A(0))) g = A(0);
     return {g, g * (to_acc(x[i]) - mean[c])};
   }
 };
@@ -153,29 +162,120 @@ __device__ __forceinline__ int64_t channel_of(int64_t i, int64_t C, int64_t S, b
   return nhwc ? i % C : (i / S) % C;
 }
 
-template <typename T>
-__global__ void apply_kernel(int64_t n, int64_t C, int64_t S, bool nhwc, const T* __restrict__ x,
-                             const acc_t<T>* __restrict__ mean, const acc_t<T>* __restrict__ invstd,
-                             const T* __restrict__ gamma, const T* __restrict__ beta, T* __restrict__ y) {
-  using A = acc_t<T>;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = channel_of(i, C, S, nhwc);
-    const A scale = invstd[c] * (gamma ? to_acc(gamma[c]) : A(1));
-    const A shift = beta ? to_acc(beta[c]) : A(0);
-    y[i] = from_acc<T>((to_acc(x[i]) - mean[c]) * scale + shift);
+// The channels of the W consecutive elements from i: one division per pack, then a step
+// per element (a pack may run past the end of an NCHW row or an NHWC pixel).
+template <int W>
+__device__ __forceinline__ void channels_of(int64_t i, int64_t C, int64_t S, bool nhwc, int64_t (&c)[W]) {
+  if (nhwc) {
+    int64_t ch = i % C;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      c[k] = ch;
+      if (++ch == C) ch = 0;
+    }
+  } else {
+    int64_t s = i % S, ch = (i / S) % C;
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      c[k] = ch;
+      if (++s == S) {
+        s = 0;
+        if (++ch == C) ch = 0;
+      }
+    }
   }
 }
 
-template <typename T>
-__global__ void dx_kernel(int64_t n, int64_t C, int64_t S, bool nhwc, const T* __restrict__ x,
-                          const T* __restrict__ dy, const acc_t<T>* __restrict__ mean,
-                          const acc_t<T>* __restrict__ coef, T* __restrict__ dx) {
-  using A = acc_t<T>;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t c = channel_of(i, C, S, nhwc);
-    dx[i] = from_acc<T>(coef[c] * to_acc(dy[i]) + coef[C + c] * (to_acc(x[i]) - mean[c]) + coef[2 * C + c]);
+// op over the n elements: op.pack(p, channels) for the 16-byte packs p < n / W when `vec`,
+// then op.one(i, channel) for the elements left (all of them without `vec`).
+template <typename T, typename Op>
+__global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool nhwc, bool vec, Op op) {
+  constexpr int W = Pack<T>::kWidth;
+  const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
+  const int64_t np = vec ? n / W : 0;
+  for (int64_t p = first; p < np; p += step) {
+    int64_t c[W];
+    channels_of<W>(p * W, C, S, nhwc, c);
+    op.pack(p, c);
   }
+  for (int64_t i = np * W + first; i < n; i += step) op.one(i, channel_of(i, C, S, nhwc));
 }
+
+template <typename T>
+__device__ __forceinline__ Pack<T> load_pack(const T* p, int64_t i) {
+  return reinterpret_cast<const Pack<T>*>(p)[i];
+}
+template <typename T>
+__device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T>& v) {
+  reinterpret_cast<Pack<T>*>(p)[i] = v;
+}
+
+// Forward: y = (x - mean) * invstd * gamma + beta [+ res], then max(y, 0) with relu (NaN
+// stays NaN, like relu). gamma, beta, res may be null.
+template <typename T>
+struct ApplyOp {
+  using A = acc_t<T>;
+  const T *x, *res;
+  const A *mean, *invstd;
+  const T *gamma, *beta;
+  bool relu;
+  T* y;
+  __device__ A value(A xv, A rv, int64_t c) const {
+    const A scale = invstd[c] * (gamma ? to_acc(gamma[c]) : A(1));
+    const A shift = beta ? to_acc(beta[c]) : A(0);
+    A v = (xv - mean[c]) * scale + shift;
+    if (res) v += rv;
+    return relu && v < A(0) ? A(0) : v;
+  }
+  __device__ void one(int64_t i, int64_t c) const {
+    y[i] = from_acc<T>(value(to_acc(x[i]), res ? to_acc(res[i]) : A(0), c));
+  }
+  template <int W>
+  __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
+    const Pack<T> px = load_pack(x, p);
+    Pack<T> pr;
+    if (res) pr = load_pack(res, p);
+    Pack<T> py;
+#pragma unroll
+    for (int k = 0; k < W; ++k) py.v[k] = from_acc<T>(value(to_acc(px.v[k]), res ? to_acc(pr.v[k]) : A(0), c[k]));
+    store_pack(y, p, py);
+  }
+};
+
+// Backward: dz = dy, or (y > 0 ? dy : 0) when y is given; dx = k*dz + a*(x - mean) + b with
+// coef = k[C], a[C], b[C]; dres = dz. dx, dres may be null (not both).
+template <typename T>
+struct DxOp {
+  using A = acc_t<T>;
+  const T *x, *y, *dy;
+  const A *mean, *coef;
+  int64_t C;
+  T *dx, *dres;
+  __device__ A dz(A g, A yv) const { return y && !(yv > A(0)) ? A(0) : g; }
+  __device__ A dx_of(A z, A xv, int64_t c) const {
+    return coef[c] * z + coef[C + c] * (xv - mean[c]) + coef[2 * C + c];
+  }
+  __device__ void one(int64_t i, int64_t c) const {
+    const A z = dz(to_acc(dy[i]), y ? to_acc(y[i]) : A(0));
+    if (dx) dx[i] = from_acc<T>(dx_of(z, to_acc(x[i]), c));
+    if (dres) dres[i] = from_acc<T>(z);
+  }
+  template <int W>
+  __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
+    const Pack<T> pdy = load_pack(dy, p);
+    Pack<T> py, px, pdx, pdr;
+    if (y) py = load_pack(y, p);
+    if (dx) px = load_pack(x, p);
+#pragma unroll
+    for (int k = 0; k < W; ++k) {
+      const A z = dz(to_acc(pdy.v[k]), y ? to_acc(py.v[k]) : A(0));
+      if (dx) pdx.v[k] = from_acc<T>(dx_of(z, to_acc(px.v[k]), c[k]));
+      pdr.v[k] = from_acc<T>(z);
+    }
+    if (dx) store_pack(dx, p, pdx);
+    if (dres) store_pack(dres, p, pdr);
+  }
+};
 
 // ---- launchers -------------------------------------------------------------------------
 
@@ -192,6 +292,56 @@ void channel_reduce(const BatchNormGeom& g, F f, Out out, cudaStream_t s) {
     channel_reduce_nchw<A><<<unsigned(g.C), kThreads, 0, s>>>(g.N, g.C, g.S, f, out);
   }
   CUDA_CHECK_LAUNCH();
+}
+
+// Runs an elementwise op over the tensor, in 16-byte packs when every pointer allows.
+template <typename T, typename Op>
+void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void*> ptrs, Op op, cudaStream_t s) {
+  constexpr int W = Pack<T>::kWidth;
+  bool vec = true;
+  for (const void* p : ptrs) vec = vec && detail::aligned16(p);
+  const int64_t n = g.N * g.C * g.S;
+  const int64_t work = vec ? std::max<int64_t>(n / W, n % W) : n;
+  channel_map_kernel<T><<<detail::grid_for(work, kThreads), kThreads, 0, s>>>(n, g.C, g.S, g.nhwc, vec, op);
+  CUDA_CHECK_LAUNCH();
+}
+
+void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* residual, bool relu, const void* mean,
+                const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s, const char* op) {
+  check_geom(g, op);
+  RT_CHECK(x && mean && invstd && y, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const ApplyOp<T> f{static_cast<const T*>(x),     static_cast<const T*>(residual), static_cast<const A*>(mean),
+                       static_cast<const A*>(invstd), static_cast<const T*>(gamma),    static_cast<const T*>(beta),
+                       relu,                          static_cast<T*>(y)};
+    launch_channel_map<T>(g, {x, residual, y}, f, s);
+  });
+}
+
+// y: null, or the output of the fused forward (the mask of dy).
+void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy, const void* mean,
+                   const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
+                   void* dres, void* workspace, cudaStream_t s, const char* op) {
+  check_geom(g, op);
+  RT_CHECK(x && dy && mean && invstd && workspace, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    auto px = static_cast<const T*>(x);
+    auto py = static_cast<const T*>(y);
+    auto pdy = static_cast<const T*>(dy);
+    auto pm = static_cast<const A*>(mean);
+    auto coef = static_cast<A*>(workspace);
+    channel_reduce<A>(g, SumDy<T, A>{px, pdy, py, pm},
+                      BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma), training,
+                                          A(g.N * g.S), static_cast<T*>(dgamma), static_cast<T*>(dbeta), coef, g.C},
+                      s);
+    if (!dx && !dres) return;
+    const DxOp<T> f{px, py, pdy, pm, coef, g.C, static_cast<T*>(dx), static_cast<T*>(dres)};
+    launch_channel_map<T>(g, {x, y, dy, dx, dres}, f, s);
+  });
 }
 
 }  // namespace
@@ -240,41 +390,27 @@ void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const 
 
 void batch_norm_apply(const BatchNormGeom& g, DType t, const void* x, const void* mean, const void* invstd,
                       const void* gamma, const void* beta, void* y, cudaStream_t s) {
-  check_geom(g, "batch_norm_apply");
-  RT_CHECK(x && mean && invstd && y, "batch_norm_apply: null pointer");
-  detail::dispatch_floating(t, "batch_norm_apply", [&](auto z) {
-    using T = decltype(z);
-    using A = acc_t<T>;
-    const int64_t n = g.N * g.C * g.S;
-    apply_kernel<T><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(
-        n, g.C, g.S, g.nhwc, static_cast<const T*>(x), static_cast<const A*>(mean), static_cast<const A*>(invstd),
-        static_cast<const T*>(gamma), static_cast<const T*>(beta), static_cast<T*>(y));
-    CUDA_CHECK_LAUNCH();
-  });
+  apply_impl(g, t, x, nullptr, false, mean, invstd, gamma, beta, y, s, "batch_norm_apply");
+}
+
+void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const void* residual, const void* mean,
+                           const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s) {
+  apply_impl(g, t, x, residual, true, mean, invstd, gamma, beta, y, s, "batch_norm_apply_relu");
 }
 
 void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const void* dy, const void* mean,
                          const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                          void* workspace, cudaStream_t s) {
-  check_geom(g, "batch_norm_backward");
-  RT_CHECK(x && dy && mean && invstd && workspace, "batch_norm_backward: null pointer");
-  detail::dispatch_floating(t, "batch_norm_backward", [&](auto z) {
-    using T = decltype(z);
-    using A = acc_t<T>;
-    auto px = static_cast<const T*>(x);
-    auto pdy = static_cast<const T*>(dy);
-    auto pm = static_cast<const A*>(mean);
-    auto coef = static_cast<A*>(workspace);
-    channel_reduce<A>(g, SumDy<T, A>{px, pdy, pm},
-                      BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma), training,
-                                          A(g.N * g.S), static_cast<T*>(dgamma), static_cast<T*>(dbeta), coef, g.C},
-                      s);
-    if (!dx) return;
-    const int64_t n = g.N * g.C * g.S;
-    dx_kernel<T><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(n, g.C, g.S, g.nhwc, px, pdy, pm, coef,
-                                                                    static_cast<T*>(dx));
-    CUDA_CHECK_LAUNCH();
-  });
+  backward_impl(g, t, x, nullptr, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr, workspace, s,
+                "batch_norm_backward");
+}
+
+void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                              const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
+                              void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s) {
+  RT_CHECK(y, "batch_norm_backward_relu: null pointer (the forward's output y)");
+  backward_impl(g, t, x, y, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace, s,
+                "batch_norm_backward_relu");
 }
 
 }  // namespace rt::cuda

@@ -38,4 +38,17 @@ void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const v
                          const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                          void* workspace, cudaStream_t s);
 
+// The fused tail of a ResNet block, as kernels/cpu/batch_norm.h (Note [Fused batch_norm +
+// relu]): y = max(0, (x - mean) * invstd * gamma + beta + residual), residual may be null (0),
+// in one pass (normalised in the statistics type, rounded once).
+void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const void* residual, const void* mean,
+                           const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s);
+
+// batch_norm_backward of dz = (y > 0 ? dy : 0), y the output of batch_norm_apply_relu, read
+// in place of dy (never stored); dresidual (may be null) receives dz. dx, dgamma, dbeta may
+// be null. `workspace`: 3*C values of the statistics type.
+void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                              const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
+                              void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);
+
 }  // namespace rt::cuda

@@ -2,7 +2,12 @@
 // backward in training and eval) on NaN-poisoned outputs against kernels/cpu/batch_norm.cc,
 // then the op through autograd on CUDA against the CPU op. NCHW, NHWC, (N, C) inputs, batch
 // 1, odd channel counts (not a multiple of the 32-channel NHWC block), every float dtype.
+// The same for the fused tails (batch_norm_relu, batch_norm_add_relu), their vectorised and
+// scalar paths.
 #include <cmath>
+#include <limits>
+#include <string>
+#include <vector>
 
 #include "engine/ops.h"
 #include "engine/stream.h"
@@ -215,6 +220,247 @@ TEST_CASE("batch_norm on CUDA rejects what the CPU rejects") {
   const Tensor xi = Tensor::full({2, 4}, 1.0, DType::i32, gpu());
   CHECK_THROWS_WITH_AS(batch_norm(xi, Tensor(), Tensor(), Tensor(), Tensor(), true),
                        doctest::Contains("must be f32, f64, bf16 or f16"), Error);
+}
+
+// ---- the fused tails: batch_norm_apply_relu / batch_norm_backward_relu, and the ops -------
+
+TEST_CASE("fused batch_norm launchers reject bad arguments on the host (runs without a GPU)") {
+  const cuda::BatchNormGeom g{2, 4, 1, true};
+  float dummy[8];
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_apply_relu(g, DType::i64, dummy, nullptr, dummy, dummy, nullptr, nullptr, dummy,
+                                                   nullptr),
+                       doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_apply_relu(g, DType::f32, dummy, dummy, dummy, dummy, nullptr, nullptr, nullptr,
+                                                   nullptr),
+                       doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_backward_relu(g, DType::f32, dummy, nullptr, dummy, dummy, dummy, nullptr, true,
+                                                      dummy, nullptr, nullptr, nullptr, dummy, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  const cuda::BatchNormGeom bad{2, 0, 1, true};
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_backward_relu(bad, DType::f32, dummy, dummy, dummy, dummy, dummy, nullptr, true,
+                                                      dummy, nullptr, nullptr, nullptr, dummy, nullptr),
+                       doctest::Contains("bad geometry"), Error);
+}
+
+// Calls f(R{}) with the CPU reference's compute type for dtype t.
+template <typename F>
+void with_ref_type(DType t, F f) {
+  if (ref_dtype(t) == DType::f64) f(double{});
+  else f(float{});
+}
+
+template <typename R>
+R* ptr_or_null(const Tensor& t, bool on) {
+  return on ? t.data<R>() : nullptr;
+}
+
+// v64's n values on the GPU as dtype t, one element into a buffer of n + 1: a pointer that is
+// not 16-byte aligned, which sends the kernels down their scalar path.
+struct Shifted {
+  Tensor buf;
+  void* ptr;
+};
+Shifted shifted(const Tensor& v64, DType t) {
+  std::vector<double> v = v64.to_vector<double>();
+  v.insert(v.begin(), 0.0);
+  const int64_t n = int64_t(v.size());
+  Tensor buf = to_gpu(Tensor::from_vector(v, {n}), t);
+  return {buf, static_cast<char*>(buf.raw_data()) + dtype_size(t)};
+}
+std::vector<double> unshift(const Shifted& s) {
+  std::vector<double> v = s.buf.to_vector<double>();
+  return std::vector<double>(v.begin() + 1, v.end());
+}
+
+TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match the CPU kernels") {
+  if (!have_gpu("fused batch_norm launchers (relu, residual, masked backward) match the CPU kernels")) return;
+  uint64_t seed = 3000;
+  const double eps = 1e-5;
+  for (DType t : kFloatTypes) {
+    const DType rd = ref_dtype(t), st = cuda::batch_norm_stat_dtype(t);
+    for (const Geom& ge : kGeoms) {
+      const cuda::BatchNormGeom g{ge.N, ge.C, ge.S, ge.nhwc};
+      const cpu::BatchNormGeom cg{ge.N, ge.C, ge.S, ge.nhwc};
+      const int64_t n = ge.N * ge.C * ge.S, M = ge.N * ge.S;
+      const Tensor x64 = add(rnd({n}, ++seed), 3.0), r64 = rnd({n}, ++seed), dy64 = rnd({n}, ++seed);
+      const Tensor gamma64 = rnd({ge.C}, ++seed), beta64 = rnd({ge.C}, ++seed);
+      // The backward's mask: any output of a relu will do (about half exact zeros). The same
+      // values on both sides, so the mask is the same.
+      const Tensor ymask64 = relu(rnd({n}, ++seed));
+      const Tensor x = to_gpu(x64, t), r = to_gpu(r64, t), dy = to_gpu(dy64, t), ym = to_gpu(ymask64, t);
+      const Tensor gamma = to_gpu(gamma64, t), beta = to_gpu(beta64, t);
+      const Tensor xr = to_ref(x64, t), rr = to_ref(r64, t), dyr = to_ref(dy64, t), ymr = to_ref(ymask64, t);
+      const Tensor gammar = to_ref(gamma64, t), betar = to_ref(beta64, t);
+
+      std::vector<double> mean(size_t(ge.C)), var(size_t(ge.C)), invstd(size_t(ge.C));
+      with_ref_type(t, [&](auto z) {
+        using R = decltype(z);
+        cpu::batch_norm_stats<R>(cg, xr.data<R>(), mean.data(), var.data());
+      });
+      for (int64_t c = 0; c < ge.C; ++c) invstd[size_t(c)] = 1.0 / std::sqrt(var[size_t(c)] + eps);
+      Tensor gm = poisoned({ge.C}, st), gi = poisoned({ge.C}, st);
+      cuda::batch_norm_stats(g, t, x.raw_data(), eps, gm.raw_data(), gi.raw_data(), st, nullptr, nullptr, 0.1,
+                             stream());
+
+      for (bool affine : {true, false})
+        for (bool res : {true, false}) {
+          const std::string tag = std::string(affine ? " affine" : "") + (res ? " residual" : "");
+          // Forward: y = relu(bn(x) [+ r]).
+          Tensor y = poisoned({n}, t);
+          cuda::batch_norm_apply_relu(g, t, x.raw_data(), res ? r.raw_data() : nullptr, gm.raw_data(), gi.raw_data(),
+                                      affine ? gamma.raw_data() : nullptr, affine ? beta.raw_data() : nullptr,
+                                      y.raw_data(), stream());
+          Tensor yr = Tensor::empty({n}, rd);
+          with_ref_type(t, [&](auto z) {
+            using R = decltype(z);
+            cpu::batch_norm_apply_relu<R>(cg, xr.data<R>(), ptr_or_null<R>(rr, res), mean.data(), invstd.data(),
+                                          ptr_or_null<R>(gammar, affine), ptr_or_null<R>(betar, affine), yr.data<R>());
+          });
+          check_close(y, yr, tol_for(t), glabel("apply_relu", t, ge) + tag);
+
+          // The same through the scalar path: pointers one element off 16-byte alignment.
+          const Shifted xs = shifted(x64, t), rs = shifted(r64, t);
+          Shifted ys = shifted(Tensor::full({n}, std::numeric_limits<double>::quiet_NaN(), DType::f64), t);
+          cuda::batch_norm_apply_relu(g, t, xs.ptr, res ? rs.ptr : nullptr, gm.raw_data(), gi.raw_data(),
+                                      affine ? gamma.raw_data() : nullptr, affine ? beta.raw_data() : nullptr, ys.ptr,
+                                      stream());
+          check_close(unshift(ys), yr.to_vector<double>(), tol_for(t), glabel("apply_relu unaligned", t, ge) + tag);
+
+          for (bool training : {true, false}) {
+            const std::string btag = tag + (training ? " training" : " eval");
+            Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t), dr = poisoned({n}, t);
+            Tensor ws = poisoned({3 * ge.C}, st);
+            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
+                                           gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, dx.raw_data(),
+                                           dg.raw_data(), db.raw_data(), res ? dr.raw_data() : nullptr, ws.raw_data(),
+                                           stream());
+            Tensor dxr = Tensor::empty({n}, rd), dgr = Tensor::empty({ge.C}, rd), dbr = Tensor::empty({ge.C}, rd);
+            Tensor drr = Tensor::empty({n}, rd);
+            with_ref_type(t, [&](auto z) {
+              using R = decltype(z);
+              cpu::batch_norm_backward_relu<R>(cg, xr.data<R>(), ymr.data<R>(), dyr.data<R>(), mean.data(),
+                                               invstd.data(), ptr_or_null<R>(gammar, affine), training, dxr.data<R>(),
+                                               dgr.data<R>(), dbr.data<R>(), drr.data<R>());
+            });
+            const double sq = std::sqrt(double(M));
+            check_close(dx, dxr, tol_for(t), glabel("masked dx", t, ge) + btag);
+            check_close(dg, dgr, tol_for(t), glabel("masked dgamma", t, ge) + btag, sq);
+            check_close(db, dbr, tol_for(t), glabel("masked dbeta", t, ge) + btag, sq);
+            if (res) check_close(dr, drr, tol_for(t), glabel("dresidual", t, ge) + btag);
+            else CHECK_MESSAGE(std::isnan(dr.to_vector<double>()[0]), glabel("dresidual written", t, ge), btag);
+
+            // The residual's gradient alone (dx, dgamma, dbeta not wanted).
+            Tensor dr2 = poisoned({n}, t);
+            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
+                                           gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, nullptr,
+                                           nullptr, nullptr, dr2.raw_data(), ws.raw_data(), stream());
+            check_close(dr2, drr, tol_for(t), glabel("dresidual alone", t, ge) + btag);
+
+            // Scalar path for the backward too.
+            const Shifted yms = shifted(ymask64, t), dys = shifted(dy64, t);
+            Shifted dxs = shifted(Tensor::full({n}, std::numeric_limits<double>::quiet_NaN(), DType::f64), t);
+            cuda::batch_norm_backward_relu(g, t, xs.ptr, yms.ptr, dys.ptr, gm.raw_data(), gi.raw_data(),
+                                           affine ? gamma.raw_data() : nullptr, training, dxs.ptr, nullptr, nullptr,
+                                           nullptr, ws.raw_data(), stream());
+            check_close(unshift(dxs), dxr.to_vector<double>(), tol_for(t), glabel("masked dx unaligned", t, ge) + btag);
+          }
+        }
+    }
+  }
+}
+
+// The CPU op's backward, with the relu's mask taken from the GPU's output: an element within
+// rounding of 0 may fall on either side of it on the two devices, which would change its
+// gradient from dy to 0. dz = dy where y_gpu > 0, then the unfused CPU batch_norm's backward.
+struct RefGrads {
+  Tensor dx, dw, db, dz;
+};
+RefGrads reference_grads(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& rm, const Tensor& rv,
+                         bool training, const Tensor& y_gpu, const Tensor& dy) {
+  const std::vector<double> yv = y_gpu.to_vector<double>();
+  std::vector<double> dz = dy.to_vector<double>();
+  for (size_t i = 0; i < dz.size(); ++i)
+    if (!(yv[i] > 0)) dz[i] = 0;
+  const Tensor dzt = in_fmt(Tensor::from_vector(dz, dy.shape()).to(x.dtype()), x.format());
+  Tensor xl = x.clone().set_requires_grad(true), wl, bl;
+  if (w.defined()) wl = w.clone().set_requires_grad(true), bl = b.clone().set_requires_grad(true);
+  batch_norm(xl, wl, bl, rm.clone(), rv.clone(), training).backward(dzt);
+  return {xl.grad(), wl.defined() ? wl.grad() : Tensor(), bl.defined() ? bl.grad() : Tensor(), dzt};
+}
+
+TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
+  if (!have_gpu("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU")) return;
+  uint64_t seed = 5000;
+  for (DType t : kFloatTypes) {
+    for (const OpShape& os : kOpShapes) {
+      const int64_t C = os.shape[1];
+      const int64_t M = shape_numel(os.shape) / C;
+      const bool four_d = os.shape.size() == 4;
+      const MemoryFormat other_fmt =
+          os.fmt == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+      for (bool training : {true, false})
+        for (bool affine : {true, false})
+          for (int res : {0, 1, 2}) {  // none; in x's format; in the other format (4-D only)
+            if (res == 2 && !four_d) continue;
+            const MemoryFormat rfmt = res == 2 ? other_fmt : os.fmt;
+            const std::string what =
+                label(std::string(res ? "batch_norm_add_relu" : "batch_norm_relu") + (training ? " train" : " eval") +
+                          (affine ? " affine" : "") + (res == 2 ? " residual other format" : ""),
+                      t, os.shape, os.fmt);
+            const Tensor x64 = add(mul(rnd(os.shape, ++seed), 2.0), -1.0), w64 = rnd({C}, ++seed);
+            const Tensor b64 = rnd({C}, ++seed), r64 = rnd(os.shape, ++seed);
+            const Tensor rm64 = rnd({C}, ++seed), rv64 = add(square(rnd({C}, ++seed)), 0.5);
+            Tensor xd = to_gpu(x64, t, os.fmt).set_requires_grad(true);
+            Tensor xr = to_ref(x64, t, os.fmt);
+            Tensor wd, wr, bd, br, rd, rr;
+            if (affine) {
+              wd = to_gpu(w64, t).set_requires_grad(true), wr = to_ref(w64, t);
+              bd = to_gpu(b64, t).set_requires_grad(true), br = to_ref(b64, t);
+            }
+            if (res) rd = to_gpu(r64, t, rfmt).set_requires_grad(true), rr = to_ref(r64, t, rfmt);
+            Tensor rmd = rm64.to(DType::f32).to(gpu()), rvd = rv64.to(DType::f32).to(gpu());
+            Tensor rmr = rm64.to(DType::f32), rvr = rv64.to(DType::f32);
+            const Tensor rm_before = rmr.clone(), rv_before = rvr.clone();
+            poison_allocator(shape_numel(os.shape));
+            const Tensor yd = res ? batch_norm_add_relu(xd, rd, wd, bd, rmd, rvd, training, 0.1, 1e-5)
+                                  : batch_norm_relu(xd, wd, bd, rmd, rvd, training, 0.1, 1e-5);
+            const Tensor yr = res ? batch_norm_add_relu(xr, rr, wr, br, rmr, rvr, training, 0.1, 1e-5)
+                                  : batch_norm_relu(xr, wr, br, rmr, rvr, training, 0.1, 1e-5);
+            CHECK(yd.format() == os.fmt);
+            CHECK(yd.dtype() == t);
+            check_close(yd, yr, tol_for(t), what + " y");
+            check_close(rmd, rmr, kTolF32, what + " running_mean");
+            check_close(rvd, rvr, kTolF32, what + " running_var");
+
+            // The incoming gradient in the other format for 4-D inputs (converted on the way in).
+            const Tensor seed64 = rnd(os.shape, ++seed);
+            const MemoryFormat gfmt = four_d ? other_fmt : os.fmt;
+            poison_allocator(shape_numel(os.shape));
+            yd.backward(to_gpu(seed64, t, gfmt));
+            const RefGrads ref = reference_grads(xr, wr, br, rm_before, rv_before, training, yd, to_ref(seed64, t, gfmt));
+            check_close(xd.grad(), ref.dx, tol_for(t), what + " dx");
+            if (affine) {
+              check_close(wd.grad(), ref.dw, tol_for(t), what + " dweight", std::sqrt(double(M)));
+              check_close(bd.grad(), ref.db, tol_for(t), what + " dbias", std::sqrt(double(M)));
+            }
+            if (res) check_close(rd.grad(), ref.dz, tol_for(t), what + " dresidual");
+          }
+    }
+  }
+}
+
+TEST_CASE("batch_norm_add_relu on CUDA rejects what the CPU rejects") {
+  if (!have_gpu("batch_norm_add_relu on CUDA rejects what the CPU rejects")) return;
+  const Tensor x = Tensor::full({2, 4}, 1.0, DType::f32, gpu());
+  CHECK_THROWS_WITH_AS(batch_norm_add_relu(x, Tensor::full({2, 4}, 1.0, DType::f32), Tensor(), Tensor(), Tensor(),
+                                           Tensor(), true),
+                       doctest::Contains("batch_norm_add_relu"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm_add_relu(x, Tensor::full({2, 4}, 1.0, DType::bf16, gpu()), Tensor(), Tensor(),
+                                           Tensor(), Tensor(), true),
+                       doctest::Contains("different dtypes"), Error);
+  CHECK_THROWS_WITH_AS(batch_norm_relu(Tensor::full({1, 4}, 1.0, DType::f32, gpu()), Tensor(), Tensor(), Tensor(),
+                                       Tensor(), true),
+                       doctest::Contains("more than one value per channel"), Error);
 }
 
 }  // namespace
