@@ -98,9 +98,11 @@ template <typename T, typename A>
 struct SumDy {  // sum(dz), sum(dz * (x - mean)); dz = dy, or (y > 0 ? dy : 0) when y is given
   const T *x, *dy, *y;
   const A* mean;
+  T* dz_out;  // null, or where dz goes (the residual's gradient): each element is visited once
   __device__ Two<A> operator()(int64_t c, int64_t i) const {
     A g = to_acc(dy[i]);
     if (y && !(to_acc(y[i]) > A(0))) g = A(0);
+    if (dz_out) dz_out[i] = from_acc<T>(g);
     return {g, g * (to_acc(x[i]) - mean[c])};
   }
 };
@@ -243,37 +245,30 @@ struct ApplyOp {
 };
 
 // Backward: dz = dy, or (y > 0 ? dy : 0) when y is given; dx = k*dz + a*(x - mean) + b with
-// coef = k[C], a[C], b[C]; dres = dz. dx, dres may be null (not both).
+// coef = k[C], a[C], b[C].
 template <typename T>
 struct DxOp {
   using A = acc_t<T>;
   const T *x, *y, *dy;
   const A *mean, *coef;
   int64_t C;
-  T *dx, *dres;
-  __device__ A dz(A g, A yv) const { return y && !(yv > A(0)) ? A(0) : g; }
-  __device__ A dx_of(A z, A xv, int64_t c) const {
+  T* dx;
+  __device__ A value(A g, A yv, A xv, int64_t c) const {
+    const A z = y && !(yv > A(0)) ? A(0) : g;
     return coef[c] * z + coef[C + c] * (xv - mean[c]) + coef[2 * C + c];
   }
   __device__ void one(int64_t i, int64_t c) const {
-    const A z = dz(to_acc(dy[i]), y ? to_acc(y[i]) : A(0));
-    if (dx) dx[i] = from_acc<T>(dx_of(z, to_acc(x[i]), c));
-    if (dres) dres[i] = from_acc<T>(z);
+    dx[i] = from_acc<T>(value(to_acc(dy[i]), y ? to_acc(y[i]) : A(0), to_acc(x[i]), c));
   }
   template <int W>
   __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
-    const Pack<T> pdy = load_pack(dy, p);
-    Pack<T> py, px, pdx, pdr;
+    const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
+    Pack<T> py, pdx;
     if (y) py = load_pack(y, p);
-    if (dx) px = load_pack(x, p);
 #pragma unroll
-    for (int k = 0; k < W; ++k) {
-      const A z = dz(to_acc(pdy.v[k]), y ? to_acc(py.v[k]) : A(0));
-      if (dx) pdx.v[k] = from_acc<T>(dx_of(z, to_acc(px.v[k]), c[k]));
-      pdr.v[k] = from_acc<T>(z);
-    }
-    if (dx) store_pack(dx, p, pdx);
-    if (dres) store_pack(dres, p, pdr);
+    for (int k = 0; k < W; ++k)
+      pdx.v[k] = from_acc<T>(value(to_acc(pdy.v[k]), y ? to_acc(py.v[k]) : A(0), to_acc(px.v[k]), c[k]));
+    store_pack(dx, p, pdx);
   }
 };
 
@@ -320,7 +315,9 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
   });
 }
 
-// y: null, or the output of the fused forward (the mask of dy).
+// y: null, or the output of the fused forward (the mask of dy). The residual's gradient
+// dres is dz itself: the reduction writes it, and the dx pass reads it back as its dy
+// (no second mask, one read less), as kernels/cpu/batch_norm.cc does.
 void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy, const void* mean,
                    const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                    void* dres, void* workspace, cudaStream_t s, const char* op) {
@@ -334,13 +331,18 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y
     auto pdy = static_cast<const T*>(dy);
     auto pm = static_cast<const A*>(mean);
     auto coef = static_cast<A*>(workspace);
-    channel_reduce<A>(g, SumDy<T, A>{px, pdy, py, pm},
+    auto pdres = py ? static_cast<T*>(dres) : nullptr;
+    channel_reduce<A>(g, SumDy<T, A>{px, pdy, py, pm, pdres},
                       BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma), training,
                                           A(g.N * g.S), static_cast<T*>(dgamma), static_cast<T*>(dbeta), coef, g.C},
                       s);
-    if (!dx && !dres) return;
-    const DxOp<T> f{px, py, pdy, pm, coef, g.C, static_cast<T*>(dx), static_cast<T*>(dres)};
-    launch_channel_map<T>(g, {x, y, dy, dx, dres}, f, s);
+    if (!dx) return;
+    if (pdres) {  // dz is in dres now
+      pdy = pdres;
+      py = nullptr;
+    }
+    const DxOp<T> f{px, py, pdy, pm, coef, g.C, static_cast<T*>(dx)};
+    launch_channel_map<T>(g, {px, py, pdy, dx}, f, s);
   });
 }
 
