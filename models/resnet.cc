@@ -11,29 +11,10 @@ std::shared_ptr<nn::Sequential> make_downsample(int64_t in, int64_t out, int str
 }
 
 // Note [Fused block tails]: every batch norm of the network is followed by a relu, or by
-// the residual add and a relu; each pair runs as one fused op (batch_norm_relu,
-// batch_norm_add_relu: one elementwise pass each way instead of two). Same parameters,
-// buffers and values as bn.forward() then relu / add_relu, including the count of
-// training batches that BatchNorm2d::forward keeps (engine/nn/layers.cc). Under mixed
-// precision the batch-norm parameters stay in the master dtype while x comes in the
-// compute dtype, and BatchNorm2d::forward casts them (Note [Batch norm in mixed precision]);
-// the fused ops take x's dtype only, so that case keeps the unfused pair.
-Tensor bn_relu(nn::BatchNorm2d& bn, const Tensor& x, const Tensor& residual = Tensor()) {
-  if (bn.weight.dtype() != x.dtype()) {
-    const Tensor y = bn.forward(x);
-    return residual.defined() ? add_relu(y, residual) : relu(y);
-  }
-  if (bn.is_training()) {  // as BatchNorm2d::forward: a host-side count of training forwards
-    Tensor host = bn.num_batches_tracked.to(Device::cpu());
-    host.data<int64_t>()[0] += 1;
-    if (!host.same(bn.num_batches_tracked)) bn.num_batches_tracked.copy_(host);
-  }
-  if (residual.defined())
-    return batch_norm_add_relu(x, residual, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.is_training(),
-                               bn.momentum, bn.eps);
-  return batch_norm_relu(x, bn.weight, bn.bias, bn.running_mean, bn.running_var, bn.is_training(), bn.momentum,
-                         bn.eps);
-}
+// the residual add and a relu; each pair runs as one fused op through
+// BatchNorm2d::forward_relu (batch_norm_relu, batch_norm_add_relu: one elementwise pass
+// each way instead of two), with the same parameters, buffers and values as bn.forward()
+// then relu / add_relu, also under mixed precision.
 
 }  // namespace
 
@@ -46,9 +27,9 @@ BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generato
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
-  Tensor out = bn_relu(*bn1, conv1->forward(x));
+  Tensor out = bn1->forward_relu(conv1->forward(x));
   out = conv2->forward(out);
-  return bn_relu(*bn2, out, downsample ? downsample->forward(x) : x);
+  return bn2->forward_relu(out, downsample ? downsample->forward(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g) {
@@ -62,10 +43,10 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generato
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
-  Tensor out = bn_relu(*bn1, conv1->forward(x));
-  out = bn_relu(*bn2, conv2->forward(out));
+  Tensor out = bn1->forward_relu(conv1->forward(x));
+  out = bn2->forward_relu(conv2->forward(out));
   out = conv3->forward(out);
-  return bn_relu(*bn3, out, downsample ? downsample->forward(x) : x);
+  return bn3->forward_relu(out, downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
@@ -108,7 +89,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
 Tensor ResNet::forward(const Tensor& x) {
   RT_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_channels, "ResNet: expected input (N, ", cfg_.in_channels,
            ", H, W), got ", x.str());
-  Tensor h = bn_relu(*bn1_, conv1_->forward(x));
+  Tensor h = bn1_->forward_relu(conv1_->forward(x));
   if (!cfg_.small_stem) h = max_pool2d(h, Pool2dParams::make(3, 2, 1));
   for (auto& stage : stages_) h = stage->forward(h);
   return fc_->forward(global_avg_pool(h));

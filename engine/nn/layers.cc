@@ -24,13 +24,26 @@ BatchNorm2d::BatchNorm2d(int64_t channels, double m, double e) : momentum(m), ep
   num_batches_tracked = register_buffer("num_batches_tracked", Tensor::zeros({}, DType::i64));
 }
 
+void BatchNorm2d::count_batch() {
+  if (!is_training()) return;
+  // A host-side counter of a CPU scalar; the CUDA backend keeps it on the host too.
+  Tensor host = num_batches_tracked.to(Device::cpu());
+  host.data<int64_t>()[0] += 1;
+  if (!host.same(num_batches_tracked)) num_batches_tracked.copy_(host);
+}
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+  count_batch();
+  // As in forward (Note [Batch norm in mixed precision]).
+  const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
+  const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
+  if (residual.defined())
+    return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps);
+  return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps);
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) {
-  if (is_training()) {  // PyTorch counts every training-mode forward
-    // A host-side counter of a CPU scalar; the CUDA backend keeps it on the host too.
-    Tensor host = num_batches_tracked.to(Device::cpu());
-    host.data<int64_t>()[0] += 1;
-    if (!host.same(num_batches_tracked)) num_batches_tracked.copy_(host);
-  }
+  count_batch();
   // Note [Batch norm in mixed precision]: the parameters and running statistics stay in the
   // master dtype (keeps_master_dtype) while x comes in the compute dtype. batch_norm takes
   // running statistics of another dtype, but its weight and bias must have x's dtype, so

@@ -23,11 +23,17 @@ class BatchNorm2d : public Module {
  public:
   explicit BatchNorm2d(int64_t channels, double momentum = 0.1, double eps = 1e-5);
   Tensor forward(const Tensor& x) override;
+  // relu(forward(x)), or relu(forward(x) + residual) when residual is defined: the fused
+  // batch_norm_relu / batch_norm_add_relu ops (a ResNet block's tail in one pass).
+  Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
 
  protected:
   bool keeps_master_dtype() const override { return true; }  // Note [Batch norm in mixed precision]
+
+ private:
+  void count_batch();  // PyTorch counts every training-mode forward
 };
 
 // PyTorch's default Linear init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
