@@ -34,7 +34,11 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 
+#include "bench/bench_util.h"
+
 namespace {
+
+using namespace rt::bench;
 
 struct ConvShape {
   std::string name;
@@ -62,11 +66,6 @@ struct Result {
   double gflops() const { return flops / (ms * 1e6); }
 };
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 const char* kUsage =
     "usage: conv_bench [--repeats N] [--warmup N] [--channels-last] [--json FILE]\n"
     "                  [--only SUBSTRING] [--shapes FILE]\n"
@@ -76,27 +75,6 @@ const char* kUsage =
     "  --json FILE       also write the results as JSON\n"
     "  --only SUBSTRING  only the shapes whose name contains SUBSTRING\n"
     "  --shapes FILE     the shape list (default bench/conv_shapes.txt)\n";
-
-// Under `bazel run` the working directory is the runfiles tree; paths the user typed are
-// relative to where they typed them.
-std::string user_path(const std::string& p) {
-  if (p.empty() || p[0] == '/') return p;
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return wd ? std::string(wd) + "/" + p : p;
-}
-
-int parse_int(const std::string& flag, const std::string& v, int lo) {
-  size_t used = 0;
-  int r = 0;
-  try {
-    r = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || r < lo)
-    throw UsageError(flag + " wants an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return r;
-}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -160,50 +138,6 @@ std::vector<ConvShape> read_shapes(const std::string& path) {
   }
   if (shapes.empty()) throw std::runtime_error("no shapes in '" + path + "'");
   return shapes;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-using Clock = std::chrono::steady_clock;
-double ms_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double, std::milli>(b - a).count();
-}
-
-// How busy the machine was apart from this process: on 2 cores anything else running (a
-// build, a test) distorts the timings, and the run says so.
-inline constexpr double kBusyShare = 0.02;  // above this, warn
-
-struct CpuSample {
-  Clock::time_point t;
-  double busy_s = -1;  // all CPUs' non-idle time since boot (/proc/stat), incl. steal; -1: unknown
-  double own_s = 0;    // this process's CPU time, all threads
-};
-
-CpuSample sample_cpu() {
-  CpuSample c;
-  c.t = Clock::now();
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
-    c.busy_s = double(user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  c.own_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-  return c;
-}
-
-// The share of all CPUs' time between a and b that other processes used (0..1; -1 unknown).
-double others_cpu_share(const CpuSample& a, const CpuSample& b) {
-  if (a.busy_s < 0 || b.busy_s < 0) return -1;
-  const double wall_s = ms_between(a.t, b.t) * 1e-3;
-  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (wall_s <= 0 || ncpu < 1) return -1;
-  return std::max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s)) / (wall_s * double(ncpu));
 }
 
 Result run_one(const ConvShape& s, const Options& opt, rt::Generator& gen) {
@@ -275,28 +209,6 @@ void print_result(const Result& r) {
   std::fflush(stdout);
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
 
 void write_json(const std::string& path, const Options& opt, int threads, const std::vector<Result>& results,
                 double total_ms, double total_flops, int64_t convs, double others_cpu) {

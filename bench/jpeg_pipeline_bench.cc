@@ -54,7 +54,11 @@
 #include "engine/error.h"
 #include "engine/random.h"
 
+#include "bench/bench_util.h"
+
 namespace {
+
+using namespace rt::bench;
 
 namespace fs = std::filesystem;
 using rt::data::DecodeMode;
@@ -80,11 +84,6 @@ struct Options {
   std::string json_path;
 };
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
 const char* kUsage =
     "usage: jpeg_pipeline_bench --files DIR [--threads N] [--batch B] [--rounds R] [--warmup W]\n"
     "                           [--mode region|full] [--size S] [--seed N] [--breakdown] [--json FILE]\n"
@@ -98,25 +97,6 @@ const char* kUsage =
     "  --seed N           augmentation seed (default 0)\n"
     "  --breakdown        also time read / decode / whole transform per image, one thread\n"
     "  --json FILE        also write the results as JSON\n";
-
-std::string user_path(const std::string& p) {
-  if (p.empty() || p[0] == '/') return p;
-  const char* wd = std::getenv("BUILD_WORKING_DIRECTORY");
-  return wd ? std::string(wd) + "/" + p : p;
-}
-
-int parse_int(const std::string& flag, const std::string& v, int lo) {
-  size_t used = 0;
-  int r = 0;
-  try {
-    r = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || r < lo)
-    throw UsageError(flag + " wants an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return r;
-}
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -228,46 +208,6 @@ void transform_one(const std::vector<uint8_t>& bytes, const std::string& label, 
                    DecodeMode mode, uint8_t* out) {
   ImageRng r = image_rng(opt.seed, index);
   rt::data::train_transform(bytes, label, opt.size, r.g, r.flip, out, mode);
-}
-
-using Clock = std::chrono::steady_clock;
-double s_between(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  const size_t m = v.size() / 2;
-  return v.size() % 2 ? v[m] : 0.5 * (v[m - 1] + v[m]);
-}
-
-// How busy the machine was apart from this process (as in conv_bench.cc).
-inline constexpr double kBusyShare = 0.02;  // above this, warn
-
-struct CpuSample {
-  Clock::time_point t;
-  double busy_s = -1;  // all CPUs' non-idle time since boot (/proc/stat), incl. steal; -1: unknown
-  double own_s = 0;    // this process's CPU time, all threads
-};
-
-CpuSample sample_cpu() {
-  CpuSample c;
-  c.t = Clock::now();
-  std::ifstream f("/proc/stat");
-  std::string cpu;
-  uint64_t user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
-  if (f >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal && cpu == "cpu")
-    c.busy_s = double(user + nice + system + irq + softirq + steal) / double(sysconf(_SC_CLK_TCK));
-  rusage ru{};
-  getrusage(RUSAGE_SELF, &ru);
-  c.own_s = double(ru.ru_utime.tv_sec + ru.ru_stime.tv_sec) + 1e-6 * double(ru.ru_utime.tv_usec + ru.ru_stime.tv_usec);
-  return c;
-}
-
-double others_cpu_share(const CpuSample& a, const CpuSample& b) {
-  if (a.busy_s < 0 || b.busy_s < 0) return -1;
-  const double wall_s = s_between(a.t, b.t);
-  const long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-  if (wall_s <= 0 || ncpu < 1) return -1;
-  return std::max(0.0, (b.busy_s - a.busy_s) - (b.own_s - a.own_s)) / (wall_s * double(ncpu));
 }
 
 // The DCT scale train_transform picks for a crop: the largest d in {8, 4, 2} with both
@@ -481,28 +421,6 @@ double run_round(const std::vector<std::string>& files, const Options& opt, std:
   return s;
 }
 
-std::string json_str(const std::string& s) {
-  std::string o = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') {
-      o += '\\';
-      o += ch;
-    } else if (static_cast<unsigned char>(ch) < 0x20) {
-      char buf[8];
-      std::snprintf(buf, sizeof buf, "\\u%04x", ch);
-      o += buf;
-    } else {
-      o += ch;
-    }
-  }
-  return o + "\"";
-}
-
-std::string num(double v) {
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.6g", v);
-  return buf;
-}
 
 int run(const Options& opt) {
   const std::vector<std::string> files = list_jpegs(opt.files_dir);

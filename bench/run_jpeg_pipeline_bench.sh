@@ -69,32 +69,8 @@ rm -f "$out"/rt_*.json "$out"/rt_*.txt "$out"/tv_*.json "$out"/tv_*.txt "$out"/t
 # Warm the page cache: every run reads the files from memory, as a loader's later epochs do.
 cat "$corpus"/*.jpg "$corpus"/*.jpeg 2>/dev/null >/dev/null || true
 
-# On 2 cores anything else running (a build, tests) distorts the timings. Before each program,
-# wait (up to RT_BENCH_IDLE_WAIT seconds, default 300) for a second in which the CPUs are under
-# 3% busy; each program also reports how much CPU others took while it ran (others_cpu).
-cpu_jiffies() {  # busy total, from /proc/stat's first line
-  local _cpu u n s i w q sq st _rest
-  read -r _cpu u n s i w q sq st _rest </proc/stat
-  echo "$((u + n + s + q + sq + st)) $((u + n + s + i + w + q + sq + st))"
-}
-wait_idle() {
-  local start=$SECONDS b0 t0 b1 t1 pct said=-1000
-  while :; do
-    read -r b0 t0 < <(cpu_jiffies)
-    sleep 1
-    read -r b1 t1 < <(cpu_jiffies)
-    pct=$((100 * (b1 - b0) / (t1 > t0 ? t1 - t0 : 1)))
-    ((pct < 3)) && return 0
-    if ((SECONDS - start >= ${RT_BENCH_IDLE_WAIT:-300})); then
-      echo "WARNING: the machine is still ${pct}% busy; running anyway, the timings will be distorted" >&2
-      return 0
-    fi
-    if ((SECONDS - said >= 30)); then
-      echo "waiting for the machine to go idle (${pct}% busy; RT_BENCH_IDLE_WAIT=0 runs at once)..." >&2
-      said=$SECONDS
-    fi
-  done
-}
+# Waits for an idle machine before each program (wait_idle).
+source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 
 common=(--files "$corpus" --batch "$batch" --rounds "$repeats" --warmup 1)
 # ringtape: std::thread workers, no OpenMP inside train_transform; OMP_NUM_THREADS=1 keeps
