@@ -6,18 +6,21 @@ namespace rt::data {
 
 DeviceFeeder::DeviceFeeder(Loader& loader, Device device, MemoryFormat format, DType dtype)
     : loader_(loader), device_(device), format_(format), dtype_(dtype) {
-  if (device.is_cuda()) copy_stream_ = Stream::create(device);
+  if (device.is_cuda()) {
+    copy_stream_ = Stream::create(device);
+    free_to_write_.emplace(device);
+    copied_.emplace(device);
+  }
 }
 
 DeviceFeeder::~DeviceFeeder() { retire(); }
 
 void DeviceFeeder::retire() noexcept {
   try {
-    if (copied_) copied_->synchronize();
+    if (held_) copied_->synchronize();
   } catch (...) {
     // A failed device leaves nothing to wait for; the batch is released either way.
   }
-  copied_.reset();
   held_.reset();
 }
 
@@ -45,9 +48,8 @@ std::optional<DeviceBatch> DeviceFeeder::next() {
     const Stream compute = Stream::current(device_);
     Tensor images_dev = Tensor::empty(images.shape(), images.dtype(), device_, images.format());
     Tensor labels_dev = Tensor::empty(labels.shape(), labels.dtype(), device_);
-    Event free_to_write(device_);
-    free_to_write.record(compute);
-    free_to_write.block(copy_stream_);
+    free_to_write_->record(compute);
+    free_to_write_->block(copy_stream_);
     retire();  // the previous copy is long done in practice: its host batch can go back
     if (images.is_pinned() && labels.is_pinned()) {
       copy_async(images_dev, images, copy_stream_);
@@ -57,11 +59,9 @@ std::optional<DeviceBatch> DeviceFeeder::next() {
       images_dev.copy_(images);
       labels_dev.copy_(labels);
     }
-    Event done(device_);
-    done.record(copy_stream_);
-    done.block(compute);
+    copied_->record(copy_stream_);
+    copied_->block(compute);
     held_ = std::move(b);
-    copied_ = done;
     images = images_dev;
     labels = labels_dev;
   }

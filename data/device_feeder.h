@@ -46,10 +46,12 @@ class DeviceFeeder {
   MemoryFormat format_;
   DType dtype_;
   Stream copy_stream_;
-  // The host batch of the last copy and the event after it: kept until the copy is done,
-  // because its page-locked block goes back to the cache for a worker to refill.
+  // CUDA only, created once and recorded again every step: the compute stream's point
+  // after which the copy may write, and the end of the copy.
+  std::optional<Event> free_to_write_, copied_;
+  // The host batch of the last copy: kept until the copy is done, because its page-locked
+  // block goes back to the cache for a worker to refill.
   std::optional<Batch> held_;
-  std::optional<Event> copied_;
 };
 
 }  // namespace rt::data
