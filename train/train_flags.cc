@@ -1,6 +1,13 @@
 #include "train/train_flags.h"
 
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+
+#include "engine/error.h"
 #include "models/registry.h"
+#include "optim/schedule.h"
 
 namespace rt::train {
 namespace {
@@ -20,7 +27,7 @@ std::vector<Flag> model_and_data_flags() {
       {"memory-format", FlagType::string, "auto",
        "activation and weight layout; auto = channels_last (the faster one on CPU and GPU)",
        {"auto", "contiguous", "channels_last"}},
-      {"num-classes", FlagType::integer, "0", "classifier outputs; 0 = the dataset's class count", {}},
+      {"num-classes", FlagType::integer, "0", "classifier outputs; 0 = the dataset's class count (at most 1000000)", {}},
       {"dataset", FlagType::string, "fashion-mnist", "dataset",
        {"fashion-mnist", "cifar10", "imagenet", "synthetic", "tensors"}},
       {"data-path", FlagType::string, "",
@@ -42,15 +49,130 @@ std::vector<Flag> model_and_data_flags() {
        {"auto", "fp32", "tf32", "bf16", "fp16"}},
       {"batch-size", FlagType::integer, "128", "images per step (per device)", {}},
       {"workers", FlagType::integer, "2", "data loading threads (0 = load in the training thread)", {}},
-      {"init-weights", FlagType::string, "", "a .safetensors state dict with torchvision's keys to start from", {}},
+      {"init-weights", FlagType::string, "",
+       "weights to start from: a .safetensors state dict with torchvision's keys, or a ringtape checkpoint (its model "
+       "part); every key must match the model (PyTorch's strict loading)", {}},
+      {"init-weights-non-strict", FlagType::boolean, "false",
+       "load only the --init-weights entries that match the model in name and shape and list the rest (fine-tuning "
+       "with a new head)", {}},
       {"synthetic-size", FlagType::string, "1024x3x32x32",
        "synthetic dataset: NxCxHxW (with --dataset synthetic)", {}},
-      {"threads", FlagType::integer, "0", "CPU threads for the math (0 = all cores)", {}},
+      {"threads", FlagType::integer, "0", "CPU threads for the math (0 = all cores; at most 1024)", {}},
       {"seed", FlagType::integer, "0", "seed of initialisation, data order, augmentation and synthetic data", {}},
   };
 }
 
+// Upper bounds of values that are otherwise only "positive". A bound says what no run
+// needs, so a typo fails at once instead of as a crash or an allocation of terabytes later.
+// --threads is not bounded by this machine's core count: --threads is a trajectory flag
+// (Note [Exact resume]), and resuming a run on a smaller machine needs the same count.
+constexpr int64_t kMaxThreads = 1024;       // --threads 100000 crashed the OpenMP runtime
+constexpr int64_t kMaxWorkers = 1024;       // loader threads
+constexpr int64_t kMaxClasses = 1000000;    // ImageNet-21k has 21841; the classifier is width x classes
+constexpr int64_t kMaxWidth = 65536;        // torchvision's ResNets have 64
+
+constexpr int64_t kNoLimit = std::numeric_limits<int64_t>::max();
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The UsageError of flag `name`: "--name must be <rule>, got <value>".
+[[noreturn]] void bad_value(const cli::Flags& f, const std::string& name, const std::string& rule) {
+  throw cli::UsageError("--" + name + " must be " + rule + ", got " + f.str(name));
+}
+
+// Integer flag `name` in [lo, hi], when the command has it (eval has no --epochs).
+void int_in(const cli::Flags& f, const std::string& name, int64_t lo, int64_t hi, const std::string& rule) {
+  if (f.has(name) && (f.integer(name) < lo || f.integer(name) > hi)) bad_value(f, name, rule);
+}
+
+// Number flag `name` in [lo, hi], or in (lo, hi] with `open_lo` (parsing already refused
+// NaN and infinities).
+void num_in(const cli::Flags& f, const std::string& name, double lo, double hi, bool open_lo,
+            const std::string& rule) {
+  if (!f.has(name)) return;
+  const double v = f.number(name);
+  if (v < lo || (open_lo && v == lo) || v > hi) bad_value(f, name, rule);
+}
+
+void validate_optimizer_and_schedule(const cli::Flags& f) {
+  num_in(f, "lr", 0, kInf, false, "a number >= 0 (the peak learning rate)");
+  num_in(f, "momentum", 0, kInf, false, "a number >= 0 (0 = plain SGD)");
+  num_in(f, "weight-decay", 0, kInf, false, "a number >= 0 (0 = no weight decay)");
+  if (f.str("optimizer") == "sgd" && f.boolean("nesterov") && f.number("momentum") <= 0)
+    throw cli::UsageError("--nesterov needs --momentum > 0 (PyTorch's SGD refuses it too), got --momentum " +
+                          f.str("momentum"));
+  const int64_t epochs = f.integer("epochs");
+  int_in(f, "lr-warmup-epochs", 0, epochs, "in [0, --epochs] = [0, " + std::to_string(epochs) + "]");
+  // LinearLR's rule: a start factor of 0 would make the first step a no-op.
+  num_in(f, "lr-warmup-decay", 0, 1, true, "in (0, 1]");
+  const std::string kind = f.str("lr-scheduler");
+  if (kind == "step") int_in(f, "lr-step-size", 1, kNoLimit, "at least 1 (epochs)");
+  if (kind == "step" || kind == "multistep") num_in(f, "lr-gamma", 0, kInf, false, "a number >= 0");
+  if (kind == "multistep") {
+    std::vector<int64_t> m;
+    try {
+      m = optim::parse_milestones(f.str("lr-milestones"));
+    } catch (const Error&) {
+      m.clear();
+    }
+    bool ok = !m.empty();
+    for (size_t i = 0; i < m.size(); ++i) ok = ok && m[i] >= 1 && (i == 0 || m[i] > m[i - 1]);
+    if (!ok) bad_value(f, "lr-milestones", "increasing epoch numbers >= 1 separated by commas, e.g. 30,60,80");
+  }
+  if (kind == "cosine") num_in(f, "lr-min", 0, f.number("lr"), false, "in [0, --lr] = [0, " + f.str("lr") + "]");
+  if (kind == "poly") num_in(f, "lr-power", 0, kInf, true, "a number > 0");
+}
+
 }  // namespace
+
+std::optional<std::array<int64_t, 4>> parse_synthetic_size(const std::string& text) {
+  std::array<int64_t, 4> v{};
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%ldx%ldx%ldx%ld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
+      size_t(used) != text.size())
+    return std::nullopt;
+  for (int64_t d : v)
+    if (d <= 0) return std::nullopt;
+  return v;
+}
+
+void validate_flags(const cli::Flags& f) {
+  int_in(f, "batch-size", 1, kNoLimit, "a positive integer (images per step)");
+  int_in(f, "epochs", 1, kNoLimit, "a positive integer");
+  int_in(f, "steps", 0, kNoLimit, "an integer >= 0 (0 = no limit)");
+  int_in(f, "checkpoint-every", 0, kNoLimit, "an integer >= 0 (0 = once per epoch)");
+  int_in(f, "print-freq", 1, kNoLimit, "a positive integer (log every N steps)");
+  int_in(f, "accum-steps", 1, kNoLimit, "a positive integer (micro-batches per step)");
+  int_in(f, "threads", 0, kMaxThreads, "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)");
+  int_in(f, "workers", 0, kMaxWorkers, "in [0, " + std::to_string(kMaxWorkers) + "] (0 = load in the training thread)");
+  int_in(f, "num-classes", 0, kMaxClasses,
+         "in [0, " + std::to_string(kMaxClasses) + "] (0 = the dataset's class count)");
+  for (const char* crop : {"train-crop-size", "val-resize-size", "val-crop-size"})
+    int_in(f, crop, 1, kNoLimit, "a positive number of pixels");
+  num_in(f, "label-smoothing", 0, 1, false, "in [0, 1] (0 = none)");
+  if (f.has("lr")) validate_optimizer_and_schedule(f);
+
+  const std::string width = f.str("width");
+  if (width != "auto") {
+    char* end = nullptr;
+    errno = 0;
+    const long long w = std::strtoll(width.c_str(), &end, 10);
+    if (width.empty() || *end != '\0' || errno != 0 || w <= 0 || w > kMaxWidth)
+      bad_value(f, "width", "auto or an integer in [1, " + std::to_string(kMaxWidth) + "]");
+  }
+  if ((f.str("dataset") == "synthetic" || f.given("synthetic-size")) && !parse_synthetic_size(f.str("synthetic-size")))
+    bad_value(f, "synthetic-size", "N x C x H x W with four positive integers, e.g. 1024x3x32x32");
+  if (f.str("stem-stride") == "2" && f.str("small-stem") == "false")
+    throw cli::UsageError("--stem-stride 2 needs the small stem; drop --small-stem false or --stem-stride 2");
+
+  // Where the weights come from.
+  if (f.has("resume") && !f.str("resume").empty() && !f.str("init-weights").empty())
+    throw cli::UsageError("--init-weights and --resume both give the weights (the checkpoint's would replace the "
+                          "initial ones); pass one of them");
+  if (f.has("checkpoint") && !f.str("checkpoint").empty() && !f.str("init-weights").empty())
+    throw cli::UsageError("--checkpoint and --init-weights both give the weights to evaluate; pass one of them");
+  if (f.boolean("init-weights-non-strict") && f.str("init-weights").empty())
+    throw cli::UsageError("--init-weights-non-strict applies to --init-weights, which is not given");
+}
 
 std::vector<Flag> train_flags() {
   std::vector<Flag> f = model_and_data_flags();
@@ -82,7 +204,9 @@ std::vector<Flag> train_flags() {
       {"resume", FlagType::string, "", "continue from this checkpoint (bit-exact on CPU)", {}},
       {"checkpoint-every", FlagType::integer, "0", "also checkpoint every N optimizer steps (0 = per epoch)", {}},
       {"print-freq", FlagType::integer, "50", "log every N optimizer steps", {}},
-      {"skip-nonfinite", FlagType::boolean, "false", "skip steps whose loss is NaN/Inf instead of stopping", {}},
+      {"skip-nonfinite", FlagType::boolean, "false",
+       "skip steps whose loss, gradients or updated weights are NaN/Inf (the step leaves the weights and optimizer "
+       "state as they were) instead of stopping", {}},
       {"cudnn-benchmark", FlagType::boolean, "false",
        "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored on the CPU)", {}},
   };

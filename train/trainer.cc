@@ -35,6 +35,7 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/precision.h"
+#include "train/train_flags.h"
 
 namespace rt::train {
 namespace {
@@ -81,10 +82,7 @@ Precision pick_precision(const cli::Flags& f, Device device) {
 data::DatasetOptions dataset_options(const cli::Flags& f) {
   data::DatasetOptions o;
   if (f.str("dataset") == "synthetic") {
-    int64_t n, c, h, w;
-    RT_CHECK(std::sscanf(f.str("synthetic-size").c_str(), "%ldx%ldx%ldx%ld", &n, &c, &h, &w) == 4 && n > 0 && c > 0 &&
-                 h > 0 && w > 0,
-             "--synthetic-size must look like 1024x3x32x32 (N x C x H x W), got '", f.str("synthetic-size"), "'");
+    const auto [n, c, h, w] = *parse_synthetic_size(f.str("synthetic-size"));  // validate_flags checked it
     o.synthetic.size = n;
     o.synthetic.image_shape = {c, h, w};
     o.synthetic.seed = uint64_t(f.integer("seed"));
@@ -112,7 +110,6 @@ struct Setup {
 
 Setup build(const cli::Flags& f, bool need_train) {
   if (f.integer("threads") > 0) omp_set_num_threads(int(f.integer("threads")));
-  RT_CHECK(f.integer("batch-size") > 0, "--batch-size must be positive, got ", f.integer("batch-size"));
   Setup s;
   s.device = pick_device(f.str("device"));
   s.precision = pick_precision(f, s.device);
@@ -131,16 +128,15 @@ Setup build(const cli::Flags& f, bool need_train) {
   if (f.str("width") == "auto") {
     mo.width = small ? 16 : 64;
   } else {
-    char* end = nullptr;
-    mo.width = std::strtol(f.str("width").c_str(), &end, 10);
-    RT_CHECK(*end == '\0' && mo.width > 0, "--width takes a positive integer or auto, got '", f.str("width"), "'");
+    mo.width = std::stol(f.str("width"));  // validate_flags checked it
   }
   mo.small_stem = f.str("small-stem") == "auto" ? small : f.str("small-stem") == "true";
   if (mo.small_stem)
     mo.stem_stride = f.str("stem-stride") == "auto" ? (train_px <= 28 ? 2 : 1)
                                                      : int(std::stoi(f.str("stem-stride")));
-  else
-    RT_CHECK(f.str("stem-stride") != "2", "--stem-stride 2 needs the small stem (--small-stem true)");
+  else if (f.str("stem-stride") == "2")
+    throw cli::UsageError("--stem-stride 2 needs the small stem, which --small-stem auto leaves off for " +
+                          std::to_string(train_px) + "-px images; add --small-stem true");
   s.format = f.str("memory-format") == "contiguous" ? MemoryFormat::contiguous : MemoryFormat::channels_last;
   if (need_train) {
     mo.zero_init_residual = f.boolean("zero-init-residual");
@@ -241,11 +237,8 @@ std::string fmt_eta(double s) {
 }  // namespace
 
 int run_train(const cli::Flags& f) {
+  validate_flags(f);
   const int64_t epochs = f.integer("epochs"), accum = f.integer("accum-steps"), print_freq = f.integer("print-freq");
-  RT_CHECK(epochs > 0, "--epochs must be positive, got ", epochs);
-  RT_CHECK(accum > 0, "--accum-steps must be positive, got ", accum);
-  RT_CHECK(print_freq > 0, "--print-freq must be positive, got ", print_freq);
-  RT_CHECK(f.integer("steps") >= 0 && f.integer("checkpoint-every") >= 0, "--steps and --checkpoint-every must be >= 0");
   Setup s = build(f, true);
   nn::Module& model = *s.model;
   const bool resuming = !f.str("resume").empty();
@@ -292,8 +285,9 @@ int run_train(const cli::Flags& f) {
     p = load_checkpoint(f.str("resume"), model, *opt, &saved, &scaler_state);
     for (const auto& k : kTrajectoryFlags)
       if (saved.count(k) && saved.at(k) != flags.at(k))
-        RT_FAIL("--resume: the checkpoint was trained with --", k, " ", saved.at(k), " but this run has --", k, " ",
-                flags.at(k), "; resume with the same value (or start a new run)");
+        throw cli::UsageError("--resume: the checkpoint was trained with --" + k + " " + saved.at(k) +
+                              " but this run has --" + k + " " + flags.at(k) +
+                              "; resume with the same value (or start a new run)");
     mp.load_state(scaler_state);
     std::printf("resumed %s at epoch %ld, batch %ld, step %ld\n", f.str("resume").c_str(), p.epoch, p.batch, p.step);
   }
@@ -413,10 +407,11 @@ int run_train(const cli::Flags& f) {
 }
 
 int run_eval(const cli::Flags& f) {
+  validate_flags(f);
+  if (f.str("checkpoint").empty() && f.str("init-weights").empty())
+    throw cli::UsageError("ringtape eval needs weights: --init-weights FILE.safetensors or --checkpoint FILE");
   Setup s = build(f, false);
   nn::Module& model = *s.model;
-  RT_CHECK(!(f.str("checkpoint").empty() && f.str("init-weights").empty()),
-           "ringtape eval needs weights: --init-weights FILE.safetensors or --checkpoint FILE");
   if (!f.str("checkpoint").empty()) load_checkpoint_model(f.str("checkpoint"), model);
   else load_weights(f.str("init-weights"), model);
   model.to(s.device, s.format);

@@ -105,7 +105,7 @@ TEST_CASE("eval reproduces the last evaluation; accumulation counts micro-batche
   cli::Flags w(train::eval_flags());
   w.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
            "--batch-size", "8", "--workers", "0"});
-  CHECK_THROWS_WITH_AS(train::run_eval(w), doctest::Contains("needs weights"), Error);
+  CHECK_THROWS_WITH_AS(train::run_eval(w), doctest::Contains("needs weights"), cli::UsageError);
 
   // 8 batches per epoch, 2 per step: 4 optimizer steps, each logged.
   const std::string b = tmpdir("accum");
@@ -124,7 +124,7 @@ TEST_CASE("bad input gets clear errors and loses nothing") {
 
   CHECK_THROWS_WITH_AS(train(tiny(a)), doctest::Contains("already holds a checkpoint"), Error);
   CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--lr", "0.2"}),
-                       doctest::Contains("--lr 0.05 but this run has --lr 0.2"), Error);
+                       doctest::Contains("--lr 0.05 but this run has --lr 0.2"), cli::UsageError);
   CHECK(read(fs::path(a) / "checkpoint.safetensors") == before);
 
   // A truncated checkpoint.
@@ -165,7 +165,7 @@ TEST_CASE("--precision: fp32 on the CPU, recorded in the checkpoint; bf16/fp16 n
   // Resuming with another precision changes the trajectory: refused. fp32 given
   // explicitly is what auto chose: accepted.
   CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "tf32"}),
-                       doctest::Contains("--precision fp32 but this run has --precision tf32"), Error);
+                       doctest::Contains("--precision fp32 but this run has --precision tf32"), cli::UsageError);
   CHECK(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "fp32", "--steps", "3"}) == 0);
   // eval takes --precision and --device too.
   cli::Flags e(train::eval_flags());
