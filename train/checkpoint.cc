@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "cli/flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 
@@ -18,6 +19,38 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
   RT_CHECK(!it->second.empty() && *end == '\0' && v >= 0, "checkpoint '", path, "': '", key,
            "' is not a non-negative integer: '", it->second, "'");
   return v;
+}
+
+bool is_checkpoint(const std::map<std::string, std::string>& meta) {
+  return meta.count("format") && meta.at("format") == kFormat;
+}
+
+// The "model." entries of a checkpoint, without the prefix.
+std::map<std::string, Tensor> model_part(const std::map<std::string, Tensor>& all) {
+  std::map<std::string, Tensor> out;
+  for (const auto& [k, t] : all)
+    if (k.rfind("model.", 0) == 0) out[k.substr(6)] = t;
+  return out;
+}
+
+// Loads `state` into `model`; `what` names the source in messages ("--init-weights FILE").
+// Weights that do not fit are a bad argument (cli::UsageError, exit status 2), raised before
+// anything is copied; `hint` says what to try instead.
+void load_model_state(const std::string& what, const std::map<std::string, Tensor>& state, nn::Module& model,
+                      bool strict, const std::string& hint) {
+  const nn::Module::LoadReport r = model.match_state_dict(state);
+  if (!r.wrong_kind.empty())
+    throw cli::UsageError(what + " does not fit the model: " + r.problems() +
+                          "; a floating-point tensor does not load into an integer one or back (is the file damaged "
+                          "or written by another program?)");
+  if (strict && !r.exact()) throw cli::UsageError(what + " does not match the model: " + r.problems() + "; " + hint);
+  model.load_state_dict(state, strict);
+  if (!r.exact()) {
+    const size_t total = model.state_dict().size(), loaded = total - r.missing.size() - r.mismatched.size();
+    std::printf("%s (non-strict): loaded %zu of the model's %zu tensors; skipped %s\n", what.c_str(), loaded, total,
+                r.problems().c_str());
+  }
+  if (!r.converted.empty()) std::printf("%s: %s\n", what.c_str(), r.conversions().c_str());
 }
 
 }  // namespace
@@ -46,22 +79,19 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
                          std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler) {
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
-  RT_CHECK(meta.count("format") && meta.at("format") == kFormat, "'", path,
-           "' is not a ringtape checkpoint (no format tag '", kFormat,
-           "'); to start from weights only, use --init-weights");
-  std::map<std::string, Tensor> model_state, opt_state, scaler_state;
+  if (!is_checkpoint(meta))
+    throw cli::UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
+                          "'); to start from weights only, use --init-weights " + path);
+  std::map<std::string, Tensor> opt_state, scaler_state;
   for (const auto& [k, t] : all) {
-    if (k.rfind("model.", 0) == 0) model_state[k.substr(6)] = t;
-    else if (k.rfind("optimizer.", 0) == 0) opt_state[k.substr(10)] = t;
+    if (k.rfind("model.", 0) == 0) continue;
+    if (k.rfind("optimizer.", 0) == 0) opt_state[k.substr(10)] = t;
     else if (k.rfind("grad_scaler.", 0) == 0) scaler_state[k.substr(12)] = t;
     else RT_FAIL("checkpoint '", path, "': unexpected tensor '", k, "'");
   }
   if (scaler) *scaler = std::move(scaler_state);
-  const nn::Module::LoadReport r = model.load_state_dict(model_state);
-  RT_CHECK(r.missing.empty() && r.unexpected.empty(), "checkpoint '", path, "' does not match the model: ",
-           r.missing.size(), " missing keys (first: ", r.missing.empty() ? "-" : r.missing[0], "), ",
-           r.unexpected.size(), " unexpected (first: ", r.unexpected.empty() ? "-" : r.unexpected[0],
-           "); was it written with another --model?");
+  load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
+                   "was it written with another --model, --width or --num-classes?");
   opt.load_state(opt_state);
   if (flags) {
     flags->clear();
@@ -82,14 +112,12 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
 
 void load_checkpoint_model(const std::string& path, nn::Module& model) {
   std::map<std::string, std::string> meta;
-  std::map<std::string, Tensor> state;
-  for (const auto& [k, t] : load_safetensors(path, &meta))
-    if (k.rfind("model.", 0) == 0) state[k.substr(6)] = t;
-  RT_CHECK(meta.count("format") && meta.at("format") == kFormat, "'", path,
-           "' is not a ringtape checkpoint; for a weights file use --init-weights");
-  const nn::Module::LoadReport r = model.load_state_dict(state);
-  RT_CHECK(r.missing.empty(), "checkpoint '", path, "' lacks ", r.missing.size(), " of the model's tensors (first: ",
-           r.missing[0], "); was it written with another --model?");
+  const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
+  if (!is_checkpoint(meta))
+    throw cli::UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
+                          "'): it looks like a weights file; evaluate it with --init-weights " + path);
+  load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
+                   "was it written with another --model, --width or --num-classes?");
 }
 
 void save_weights(const std::string& path, const nn::Module& model) {
@@ -98,10 +126,19 @@ void save_weights(const std::string& path, const nn::Module& model) {
   save_safetensors(path, tensors, {{"format", "pt"}});
 }
 
-void load_weights(const std::string& path, nn::Module& model) {
-  const nn::Module::LoadReport r = model.load_state_dict(load_safetensors(path));
-  for (const auto& k : r.missing) std::fprintf(stderr, "--init-weights %s: missing key %s (kept its initial value)\n", path.c_str(), k.c_str());
-  for (const auto& k : r.unexpected) std::fprintf(stderr, "--init-weights %s: unexpected key %s (ignored)\n", path.c_str(), k.c_str());
+void load_weights(const std::string& path, nn::Module& model, bool strict) {
+  std::map<std::string, std::string> meta;
+  std::map<std::string, Tensor> state = load_safetensors(path, &meta);
+  const std::string what = "--init-weights " + path;
+  if (is_checkpoint(meta)) {
+    std::printf("%s: a ringtape checkpoint (step %s); loading its model part (not its optimizer state or progress: "
+                "--resume continues a run)\n",
+                path.c_str(), meta.count("step") ? meta.at("step").c_str() : "?");
+    state = model_part(state);
+  }
+  load_model_state(what, state, model, strict,
+                   "was it written for another --model, --width, --num-classes or --small-stem? "
+                   "--init-weights-non-strict loads only the entries that match (fine-tuning with a new head)");
 }
 
 }  // namespace rt::train

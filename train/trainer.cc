@@ -248,7 +248,7 @@ int run_train(const cli::Flags& f) {
   prepare_output_dir(out.empty() ? "." : out, resuming);
   const fs::path dir = out.empty() ? fs::path(".") : fs::path(out);
 
-  if (!f.str("init-weights").empty()) load_weights(f.str("init-weights"), model);
+  if (!f.str("init-weights").empty()) load_weights(f.str("init-weights"), model, !f.boolean("init-weights-non-strict"));
   model.to(s.device, s.format);
   model.train();
   auto opt = make_optimizer(f, model);
@@ -413,7 +413,7 @@ int run_eval(const cli::Flags& f) {
   Setup s = build(f, false);
   nn::Module& model = *s.model;
   if (!f.str("checkpoint").empty()) load_checkpoint_model(f.str("checkpoint"), model);
-  else load_weights(f.str("init-weights"), model);
+  else load_weights(f.str("init-weights"), model, !f.boolean("init-weights-non-strict"));
   model.to(s.device, s.format);
   MixedPrecision mp(model, mixed_precision_options(s.precision));
   const auto t0 = Clock::now();

@@ -79,10 +79,44 @@ void Module::to(DType dt) {
   }
 }
 
-Module::LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state) {
+namespace {
+
+// A key as the report prints it: very long names (a corrupt file's) are clipped.
+std::string clip_key(const std::string& k) {
+  constexpr size_t kMaxKey = 120;
+  return k.size() <= kMaxKey ? k : k.substr(0, kMaxKey) + "...(" + std::to_string(k.size()) + " chars)";
+}
+
+void list(std::string& out, const char* what, const std::vector<std::string>& keys, size_t limit) {
+  if (keys.empty()) return;
+  out += (out.empty() ? "" : "; ") + std::to_string(keys.size()) + " " + what + ": ";
+  for (size_t i = 0; i < keys.size() && i < limit; ++i) out += (i ? ", " : "") + clip_key(keys[i]);
+  if (keys.size() > limit) out += ", ... and " + std::to_string(keys.size() - limit) + " more";
+}
+
+}  // namespace
+
+std::string Module::LoadReport::problems(size_t limit) const {
+  std::string out;
+  list(out, "missing (in the model, not in the file)", missing, limit);
+  list(out, "unexpected (in the file, not in the model)", unexpected, limit);
+  list(out, "of another shape", mismatched, limit);
+  list(out, "of another kind of dtype (floating vs integer)", wrong_kind, limit);
+  return out;
+}
+
+std::string Module::LoadReport::conversions() const {
+  std::string out;
+  for (const auto& [dtypes, n] : converted)
+    out += (out.empty() ? "" : "; ") + std::string("converted ") + std::to_string(n) + " tensor" + (n == 1 ? "" : "s") +
+           " from " + dtype_name(dtypes.first) + " to " + dtype_name(dtypes.second);
+  return out;
+}
+
+Module::LoadReport Module::match_state_dict(const std::map<std::string, Tensor>& state) const {
   LoadReport r;
   std::set<std::string> seen;
-  for (auto& [name, t] : state_dict()) {
+  for (const auto& [name, t] : state_dict()) {
     auto it = state.find(name);
     if (it == state.end()) {
       r.missing.push_back(name);
@@ -90,12 +124,29 @@ Module::LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& 
     }
     seen.insert(name);
     const Tensor& src = it->second;
-    RT_CHECK(src.shape() == t.shape(), "weights: '", name, "' has shape ", shape_str(src.shape()),
-             " in the file but ", shape_str(t.shape()), " in the model (a different model, width or --num-classes?)");
-    t.copy_(src);
+    if (src.shape() != t.shape())
+      r.mismatched.push_back(name + ": " + shape_str(src.shape()) + " in the file, " + shape_str(t.shape()) +
+                             " in the model");
+    else if (is_floating(src.dtype()) != is_floating(t.dtype()))
+      r.wrong_kind.push_back(name + ": " + dtype_name(src.dtype()) + " in the file, " + dtype_name(t.dtype()) +
+                             " in the model");
+    else if (src.dtype() != t.dtype())
+      ++r.converted[{src.dtype(), t.dtype()}];
   }
-  for (auto& [name, t] : state)
+  for (const auto& [name, t] : state)
     if (!seen.count(name)) r.unexpected.push_back(name);
+  return r;
+}
+
+Module::LoadReport Module::load_state_dict(const std::map<std::string, Tensor>& state, bool strict) {
+  const LoadReport r = match_state_dict(state);
+  RT_CHECK(!strict || r.exact(), "the weights do not match the model: ", r.problems());
+  RT_CHECK(r.wrong_kind.empty(), "the weights do not match the model: ", r.problems(),
+           "; a floating-point tensor does not load into an integer one or back");
+  for (auto& [name, t] : state_dict()) {
+    auto it = state.find(name);
+    if (it != state.end() && it->second.shape() == t.shape()) t.copy_(it->second);
+  }
   return r;
 }
 

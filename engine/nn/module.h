@@ -40,13 +40,29 @@ class Module {
   // Converts every floating parameter and buffer to `t` in place (f64 for exact checks).
   void to(DType t);
 
+  // How a state dict fits the model. Dtypes convert only where PyTorch's param.copy_(input)
+  // would and it is safe: between floating dtypes (f16 -> f32, ...) and between integer
+  // dtypes (num_batches_tracked); floating <-> integer is refused (`wrong_kind`).
   struct LoadReport {
     std::vector<std::string> missing;     // in the model, not in the file
     std::vector<std::string> unexpected;  // in the file, not in the model
+    std::vector<std::string> mismatched;  // in both, another shape: "key: [a, b] in the file, [c, d] in the model"
+    std::vector<std::string> wrong_kind;  // "key: i64 in the file, f32 in the model"
+    std::map<std::pair<DType, DType>, int64_t> converted;  // (file dtype, model dtype) -> tensors
+    bool exact() const { return missing.empty() && unexpected.empty() && mismatched.empty() && wrong_kind.empty(); }
+    // Every problem, `limit` keys per kind then "... and N more" (long keys clipped).
+    std::string problems(size_t limit = 10) const;
+    // "converted 62 tensors from f16 to f32" per dtype pair, "; "-separated ("" for none).
+    std::string conversions() const;
   };
-  // Copies matching entries into the model (converting dtype, device and layout). A shape
-  // mismatch is an error naming the key and both shapes.
-  LoadReport load_state_dict(const std::map<std::string, Tensor>& state);
+  // How `state` fits the model; changes nothing.
+  LoadReport match_state_dict(const std::map<std::string, Tensor>& state) const;
+  // Copies `state` into the model (converting dtype as above, device and layout).
+  // strict (PyTorch's default): anything but an exact fit throws rt::Error listing every
+  // problem, and the model is unchanged. Non-strict: copies the entries that fit in name
+  // and shape, skips the rest and reports them (fine-tuning with a new head); a
+  // floating/integer mix-up is an error in both modes.
+  LoadReport load_state_dict(const std::map<std::string, Tensor>& state, bool strict = true);
 
   // From now on every layer of this module tree computes with copies.at(p) in place of each
   // parameter p listed (keyed by p's TensorImpl); an empty map goes back to the parameters
