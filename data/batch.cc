@@ -16,7 +16,15 @@ Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t 
   b.epoch = epoch;
   b.index = batch_index;
   b.norm = ds.normalization();
-  b.images = opt.pin_memory ? Tensor::empty_pinned(shape, ds.pixel_dtype()) : Tensor::empty(shape, ds.pixel_dtype());
+  try {
+    b.images = opt.pin_memory ? Tensor::empty_pinned(shape, ds.pixel_dtype()) : Tensor::empty(shape, ds.pixel_dtype());
+  } catch (const OutOfMemory& e) {
+    // Name what the bytes are for: one example may be the problem rather than the batch.
+    throw OutOfMemory(detail::cat(e.without_hint(), " It was for a batch of ", n, n == 1 ? " example" : " examples",
+                                  " of dataset ", ds.name(), ", each ", dtype_name(ds.pixel_dtype()), shape_str(chw),
+                                  " (", bytes, " bytes)"),
+                      n > 1 ? "Use a smaller --batch-size." : "Even one example does not fit: use smaller images.");
+  }
   b.labels = opt.pin_memory ? Tensor::empty_pinned({n}, DType::i64) : Tensor::empty({n}, DType::i64);
   auto* images = static_cast<uint8_t*>(b.images.raw_data());
   int64_t* labels = b.labels.data<int64_t>();

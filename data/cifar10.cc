@@ -67,7 +67,7 @@ std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::str
     }
   }
   return std::make_unique<U8Dataset>("cifar10", Shape{3, 32, 32}, kClasses, pixels, std::move(labels),
-                                     Normalization{kMean, kStd}, augment);
+                                     Normalization{kMean, kStd}, augment, dir.string());
 }
 
 }  // namespace rt::data

@@ -13,6 +13,20 @@ std::string default_data_path(const std::string& name) {
   return "";
 }
 
+void check_labels(const Dataset& d, int64_t num_classes) {
+  RT_CHECK(num_classes > 0, "check_labels: the class count ", num_classes, " must be positive");
+  // Labels are below d.num_classes() (Note [Label range]): nothing to scan, also for a
+  // synthetic dataset of 2^40 examples.
+  if (d.num_classes() <= num_classes) return;
+  const std::string where = d.location().empty() ? "" : " ('" + d.location() + "')";
+  for (int64_t i = 0; i < d.size(); ++i) {
+    const int64_t y = d.label(i);
+    RT_CHECK(y >= 0 && y < num_classes, "dataset ", d.name(), where, ": label ", y, " of example ", i,
+             " is outside [0, ", num_classes, "), the model's classes (the dataset has ", d.num_classes(),
+             "); raise --num-classes or fix the labels");
+  }
+}
+
 std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string& data_path, const std::string& split,
                                       const DatasetOptions& opt) {
   RT_CHECK(split == "train" || split == "test", "dataset split '", split, "': expected \"train\" or \"test\"");

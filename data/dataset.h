@@ -54,9 +54,23 @@ class Dataset {
   // (HWC), f32 datasets C*H*W floats (CHW), and its label in [0, num_classes()). Throws
   // BadExample for an unreadable example, rt::Error for anything else.
   virtual void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const = 0;
+  // The label of example i alone, without reading its pixels: what get() writes.
+  virtual int64_t label(int64_t i) const = 0;
+  // Where the examples come from, for messages: the file or folder ("" when computed).
+  virtual std::string location() const { return ""; }
 
-  int64_t example_bytes() const { return shape_numel(image_shape()) * int64_t(dtype_size(pixel_dtype())); }
+  // Bytes of one example (image_shape() of pixel_dtype()); every dataset checks at open
+  // time that they fit in int64.
+  int64_t example_bytes() const { return shape_nbytes(image_shape(), pixel_dtype()); }
 };
+
+// Note [Label range]: every dataset checks its labels against its own class count when it
+// opens (labels in [0, num_classes()), the first bad one named with its file, index and
+// value), so training never meets a label the loss cannot take. A model may have another
+// class count (--num-classes); check_labels then checks the dataset's labels against it,
+// before training starts. Throws rt::Error naming the dataset's location, the first
+// example whose label is outside [0, num_classes), its value and the range.
+void check_labels(const Dataset& d, int64_t num_classes);
 
 // The "synthetic" dataset: random examples computed on demand (nothing is stored).
 struct SyntheticOptions {
@@ -86,9 +100,15 @@ struct DatasetOptions {
   // normalisation; one value: the same for every channel; else one per channel.
   std::vector<double> mean;
   std::vector<double> std;
-  // "tensors": number of classes; 0 = the largest label + 1.
+  // "tensors": number of classes (--num-classes: every label must be below it); 0 = the
+  // largest label + 1, at most kMaxDerivedClasses.
   int64_t num_classes = 0;
 };
+
+// A class count derived from labels (a "tensors" file without num_classes) is at most this:
+// more than any classification dataset has (ImageNet-21k: 21841 classes), so a larger label
+// is a corrupt file, not a class. A real larger count is given explicitly (--num-classes).
+inline constexpr int64_t kMaxDerivedClasses = int64_t(1) << 24;
 
 // The dataset names open_dataset accepts, for help texts: "fashion-mnist, cifar10, ...".
 const char* dataset_names();

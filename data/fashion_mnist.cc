@@ -56,7 +56,7 @@ std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::s
     y[i] = labels.data[i];
   }
   return std::make_unique<U8Dataset>("fashion-mnist", Shape{1, images.dims[1], images.dims[2]}, kClasses,
-                                     images.data, std::move(y), Normalization{{kMean}, {kStd}}, augment);
+                                     images.data, std::move(y), Normalization{{kMean}, {kStd}}, augment, dir);
 }
 
 }  // namespace rt::data

@@ -401,7 +401,7 @@ std::string canonical_path(const std::string& path) {
 // "a, b, c and 7 more" for error messages.
 std::string some_of(const std::vector<std::string>& names, size_t total) {
   std::string s;
-  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + names[i];
+  for (size_t i = 0; i < names.size(); ++i) s += (i ? ", " : "") + clip_for_message(names[i]);
   if (total > names.size()) s += " and " + std::to_string(total - names.size()) + " more";
   return s;
 }
@@ -494,7 +494,7 @@ std::unordered_map<std::string, SolutionRow> read_solution(const std::string& cs
   for (int n = 1; lines.next(line); ++n) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     if (n == 1) {
-      RT_CHECK(line == "ImageId,PredictionString", csv, ":1: the header is '", line,
+      RT_CHECK(line == "ImageId,PredictionString", csv, ":1: the header is '", clip_for_message(line),
                "', expected 'ImageId,PredictionString' (Kaggle's LOC_val_solution.csv)");
       continue;
     }
@@ -503,14 +503,15 @@ std::unordered_map<std::string, SolutionRow> read_solution(const std::string& cs
     const std::string_view id = line.substr(0, comma);
     const std::string_view pred = comma == std::string_view::npos ? std::string_view() : line.substr(comma + 1);
     const std::string_view wnid = pred.substr(0, pred.find(' '));
-    RT_CHECK(!id.empty() && !wnid.empty(), csv, ":", n, ": malformed row '", line,
+    RT_CHECK(!id.empty() && !wnid.empty(), csv, ":", n, ": malformed row '", clip_for_message(line),
              "'; expected 'ImageId,wnid x_min y_min x_max y_max ...' like "
              "'ILSVRC2012_val_00000001,n01751748 111 108 362 467'");
     auto cls = class_index.find(std::string(wnid));
-    RT_CHECK(cls != class_index.end(), csv, ":", n, ": wnid ", wnid, " (image ", id, ") is not one of the ",
-             classes.size(), " training classes; the csv and the train folder must come from the same ImageNet");
+    RT_CHECK(cls != class_index.end(), csv, ":", n, ": wnid ", clip_for_message(wnid), " (image ",
+             clip_for_message(id), ") is not one of the ", classes.size(),
+             " training classes; the csv and the train folder must come from the same ImageNet");
     auto [it, added] = rows.emplace(std::string(id), SolutionRow{cls->second, n});
-    RT_CHECK(added, csv, ":", n, ": image ", id, " already has a row (line ", it->second.line, ")");
+    RT_CHECK(added, csv, ":", n, ": image ", clip_for_message(id), " already has a row (line ", it->second.line, ")");
   }
   RT_CHECK(!rows.empty(), csv, ": has no rows after the header");
   return rows;

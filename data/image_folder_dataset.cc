@@ -51,6 +51,8 @@ class ImageFolderDataset final : public Dataset {
   ImageFolderDataset(ImageFolderIndex index, bool train, const ImageFolderOptions& opt, int64_t num_classes)
       : index_(std::move(index)), train_(train), opt_(opt), num_classes_(num_classes) {
     size_ = train ? opt.train_crop_size : opt.val_crop_size;
+    // By construction (folder positions), but the index may come from a cache file.
+    check_label_range(index_.labels, num_classes_, "imagenet ('" + index_.root + "')");
   }
 
   int64_t size() const override { return int64_t(index_.files.size()); }
@@ -83,6 +85,11 @@ class ImageFolderDataset final : public Dataset {
     }
     *label = index_.labels[size_t(i)];
   }
+  int64_t label(int64_t i) const override {
+    check_index("imagenet", i, size());
+    return index_.labels[size_t(i)];
+  }
+  std::string location() const override { return index_.root; }
 
  private:
   ImageFolderIndex index_;

@@ -57,12 +57,22 @@ class Decompressor {
     j_decompress_ptr c = &cinfo_;
     call([c] { jpeg_create_decompress(c); });
     created_ = true;
-    const unsigned char* data = bytes.data();
-    const unsigned long size = static_cast<unsigned long>(bytes.size());
-    call([c, data, size] {
-      jpeg_mem_src(c, data, size);
-      jpeg_read_header(c, TRUE);
-    });
+    // A constructor that throws runs no destructor: release libjpeg's memory here.
+    try {
+      const unsigned char* data = bytes.data();
+      const unsigned long size = static_cast<unsigned long>(bytes.size());
+      call([c, data, size] {
+        jpeg_mem_src(c, data, size);
+        jpeg_read_header(c, TRUE);
+      });
+      const uint64_t pixels = uint64_t(cinfo_.image_width) * uint64_t(cinfo_.image_height);
+      RT_CHECK(pixels <= kMaxImagePixels, label, ": JPEG is ", cinfo_.image_width, "x", cinfo_.image_height,
+               " pixels, more than the ", kMaxImagePixels,
+               " (2^28) this decoder accepts; a corrupt header, or an image to downscale first");
+    } catch (...) {
+      jpeg_destroy_decompress(&cinfo_);
+      throw;
+    }
   }
   ~Decompressor() {
     if (created_) jpeg_destroy_decompress(&cinfo_);

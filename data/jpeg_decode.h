@@ -18,6 +18,11 @@
 
 namespace rt::data {
 
+// The largest image the decoders accept (JPEG and PNG): 2^28 pixels (16384 x 16384) is
+// 768 MiB of RGB, far beyond any photo, yet a forged header (JPEG allows 65500 x 65500)
+// cannot make a decoder allocate tens of gigabytes.
+inline constexpr uint64_t kMaxImagePixels = uint64_t(1) << 28;
+
 // A pixel rectangle: columns [x, x + w), rows [y, y + h).
 struct Box {
   int x = 0, y = 0, w = 0, h = 0;
@@ -41,7 +46,8 @@ struct DecodedImage {
   int scale_denom = 1;
 };
 
-// Header only: size and colour layout. Throws rt::Error for non-JPEG or corrupt headers.
+// Header only: size and colour layout. Throws rt::Error for non-JPEG or corrupt headers,
+// and for images of more than kMaxImagePixels (also in the decoders below).
 ImageInfo jpeg_info(std::span<const uint8_t> bytes, const std::string& label);
 
 // Decodes the part of the image that `crop` (full-resolution coordinates, must lie inside

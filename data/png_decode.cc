@@ -13,9 +13,6 @@ namespace rt::data {
 namespace {
 
 constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
-// 2^28 pixels (16384 x 16384) is 768 MiB of RGB: far beyond any photo, small enough that a
-// forged header cannot make us allocate gigabytes.
-constexpr uint64_t kMaxPixels = uint64_t(1) << 28;
 
 // Note [longjmp]: libpng reports errors by calling on_error, which longjmps back to the
 // setjmp in read_header or read_rows. The jump skips every frame in between without running
@@ -120,8 +117,8 @@ DecodedImage decode_png(std::span<const uint8_t> bytes, const std::string& label
   Header h{};
   if (!read_header(r.png(), r.info(), &h)) RT_FAIL(label, ": PNG decode failed: ", src.message);
   const uint64_t pixels = uint64_t(h.width) * uint64_t(h.height);
-  RT_CHECK(pixels <= kMaxPixels, label, ": PNG is ", h.width, "x", h.height, " pixels, more than the ", kMaxPixels,
-           " (2^28) this decoder accepts; a corrupt header, or an image to downscale first");
+  RT_CHECK(pixels <= kMaxImagePixels, label, ": PNG is ", h.width, "x", h.height, " pixels, more than the ",
+           kMaxImagePixels, " (2^28) this decoder accepts; a corrupt header, or an image to downscale first");
   // Every colour type and depth should have become 8-bit RGB; anything else is a libpng
   // transform we did not expect, better refused than read with the wrong layout.
   RT_CHECK(h.channels == 3 && h.rowbytes == size_t(h.width) * 3, label, ": PNG decode failed: libpng produced ",

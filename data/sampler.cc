@@ -15,8 +15,9 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
   RT_CHECK(opt.world_size >= 1, "sampler: world size ", opt.world_size, " must be >= 1");
   RT_CHECK(opt.rank >= 0 && opt.rank < opt.world_size, "sampler: rank ", opt.rank, " must be in [0, ",
            opt.world_size, ") for world size ", opt.world_size);
-  per_rank_ = (dataset_size + opt.world_size - 1) / opt.world_size;
-  num_batches_ = opt.drop_last ? per_rank_ / batch_size : (per_rank_ + batch_size - 1) / batch_size;
+  // Ceiling divisions written so that sizes near 2^63 cannot overflow.
+  per_rank_ = (dataset_size - 1) / opt.world_size + 1;
+  num_batches_ = opt.drop_last ? per_rank_ / batch_size : (per_rank_ - 1) / batch_size + 1;
   num_samples_ = opt.drop_last ? num_batches_ * batch_size : per_rank_;
   RT_CHECK(num_batches_ > 0, "sampler: with drop_last, ", per_rank_, " examples per rank (", dataset_size,
            " over ", opt.world_size, " ranks) do not fill one batch of ", batch_size,
@@ -25,7 +26,15 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
 
 std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const {
   RT_CHECK(epoch >= 0, "sampler: epoch ", epoch, " must be >= 0");
-  std::vector<int64_t> order(static_cast<size_t>(dataset_size_));
+  std::vector<int64_t> order, mine;
+  try {
+    order.resize(static_cast<size_t>(dataset_size_));
+    mine.reserve(size_t(num_samples_));
+  } catch (const std::exception&) {  // bad_alloc, or length_error beyond max_size()
+    throw OutOfMemory(detail::cat("sampler: out of host memory for the epoch's order of ", dataset_size_,
+                                  " examples (8 bytes each)"),
+                      "The dataset is too large to be sampled on this machine.");
+  }
   std::iota(order.begin(), order.end(), int64_t(0));
   if (opt_.shuffle) {
     // Fisher-Yates with a generator seeded from (seed, epoch) alone: the same order on
@@ -33,8 +42,6 @@ std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const {
     Generator g(derive_seed(derive_seed(opt_.seed, kShuffleStream), uint64_t(epoch)));
     for (int64_t i = dataset_size_ - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
   }
-  std::vector<int64_t> mine;
-  mine.reserve(size_t(num_samples_));
   // Position p of the padded order is order[p % size]: the padding wraps to the start
   // (several times over when there are fewer examples than ranks).
   for (int64_t k = 0; k < num_samples_; ++k) {

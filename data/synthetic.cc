@@ -26,6 +26,13 @@ class SyntheticDataset final : public Dataset {
   // (up to the 1/256 quantisation), like real normalised data.
   Normalization normalization() const override { return {{0.5}, {0.28867513}}; }
 
+  // The label is the generator's first draw: label(i) is what get(i) writes.
+  int64_t label(int64_t i) const override {
+    check_index("synthetic", i, opt_.size);
+    Generator g(derive_seed(seed_, uint64_t(i)));
+    return g.randint(0, opt_.num_classes);
+  }
+
   void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const override {
     check_index("synthetic", i, opt_.size);
     Generator g(derive_seed(seed_, uint64_t(i)));
@@ -62,6 +69,11 @@ std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::
   RT_CHECK(opt.num_classes > 0, "synthetic dataset: num_classes ", opt.num_classes, " must be positive");
   RT_CHECK(opt.image_shape.size() == 3 && opt.image_shape[0] > 0 && opt.image_shape[1] > 0 && opt.image_shape[2] > 0,
            "synthetic dataset: image shape ", shape_str(opt.image_shape), " must be {C, H, W} with positive sizes");
+  try {
+    shape_nbytes(opt.image_shape, DType::u8);
+  } catch (const Error& e) {
+    RT_FAIL("synthetic dataset: image ", e.what(), "; use smaller images");
+  }
   // The test split gets other examples than the train split under the same seed.
   const uint64_t seed = derive_seed(derive_seed(opt.seed, kSyntheticStream), split == "train" ? 0 : 1);
   return std::make_unique<SyntheticDataset>(opt, seed, augment);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <new>
 
 #include "data/datasets.h"
 #include "data/u8_dataset.h"
@@ -17,8 +18,8 @@ namespace {
 
 class F32Dataset final : public Dataset {
  public:
-  F32Dataset(Tensor images, std::vector<int64_t> labels, int64_t num_classes)
-      : images_(std::move(images)), labels_(std::move(labels)), num_classes_(num_classes) {}
+  F32Dataset(Tensor images, std::vector<int64_t> labels, int64_t num_classes, std::string path)
+      : images_(std::move(images)), labels_(std::move(labels)), num_classes_(num_classes), path_(std::move(path)) {}
 
   int64_t size() const override { return int64_t(labels_.size()); }
   Shape image_shape() const override { return {images_.size(1), images_.size(2), images_.size(3)}; }
@@ -31,12 +32,33 @@ class F32Dataset final : public Dataset {
     std::memcpy(chw, images_.data<float>() + i * n, size_t(n) * sizeof(float));
     *label = labels_[size_t(i)];
   }
+  int64_t label(int64_t i) const override {
+    check_index("tensors", i, size());
+    return labels_[size_t(i)];
+  }
+  std::string location() const override { return path_; }
 
  private:
   Tensor images_;
   std::vector<int64_t> labels_;
   int64_t num_classes_;
+  std::string path_;
 };
+
+// The class count (Note [Label range]): given, every label must be below it; derived,
+// the largest label + 1, which must stay within kMaxDerivedClasses.
+int64_t class_count(const std::vector<int64_t>& y, int64_t given, const std::string& path) {
+  const std::string what = "tensors dataset '" + path + "'";
+  if (given > 0) {
+    check_label_range(y, given, what, detail::cat(", the ", given, " classes given (--num-classes)"));
+    return given;
+  }
+  check_label_range(y, kMaxDerivedClasses, what,
+                    detail::cat(": labels are class indices 0..K-1 and, with no class count given, K is the ",
+                                "largest label + 1, at most ", kMaxDerivedClasses,
+                                " (a larger label is a corrupt file, or pass --num-classes)"));
+  return *std::max_element(y.begin(), y.end()) + 1;
+}
 
 // A file is used for any split; a folder must hold <split>.safetensors.
 std::string resolve(const std::string& path, const std::string& split) {
@@ -76,27 +98,30 @@ std::unique_ptr<Dataset> open_tensors(const std::string& path_arg, const std::st
   RT_CHECK(opt.num_classes >= 0, "tensors dataset: num_classes ", opt.num_classes, " must be >= 0 (0 = from labels)");
 
   std::vector<int64_t> y = labels.to_vector<int64_t>();
-  const int64_t max_label = *std::max_element(y.begin(), y.end());
-  const int64_t classes = opt.num_classes > 0 ? opt.num_classes : max_label + 1;
-  for (size_t i = 0; i < y.size(); ++i)
-    RT_CHECK(y[i] >= 0 && y[i] < classes, "tensors dataset '", path, "': label ", y[i], " of example ", i,
-             " is outside [0, ", classes, ")", opt.num_classes > 0 ? " (num_classes from the options)" : "");
+  const int64_t classes = class_count(y, opt.num_classes, path);
 
   const Shape chw = {images.size(1), images.size(2), images.size(3)};
   if (images.dtype() == DType::f32) {
     RT_CHECK(opt.mean.empty() && opt.std.empty(), "tensors dataset '", path, "': \"images\" is f32 and is used ",
              "as stored; mean/std apply to u8 images only: drop them or store raw u8 pixels");
-    return std::make_unique<F32Dataset>(images, std::move(y), classes);
+    return std::make_unique<F32Dataset>(images, std::move(y), classes, path);
   }
-  const uint8_t* p = images.data<uint8_t>();
-  const std::vector<uint8_t> pixels(p, p + images.numel());
   Normalization norm;
   if (!opt.mean.empty()) norm.mean = opt.mean;
   if (!opt.std.empty()) norm.std = opt.std;
   check_normalization(norm, chw[0], "tensors dataset '" + path + "'");
   AugmentOptions augment = opt.augment;
   augment.enabled = augment.enabled && split == "train";
-  return std::make_unique<U8Dataset>("tensors", chw, classes, pixels, std::move(y), norm, augment);
+  try {
+    const uint8_t* p = images.data<uint8_t>();
+    const std::vector<uint8_t> pixels(p, p + images.numel());
+    return std::make_unique<U8Dataset>("tensors", chw, classes, pixels, std::move(y), norm, augment, path);
+  } catch (const std::bad_alloc&) {
+    // The file fit in memory, its two working copies (CHW, then HWC) did not.
+    RT_FAIL("tensors dataset '", path, "': out of host memory copying the file's \"images\" ",
+            images.str(), " (", images.nbytes(), " bytes; loading needs three times that); the file declares ",
+            "more images than this machine can hold");
+  }
 }
 
 }  // namespace rt::data

@@ -23,8 +23,9 @@ void check_normalization(const Normalization& n, int64_t channels, const std::st
 }
 
 U8Dataset::U8Dataset(std::string name, Shape chw, int64_t num_classes, const std::vector<uint8_t>& pixels_chw,
-                     std::vector<int64_t> labels, Normalization norm, AugmentOptions augment)
+                     std::vector<int64_t> labels, Normalization norm, AugmentOptions augment, std::string location)
     : name_(std::move(name)),
+      location_(std::move(location)),
       chw_(std::move(chw)),
       num_classes_(num_classes),
       example_bytes_(shape_numel(chw_)),
@@ -32,8 +33,12 @@ U8Dataset::U8Dataset(std::string name, Shape chw, int64_t num_classes, const std
       norm_(std::move(norm)),
       augment_(augment) {
   RT_CHECK(chw_.size() == 3, "dataset ", name_, ": image shape ", shape_str(chw_), " is not {C, H, W}");
+  // N * example bytes cannot overflow: the pixels are in memory.
   RT_CHECK(pixels_chw.size() == labels_.size() * size_t(example_bytes_), "dataset ", name_, ": ", pixels_chw.size(),
            " pixel bytes for ", labels_.size(), " labels of images ", shape_str(chw_));
+  RT_CHECK(num_classes_ > 0, "dataset ", name_, ": ", num_classes_, " classes; expected at least 1");
+  check_label_range(labels_, num_classes_,
+                    "dataset " + name_ + (location_.empty() ? "" : " ('" + location_ + "')"));
   RT_CHECK(!augment_.enabled || augment_.pad >= 0, "dataset ", name_, ": augmentation pad ", augment_.pad,
            " must be >= 0");
   check_normalization(norm_, chw_[0], "dataset " + name_);
@@ -49,6 +54,11 @@ U8Dataset::U8Dataset(std::string name, Shape chw, int64_t num_classes, const std
     for (int64_t p = 0; p < plane; ++p)
       for (int64_t c = 0; c < C; ++c) dst[p * C + c] = src[c * plane + p];
   }
+}
+
+int64_t U8Dataset::label(int64_t i) const {
+  check_index(name_, i, size());
+  return labels_[size_t(i)];
 }
 
 void U8Dataset::get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const {

@@ -14,10 +14,11 @@ namespace rt::data {
 
 class U8Dataset final : public Dataset {
  public:
-  // pixels_chw: N*C*H*W bytes, image after image, each CHW (N = labels.size()); labels
-  // already checked to be in range. `augment` applies when augment.enabled.
+  // pixels_chw: N*C*H*W bytes, image after image, each CHW (N = labels.size()); labels in
+  // [0, num_classes) (the format's loader checks them naming the file; checked here again).
+  // `augment` applies when augment.enabled. `location`: the file or folder, for messages.
   U8Dataset(std::string name, Shape chw, int64_t num_classes, const std::vector<uint8_t>& pixels_chw,
-            std::vector<int64_t> labels, Normalization norm, AugmentOptions augment);
+            std::vector<int64_t> labels, Normalization norm, AugmentOptions augment, std::string location = "");
 
   int64_t size() const override { return int64_t(labels_.size()); }
   Shape image_shape() const override { return chw_; }
@@ -25,9 +26,12 @@ class U8Dataset final : public Dataset {
   std::string name() const override { return name_; }
   Normalization normalization() const override { return norm_; }
   void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const override;
+  int64_t label(int64_t i) const override;
+  std::string location() const override { return location_; }
 
  private:
   std::string name_;
+  std::string location_;
   Shape chw_;
   int64_t num_classes_;
   int64_t example_bytes_;
@@ -39,6 +43,16 @@ class U8Dataset final : public Dataset {
 
 // Throws naming `name` when i is not an example index of a dataset of `size`.
 void check_index(const std::string& name, int64_t i, int64_t size);
+
+// Note [Label range] at open time: throws "<what>: label L of example i is outside [0,
+// num_classes)<why>" for the first label outside the range. `what` names the file.
+template <typename Label>
+void check_label_range(const std::vector<Label>& labels, int64_t num_classes, const std::string& what,
+                       const std::string& why = "") {
+  for (size_t i = 0; i < labels.size(); ++i)
+    RT_CHECK(labels[i] >= 0 && int64_t(labels[i]) < num_classes, what, ": label ", int64_t(labels[i]), " of example ",
+             i, " is outside [0, ", num_classes, ")", why);
+}
 
 // Checks a Normalization for `channels` channels (1 or `channels` finite values, std > 0);
 // `what` names the source in the error.

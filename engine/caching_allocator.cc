@@ -259,10 +259,13 @@ void CachingAllocator::fail_oom(size_t requested, size_t size) {
   } catch (const std::exception&) {
   }
   const AllocatorStats s = stats();
-  RT_FAIL(device_.is_cuda() ? "CUDA out of memory on " : "out of memory on ", device_.str(), ": tried to allocate ",
-          requested, " bytes (a ", size, "-byte segment); ", s.current_bytes, " bytes are allocated to tensors, ",
-          s.reserved_bytes, " bytes reserved by the allocator (after emptying its cache); the device has ", free_b,
-          " of ", total_b, " bytes free. Use a smaller --batch-size, or --accum-steps to keep the global batch.");
+  throw OutOfMemory(
+      detail::cat(device_.is_cuda() ? "CUDA out of memory on " : "out of memory on ", device_.str(),
+                  ": tried to allocate ", requested, " bytes (a ", size, "-byte segment); ", s.current_bytes,
+                  " bytes are allocated to tensors, ", s.reserved_bytes,
+                  " bytes reserved by the allocator (after emptying its cache); the device has ", free_b, " of ",
+                  total_b, " bytes free"),
+      "Use a smaller --batch-size, or --accum-steps to keep the global batch.");
 }
 
 // ---- CUDA -----------------------------------------------------------------------------

@@ -87,7 +87,7 @@ class HostAllocator final : public Allocator {
     const size_t want = std::max<size_t>(bytes, 1);
     if (want < b_.cache_min) {
       void* p = b_.alloc((want + 63) / 64 * 64);
-      RT_CHECK(p, oom(bytes));
+      if (!p) fail_oom(bytes);
       note_alloc(bytes);
       note_reserved(int64_t((want + 63) / 64 * 64));
       return p;
@@ -109,7 +109,7 @@ class HostAllocator final : public Allocator {
       empty_cache();
       p = b_.alloc(size);
     }
-    RT_CHECK(p, oom(bytes));
+    if (!p) fail_oom(bytes);
     std::lock_guard<std::mutex> g(mu_);
     live_[p] = size;
     note_alloc(bytes);
@@ -144,10 +144,11 @@ class HostAllocator final : public Allocator {
   bool pinned() const override { return b_.pinned; }
 
  private:
-  std::string oom(size_t bytes) const {
+  [[noreturn]] void fail_oom(size_t bytes) const {
     const AllocatorStats s = stats();
-    return detail::cat("out of ", b_.what, ": tried to allocate ", bytes, " bytes (", s.current_bytes,
-                       " bytes in use by tensors, ", s.reserved_bytes, " reserved). Use a smaller --batch-size.");
+    throw OutOfMemory(detail::cat("out of ", b_.what, ": tried to allocate ", bytes, " bytes (", s.current_bytes,
+                                  " bytes in use by tensors, ", s.reserved_bytes, " reserved)"),
+                      "Use a smaller --batch-size.");
   }
 
   Backing b_;

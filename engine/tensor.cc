@@ -20,9 +20,23 @@ std::string shape_str(const Shape& s) {
 }
 
 int64_t shape_numel(const Shape& s) {
-  int64_t n = 1;
-  for (int64_t d : s) n *= d;
-  return n;
+  int64_t n = 1;  // of the non-zero dims
+  bool zero = false;
+  for (int64_t d : s) {
+    if (d == 0) zero = true;
+    else if (__builtin_mul_overflow(n, d, &n))
+      RT_FAIL("shape ", shape_str(s), " is too large: its element count does not fit in int64");
+  }
+  return zero ? 0 : n;
+}
+
+int64_t shape_nbytes(const Shape& s, DType t) {
+  const int64_t n = shape_numel(s);
+  int64_t bytes = 0;
+  if (__builtin_mul_overflow(n, int64_t(dtype_size(t)), &bytes))
+    RT_FAIL("shape ", shape_str(s), " of ", dtype_name(t), " is too large: ", n, " elements of ", dtype_size(t),
+            " bytes do not fit in int64");
+  return bytes;
 }
 
 const char* format_name(MemoryFormat f) { return f == MemoryFormat::contiguous ? "contiguous" : "channels_last"; }
@@ -56,8 +70,9 @@ Storage::~Storage() {
 
 Tensor Tensor::empty_pinned(const Shape& shape, DType dtype) {
   for (int64_t d : shape) RT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
+  const int64_t bytes = shape_nbytes(shape, dtype);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), pinned_host_allocator());
+  impl->storage = std::make_shared<Storage>(size_t(bytes), pinned_host_allocator());
   impl->shape = shape;
   impl->dtype = dtype;
   return Tensor(impl);
@@ -67,8 +82,9 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device, MemoryForma
   for (int64_t d : shape) RT_CHECK(d >= 0, "negative dimension in shape ", shape_str(shape));
   RT_CHECK(format == MemoryFormat::contiguous || shape.size() == 4, "channels_last needs a 4-D shape, got ",
            shape_str(shape));
+  const int64_t bytes = shape_nbytes(shape, dtype);
   auto impl = std::make_shared<TensorImpl>();
-  impl->storage = std::make_shared<Storage>(size_t(shape_numel(shape)) * dtype_size(dtype), device);
+  impl->storage = std::make_shared<Storage>(size_t(bytes), device);
   impl->shape = shape;
   impl->dtype = dtype;
   impl->format = format;
@@ -331,16 +347,20 @@ double Tensor::item() const {
 Tensor Tensor::view(const Shape& new_shape) const {
   Shape s = new_shape;
   int infer = -1;
-  int64_t known = 1;
+  int64_t known = 1;  // of the given non-zero dims
+  bool zero = false;
   for (size_t i = 0; i < s.size(); ++i) {
     if (s[i] == -1) {
       RT_CHECK(infer < 0, "view: at most one dimension may be -1, got ", shape_str(new_shape));
       infer = int(i);
     } else {
       RT_CHECK(s[i] >= 0, "view: invalid dimension ", s[i], " in ", shape_str(new_shape));
-      known *= s[i];
+      if (s[i] == 0) zero = true;
+      else if (__builtin_mul_overflow(known, s[i], &known))
+        RT_FAIL("view: shape ", shape_str(new_shape), " is too large: its element count does not fit in int64");
     }
   }
+  if (zero) known = 0;
   if (infer >= 0) {
     RT_CHECK(known > 0 && numel() % known == 0, "view: cannot infer -1 in ", shape_str(new_shape), " for ",
              numel(), " elements");

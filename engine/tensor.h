@@ -20,7 +20,14 @@ namespace rt {
 
 using Shape = std::vector<int64_t>;
 std::string shape_str(const Shape& s);
+// The element count of a shape. Shapes come from files and flags, so the product is
+// checked: an rt::Error naming the shape when the product of its non-zero dims does not
+// fit in int64 (checked whatever the order of the dims, zero or not: [0, 2^62, 2^62] is
+// refused like [2^62, 2^62]).
 int64_t shape_numel(const Shape& s);
+// shape_numel(s) * dtype_size(t), the bytes of a tensor of that shape, or an rt::Error
+// naming the shape when they do not fit in int64.
+int64_t shape_nbytes(const Shape& s, DType t);
 
 enum class MemoryFormat : uint8_t { contiguous, channels_last };
 const char* format_name(MemoryFormat f);
@@ -64,6 +71,8 @@ class Tensor {
   explicit Tensor(std::shared_ptr<TensorImpl> impl) : impl_(std::move(impl)) {}
 
   // ---- creation -------------------------------------------------------------------
+  // Throws rt::Error for a negative dim, a shape whose bytes overflow int64 (naming the
+  // shape) and when the device is out of memory (rt::OutOfMemory).
   static Tensor empty(const Shape& shape, DType dtype = DType::f32, Device device = Device::cpu(),
                       MemoryFormat format = MemoryFormat::contiguous);
   // A CPU tensor in page-locked memory (pinned_host_allocator()): the source of

@@ -53,6 +53,16 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
   RT_CHECK(cfg.layers.size() == 4, "ResNet needs 4 stages, got ", cfg.layers.size());
   RT_CHECK(cfg.width > 0 && cfg.num_classes > 0 && cfg.in_channels > 0, "ResNet: width, num_classes and in_channels ",
            "must be positive");
+  // The last stage has 8 * expansion * width channels, the fc weight is (num_classes, that):
+  // refuse sizes whose products overflow, naming the option, before a layer computes one.
+  const int expansion = cfg.bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
+  int64_t fc_in = 0, fc_bytes = 0;
+  RT_CHECK(!__builtin_mul_overflow(cfg.width, int64_t(8 * expansion), &fc_in), "ResNet: width ", cfg.width,
+           " is too large");
+  RT_CHECK(!__builtin_mul_overflow(cfg.num_classes, fc_in, &fc_bytes) &&
+               !__builtin_mul_overflow(fc_bytes, int64_t(sizeof(float)), &fc_bytes),
+           "ResNet: num_classes ", cfg.num_classes, " is too large: the classifier's weight [", cfg.num_classes, ", ",
+           fc_in, "] of f32 would need more than 2^63 bytes");
   Generator g(cfg.seed);
   const int64_t w = cfg.width;
   RT_CHECK(cfg.stem_stride == 1 || (cfg.small_stem && cfg.stem_stride == 2),
@@ -61,7 +71,6 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
                           : std::make_shared<nn::Conv2d>(cfg.in_channels, w, 7, 2, 3, g);
   register_module("conv1", conv1_);
   bn1_ = register_module("bn1", std::make_shared<nn::BatchNorm2d>(w));
-  const int expansion = cfg.bottleneck ? Bottleneck::kExpansion : BasicBlock::kExpansion;
   int64_t in = w;
   for (int s = 0; s < 4; ++s) {
     const int64_t planes = w << s;

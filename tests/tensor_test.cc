@@ -171,5 +171,68 @@ TEST_CASE("CPU streams and events are trivial but usable") {
   CHECK(Stream::current(Device::cpu()).handle() == nullptr);
 }
 
+// ---- sizes from untrusted data (issue 9: memory safety and limits) ----------------------
+
+TEST_CASE("shapes whose element or byte counts overflow int64 are refused, naming the shape") {
+  const int64_t big = int64_t(1) << 32;
+  // 4 x 3 x 2^32 x 2^32 wraps to 0 in int64: the tensor would get a 0-byte buffer.
+  CHECK_THROWS_WITH_AS(Tensor::empty({4, 3, big, big}, DType::u8),
+                       doctest::Contains("shape [4, 3, 4294967296, 4294967296] is too large"), Error);
+  CHECK_THROWS_WITH_AS(shape_numel({4, 3, big, big}), doctest::Contains("is too large"), Error);
+  // The order of the dims and a zero among them do not matter.
+  CHECK_THROWS_WITH_AS(shape_numel({big, big, 0}), doctest::Contains("shape [4294967296, 4294967296, 0] is too large"),
+                       Error);
+  CHECK_THROWS_AS(shape_numel({0, big, big}), Error);
+  CHECK(shape_numel({0, big}) == 0);
+  CHECK(shape_numel({}) == 1);
+  CHECK(shape_numel({big, big / 2 - 1}) == big * (big / 2 - 1));
+  // Elements fit, bytes do not: 2^61 f32 would be 2^63 bytes (int64 wraps to negative).
+  const int64_t e61 = int64_t(1) << 61;
+  CHECK_THROWS_WITH_AS(Tensor::empty({e61}, DType::f32),
+                       doctest::Contains("shape [2305843009213693952] of f32 is too large"), Error);
+  CHECK_THROWS_WITH_AS(shape_nbytes({e61}, DType::i64), doctest::Contains("is too large"), Error);
+  CHECK(shape_nbytes({e61}, DType::u8) == e61);
+  CHECK(shape_nbytes({2, 3}, DType::f64) == 48);
+  // Linear(512, 2^62 + 1)'s weight, what --num-classes 4611686018427387905 asked for.
+  CHECK_THROWS_WITH_AS(Tensor::empty({(int64_t(1) << 62) + 1, 512}),
+                       doctest::Contains("shape [4611686018427387905, 512] is too large"), Error);
+  CHECK_THROWS_AS(Tensor::zeros({big, big}), Error);
+  // Views: the new shape's product is checked before it is compared with numel().
+  const Tensor t = Tensor::zeros({4});
+  CHECK_THROWS_WITH_AS(t.view({big, big, 0}), doctest::Contains("view: shape [4294967296, 4294967296, 0] is too large"),
+                       Error);
+  CHECK_THROWS_WITH_AS(t.view({big, big, -1}), doctest::Contains("is too large"), Error);
+  CHECK(t.view({2, -1}).shape() == Shape{2, 2});
+}
+
+TEST_CASE("an allocation the machine cannot satisfy is rt::OutOfMemory with the batch-size hint") {
+  Allocator& a = allocator_for(Device::cpu());
+  const AllocatorStats before = a.stats();
+  // 2^50 bytes: beyond any machine's memory and x86-64's 2^47-byte user address space.
+  try {
+    Tensor::empty({int64_t(1) << 50}, DType::u8);
+    FAIL("expected rt::OutOfMemory");
+  } catch (const OutOfMemory& e) {
+    const std::string what = e.what();
+    CHECK(what.find("out of host memory: tried to allocate 1125899906842624 bytes") != std::string::npos);
+    CHECK(what.find("--batch-size") != std::string::npos);
+    CHECK(e.without_hint().find("1125899906842624 bytes") != std::string::npos);
+    CHECK(e.without_hint().find("--batch-size") == std::string::npos);
+  }
+  CHECK(a.stats().current_bytes == before.current_bytes);
+}
+
+TEST_CASE("clip_for_message keeps short strings and cuts long ones with their size") {
+  CHECK(clip_for_message("w") == "w");
+  CHECK(clip_for_message(std::string(100, 'a')) == std::string(100, 'a'));
+  const std::string long_name(1'000'000, 'n');
+  const std::string c = clip_for_message(long_name);
+  CHECK(c == std::string(100, 'n') + "... (1000000 bytes)");
+  CHECK(clip_for_message("abcdef", 3) == "abc... (6 bytes)");
+  // A multi-byte UTF-8 character is not cut in two: "é" is C3 A9.
+  CHECK(clip_for_message("ab\xc3\xa9" "cd", 3) == "ab... (6 bytes)");
+  CHECK(clip_for_message("ab\xc3\xa9" "cd", 4) == "ab\xc3\xa9... (6 bytes)");
+}
+
 }  // namespace
 }  // namespace rt

@@ -221,7 +221,7 @@ class Parser {
       const size_t key_pos = pos_;
       std::string key = parse_string();
       if (!seen.insert(key).second)
-        RT_FAIL("JSON parse error at byte ", key_pos, ": duplicate object key \"", key,
+        RT_FAIL("JSON parse error at byte ", key_pos, ": duplicate object key \"", clip_for_message(key),
                 "\" (each key may appear once)");
       skip_ws();
       if (peek() != ':') fail("':' after an object key");

@@ -34,13 +34,8 @@ constexpr const char* kSupportedList = "F32, F64, BF16, F16, I32, I64, U8";
 constexpr const char* kOtherSpecDTypes[] = {"BOOL", "I8", "I16", "U16", "U32", "U64", "F8_E4M3", "F8_E5M2",
                                             "F8_E8M0", "F6_E2M3", "F6_E3M2", "F4", "C64"};
 
-// "safetensors file 'p': tensor 'name': " prefix pieces, with the name cut short: a hostile
-// header may hold a name of megabytes.
-std::string clip(std::string_view s) {
-  constexpr size_t kMax = 120;
-  if (s.size() <= kMax) return std::string(s);
-  return detail::cat(s.substr(0, kMax), "...(", s.size(), " bytes)");
-}
+// Names, keys and values from the header are clipped in messages (clip_for_message): a
+// hostile header may hold a name of megabytes.
 
 template <typename... A>
 [[noreturn]] void fail_file(const std::string& path, const A&... a) {
@@ -48,11 +43,11 @@ template <typename... A>
 }
 template <typename... A>
 [[noreturn]] void fail_entry(const std::string& path, std::string_view name, const A&... a) {
-  RT_FAIL("safetensors file '", path, "': tensor '", clip(name), "': ", a...);
+  RT_FAIL("safetensors file '", path, "': tensor '", clip_for_message(name), "': ", a...);
 }
 
 // A JSON value shown in an error message, clipped like names.
-std::string shown(const json::Value& v) { return clip(json::dump(v)); }
+std::string shown(const json::Value& v) { return clip_for_message(json::dump(v)); }
 
 DType parse_dtype(const std::string& path, const std::string& name, const json::Value& v) {
   if (!v.is_string()) fail_entry(path, name, "\"dtype\" must be a string like \"F32\", got ", shown(v));
@@ -63,7 +58,7 @@ DType parse_dtype(const std::string& path, const std::string& name, const json::
     if (s == other)
       fail_entry(path, name, "dtype ", s, " is not supported by ringtape (supported: ", kSupportedList,
                  "); convert the tensor before saving");
-  fail_entry(path, name, "unknown dtype \"", clip(s), "\" (supported: ", kSupportedList, ")");
+  fail_entry(path, name, "unknown dtype \"", clip_for_message(s), "\" (supported: ", kSupportedList, ")");
 }
 
 Shape parse_shape(const std::string& path, const std::string& name, const json::Value& v) {
@@ -114,7 +109,7 @@ std::map<std::string, std::string> parse_metadata(const std::string& path, const
   std::map<std::string, std::string> m;
   for (const json::Member& kv : v.as_object()) {
     if (!kv.second.is_string())
-      fail_file(path, "\"__metadata__\" value for key '", clip(kv.first), "' must be a string, got ",
+      fail_file(path, "\"__metadata__\" value for key '", clip_for_message(kv.first), "' must be a string, got ",
                 shown(kv.second));
     m.emplace(kv.first, kv.second.as_string());
   }
@@ -138,8 +133,8 @@ void check_coverage(const std::string& path, std::vector<SafetensorsEntry>& entr
   const SafetensorsEntry* prev = nullptr;
   for (const SafetensorsEntry& e : entries) {
     if (e.begin < covered)
-      fail_entry(path, e.name, "data_offsets [", e.begin, ", ", e.end, ") overlap tensor '", clip(prev->name),
-                 "' at [", prev->begin, ", ", prev->end, "); tensors must not share bytes");
+      fail_entry(path, e.name, "data_offsets [", e.begin, ", ", e.end, ") overlap tensor '",
+                 clip_for_message(prev->name), "' at [", prev->begin, ", ", prev->end, "); tensors must not share bytes");
     if (e.begin > covered)
       fail_entry(path, e.name, "data starts at byte ", e.begin, " but the data before it ends at byte ", covered,
                  "; the buffer has a hole of ", e.begin - covered, " bytes (tensors must cover it exactly)");
@@ -247,7 +242,15 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path, std::map
   std::map<std::string, Tensor> out;
   const uint64_t data_start = 8 + header_bytes;
   for (const SafetensorsEntry& e : h.entries) {
-    Tensor t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+    Tensor t;
+    try {
+      t = Tensor::empty(e.shape, e.dtype, Device::cpu());
+    } catch (const OutOfMemory& oom) {
+      // The size is the file's, not a batch's: say so instead of the allocator's hint.
+      fail_entry(path, e.name, "the file declares ", dtype_name(e.dtype), shape_str(e.shape), " (", e.end - e.begin,
+                 " bytes), more than this machine can allocate (", oom.without_hint(),
+                 "); is it the right file?");
+    }
     read_exact(fd, path, data_start + e.begin, t.raw_data(), e.end - e.begin);
     out.emplace(e.name, std::move(t));
   }

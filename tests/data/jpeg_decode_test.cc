@@ -217,3 +217,25 @@ TEST_CASE("bad input becomes rt::Error naming the file") {
   CHECK(error_of([&] { decode_jpeg_region(jpg, "d3.jpg", Box{0, 0, 10, 10}, 3); }).find("d3.jpg") !=
         std::string::npos);
 }
+
+TEST_CASE("a header announcing more than 2^28 pixels is refused before any allocation") {
+  std::vector<uint8_t> jpg = rgb_jpeg(16, 16);
+  // Baseline start-of-frame: FF C0, length (2), precision (1), height (2), width (2).
+  size_t sof = 0;
+  for (size_t i = 0; i + 8 < jpg.size(); ++i)
+    if (jpg[i] == 0xFF && jpg[i + 1] == 0xC0) {
+      sof = i;
+      break;
+    }
+  REQUIRE(sof > 0);
+  for (size_t k : {sof + 5, sof + 7}) {  // 65500 x 65500, the format's largest
+    jpg[k] = 0xFF;
+    jpg[k + 1] = 0xDC;
+  }
+  for (const std::string& m : {error_of([&] { jpeg_info(jpg, "forged.jpg"); }),
+                               error_of([&] { decode_jpeg(jpg, "forged.jpg"); }),
+                               error_of([&] { decode_jpeg_region(jpg, "forged.jpg", Box{0, 0, 8, 8}, 8); })}) {
+    INFO(m);
+    CHECK(m.find("forged.jpg: JPEG is 65500x65500 pixels, more than the 268435456") != std::string::npos);
+  }
+}

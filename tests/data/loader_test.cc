@@ -83,6 +83,7 @@ class FailingDataset final : public Dataset {
     for (int k = 0; k < 4; ++k) static_cast<uint8_t*>(px)[k] = uint8_t(i);
     *label = i % 2;
   }
+  int64_t label(int64_t i) const override { return i % 2; }
 
  private:
   int64_t bad_;
@@ -246,4 +247,29 @@ TEST_CASE("bad options") {
   a.enabled = true;
   a.pad = -1;
   check_error([&] { U8Dataset("x", rt::Shape{1, 1, 1}, 1, {0}, {0}, Normalization{}, a); }, {"pad -1"});
+}
+
+TEST_CASE("a batch that cannot be allocated says what it was for") {
+  DatasetOptions o;
+  o.synthetic.size = 4;
+  // 3 x 2^46 bytes per example, 3 x 2^47 per batch of two: beyond x86-64's 2^47-byte user
+  // address space, so the allocation fails on every machine (and under ASan).
+  o.synthetic.image_shape = {3, int64_t(1) << 23, int64_t(1) << 23};
+  auto ds = open_dataset("synthetic", "", "train", o);
+  const std::vector<int64_t> order = {0, 1, 2, 3};
+  try {
+    assemble_batch(*ds, order, 0, 2, 0, 0);
+    FAIL("expected rt::OutOfMemory");
+  } catch (const rt::OutOfMemory& e) {
+    const std::string m = e.what();
+    INFO(m);
+    CHECK(m.find("out of host memory") != std::string::npos);
+    CHECK(m.find("for a batch of 2 examples of dataset synthetic, each u8[3, 8388608, 8388608] (211106232532992 "
+                 "bytes). Use a smaller --batch-size.") != std::string::npos);
+  }
+  check_error([&] { assemble_batch(*ds, order, 0, 1, 0, 0); },
+              {"a batch of 1 example of", "Even one example does not fit: use smaller images."});
+  // A U8Dataset checks its labels against its own class count (Note [Label range]).
+  check_error([&] { U8Dataset("x", rt::Shape{1, 1, 1}, 2, {0, 0}, {0, 2}, Normalization{}, AugmentOptions{}); },
+              {"dataset x: label 2 of example 1 is outside [0, 2)"});
 }

@@ -5,6 +5,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <limits>
 #include <map>
 #include <numeric>
 
@@ -138,4 +139,18 @@ TEST_CASE("bad arguments") {
   check_error([] { Sampler(10, 2, opt(true, 0, false, 2, 2)); }, {"rank 2", "[0, 2)"});
   check_error([] { Sampler(10, 2, opt(true, 0, false, 0, 0)); }, {"world size 0"});
   check_error([] { Sampler(10, 2).epoch_indices(-1); }, {"epoch -1"});
+}
+
+TEST_CASE("sizes near 2^63 neither overflow nor crash") {
+  const int64_t max = std::numeric_limits<int64_t>::max();
+  // (size + world - 1) and (per_rank + batch - 1) would overflow: ceilings without them.
+  SamplerOptions so;
+  so.world_size = 4;
+  Sampler s(max, max, so);
+  CHECK(s.num_batches() == 1);
+  CHECK(s.num_samples() == max / 4 + 1);
+  CHECK(Sampler(5, max).num_batches() == 1);
+  // An order of 2^62 examples cannot be held: an rt::OutOfMemory, not std::length_error.
+  check_error([&] { Sampler(int64_t(1) << 62, 1).epoch_indices(0); },
+              {"out of host memory for the epoch's order of 4611686018427387904 examples"});
 }

@@ -86,3 +86,25 @@ TEST_CASE("synthetic: bad options and indices") {
   auto ds = open_dataset("synthetic", "", "train", opts(0));
   check_error([&] { example(*ds, 50); }, {"index 50", "[0, 50)"});
 }
+
+TEST_CASE("synthetic: an image size whose byte count overflows int64 is refused by name") {
+  DatasetOptions o = opts(1);
+  o.synthetic.size = 4;
+  o.synthetic.image_shape = {3, int64_t(1) << 32, int64_t(1) << 32};  // --synthetic-size 4x3x4294967296x4294967296
+  check_error([&] { open_dataset("synthetic", "", "train", o); },
+              {"synthetic dataset: image shape [3, 4294967296, 4294967296] is too large"});
+  o.synthetic.image_shape = {int64_t(1) << 62, 2, 2};
+  check_error([&] { open_dataset("synthetic", "", "train", o); }, {"is too large"});
+}
+
+TEST_CASE("synthetic: label(i) is get()'s label, and check_labels needs no scan") {
+  auto ds = open_dataset("synthetic", "", "train", opts(3));
+  for (int64_t i = 0; i < ds->size(); ++i) CHECK(ds->label(i) == example(*ds, i).second);
+  check_labels(*ds, 7);
+  // 7 classes against a model of 3: some label is 3 or more.
+  check_error([&] { check_labels(*ds, 3); }, {"dataset synthetic: label", "is outside [0, 3)"});
+  // A huge dataset whose class count fits the model is not scanned.
+  DatasetOptions o = opts(3);
+  o.synthetic.size = int64_t(1) << 50;
+  check_labels(*open_dataset("synthetic", "", "train", o), 7);
+}

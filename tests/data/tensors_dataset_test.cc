@@ -110,3 +110,54 @@ TEST_CASE("tensors: wrong names, shapes, dtypes and labels are refused clearly")
   o.std = {0.0};
   err({{"images", u8_images()}, {"labels", labels()}}, {"std > 0"}, o);
 }
+
+// Note [Label range]: labels are checked when the file opens, against the given class
+// count or the derived one (largest label + 1, at most kMaxDerivedClasses), and
+// check_labels checks a dataset against a model's class count before training starts.
+TEST_CASE("tensors: a label of 2^62 is refused at open time, not turned into 2^62 + 1 classes") {
+  const std::string dir = fresh_dir("t_label_huge");
+  const int64_t huge = int64_t(1) << 62;
+  const std::string path = write(dir, "d.safetensors", {{"images", u8_images()}, {"labels", labels({0, 1, huge, 3})}});
+  check_error([&] { open_dataset("tensors", path, "train"); },
+              {"tensors dataset '" + path + "'", "label 4611686018427387904 of example 2 is outside [0, 16777216)",
+               "largest label + 1", "--num-classes"});
+  DatasetOptions o;
+  o.num_classes = 10;
+  check_error([&] { open_dataset("tensors", path, "train", o); },
+              {path, "label 4611686018427387904 of example 2 is outside [0, 10)", "(--num-classes)"});
+  // f32 images go through the same check.
+  const std::string f32 = write(dir, "f.safetensors",
+                                {{"images", u8_images().to(DType::f32)}, {"labels", labels({0, huge, 1, 2})}});
+  check_error([&] { open_dataset("tensors", f32, "train"); }, {f32, "label 4611686018427387904 of example 1"});
+  // The largest derivable count itself is fine.
+  const std::string edge =
+      write(dir, "e.safetensors", {{"images", u8_images()}, {"labels", labels({0, kMaxDerivedClasses - 1, 1, 2})}});
+  CHECK(open_dataset("tensors", edge, "train")->num_classes() == kMaxDerivedClasses);
+}
+
+TEST_CASE("tensors: label 5000 against 10 classes fails before training, naming the file and the example") {
+  const std::string dir = fresh_dir("t_label_5000");
+  const std::string path = write(dir, "d.safetensors", {{"images", u8_images()}, {"labels", labels({0, 1, 5000, 3})}});
+  // Given a class count (--num-classes 10): the dataset refuses to open.
+  DatasetOptions o;
+  o.num_classes = 10;
+  check_error([&] { open_dataset("tensors", path, "train", o); },
+              {"tensors dataset '" + path + "'", "label 5000 of example 2 is outside [0, 10)"});
+  // Derived: 5001 classes; a model of 10 classes is refused by check_labels, one of 5001
+  // or more is fine.
+  auto ds = open_dataset("tensors", path, "train");
+  CHECK(ds->num_classes() == 5001);
+  CHECK(ds->location() == path);
+  CHECK(ds->label(2) == 5000);
+  check_error([&] { check_labels(*ds, 10); },
+              {"dataset tensors ('" + path + "')", "label 5000 of example 2 is outside [0, 10)", "--num-classes"});
+  check_labels(*ds, 5001);
+  check_labels(*ds, 100000);
+  check_error([&] { check_labels(*ds, 0); }, {"must be positive"});
+  // A model with fewer classes than the dataset declares is fine when no label reaches them.
+  auto small = open_dataset("tensors", write(dir, "s.safetensors", {{"images", u8_images()}, {"labels", labels()}}),
+                            "train");
+  CHECK(small->num_classes() == 4);
+  check_labels(*small, 4);
+  check_error([&] { check_labels(*small, 3); }, {"label 3 of example 0 is outside [0, 3)"});
+}

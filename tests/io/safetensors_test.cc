@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
@@ -346,6 +347,49 @@ TEST_CASE("safetensors: bad entries name the tensor and the problem") {
   const std::string msg = load_error(path);
   CHECK(msg.find("(1048576 bytes)") != std::string::npos);
   CHECK(msg.size() < 1000);
+}
+
+TEST_CASE("safetensors: a duplicate megabyte-long key is clipped in the JSON error") {
+  const std::string dir = fresh_dir("dup_long");
+  const std::string key(1 << 20, 'k');
+  const std::string path = dir + "/dup.safetensors";
+  write_bytes(path, make_file("{\"" + key + "\": 1, \"" + key + "\": 2}", ""));
+  const std::string msg = load_error(path);
+  INFO(msg.substr(0, 400));
+  CHECK(msg.find("duplicate object key") != std::string::npos);
+  CHECK(msg.find("... (1048576 bytes)") != std::string::npos);
+  CHECK(msg.size() < 1000);
+}
+
+// Note: the file is sparse (8 TiB declared, a few KB on disk). The allocation fails with
+// the kernel's default overcommit heuristics (and under ASan, whose limit is 1 TiB); with
+// vm.overcommit_memory=1 it could succeed and the read would take hours, so the case is
+// skipped there, as on filesystems without files that large.
+TEST_CASE("safetensors: a tensor larger than memory is blamed on the file, not on --batch-size") {
+  const std::string dir = fresh_dir("huge_declared");
+  std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
+  int mode = 0;
+  overcommit >> mode;
+  if (mode == 1) {
+    MESSAGE("skipped: vm.overcommit_memory=1 would let an 8 TiB allocation succeed");
+    return;
+  }
+  const uint64_t n = uint64_t(1) << 43;
+  const std::string header =
+      R"({"big": {"dtype": "U8", "shape": [8796093022208], "data_offsets": [0, 8796093022208]}})";
+  const std::string path = dir + "/big.safetensors";
+  write_bytes(path, make_file(header, ""));
+  if (::truncate(path.c_str(), off_t(8 + header.size() + n)) != 0) {
+    MESSAGE("skipped: this filesystem cannot hold an 8 TiB sparse file (", std::strerror(errno), ")");
+    return;
+  }
+  const std::string msg = load_error(path);
+  INFO(msg);
+  CHECK(msg.find(path) != std::string::npos);
+  CHECK(msg.find("tensor 'big': the file declares u8[8796093022208] (8796093022208 bytes), more than this machine "
+                 "can allocate") != std::string::npos);
+  CHECK(msg.find("--batch-size") == std::string::npos);
+  fs::remove(path);
 }
 
 TEST_CASE("safetensors: truncated or byte-flipped files only ever throw rt::Error") {

@@ -222,3 +222,23 @@ TEST_CASE("an unknown model name is an error that lists the known ones") {
     for (const auto& n : kModels) CHECK_MESSAGE(msg.find(n) != std::string::npos, msg);
   }
 }
+
+TEST_CASE("a num_classes or width whose weights cannot exist is an error naming it, before any layer") {
+  rt::models::ModelOptions o;
+  o.width = 4;
+  o.num_classes = (int64_t(1) << 62) + 1;  // --num-classes 4611686018427387905
+  CHECK_THROWS_WITH_AS(rt::models::make_model("resnet18", o),
+                       doctest::Contains("ResNet: num_classes 4611686018427387905 is too large: the classifier's "
+                                         "weight [4611686018427387905, 32] of f32"),
+                       rt::Error);
+  CHECK_THROWS_WITH_AS(rt::models::make_model("resnet50", o), doctest::Contains("weight [4611686018427387905, 128]"),
+                       rt::Error);
+  o.num_classes = 10;
+  o.width = int64_t(1) << 60;
+  CHECK_THROWS_WITH_AS(rt::models::make_model("resnet18", o),
+                       doctest::Contains("ResNet: width 1152921504606846976 is too large"), rt::Error);
+  // Sizes that fit the checks but not memory fail in the allocator or the shape check.
+  o.width = 4;
+  o.num_classes = int64_t(1) << 55;
+  CHECK_THROWS_AS(rt::models::make_model("resnet18", o), rt::Error);
+}
