@@ -5,6 +5,7 @@
 #include "cli/flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
+#include "train/nonfinite.h"
 
 namespace rt::train {
 namespace {
@@ -19,6 +20,15 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
   RT_CHECK(!it->second.empty() && *end == '\0' && v >= 0, "checkpoint '", path, "': '", key,
            "' is not a non-negative integer: '", it->second, "'");
   return v;
+}
+
+// Note [Non-finite steps]: a file holding NaN/Inf never replaces what is at `path`.
+void refuse_nonfinite(const std::string& path, const std::map<std::string, Tensor>& tensors, const std::string& when) {
+  nn::NamedTensors all(tensors.begin(), tensors.end());
+  if (const auto bad = first_nonfinite(all))
+    RT_FAIL("not writing '", path, "': '", *bad, "' holds NaN or Inf", when,
+            ". Training diverged: lower --lr, add --lr-warmup-epochs, or pass --skip-nonfinite to skip such steps. ",
+            "The file at '", path, "' (if any) is unchanged");
 }
 
 bool is_checkpoint(const std::map<std::string, std::string>& meta) {
@@ -72,6 +82,7 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
       {"samples_seen", std::to_string(p.samples_seen)},
       {"flags", json::dump(f)},
   };
+  refuse_nonfinite(path, tensors, " after step " + std::to_string(p.step));
   save_safetensors(path, tensors, meta);
 }
 
@@ -123,6 +134,7 @@ void load_checkpoint_model(const std::string& path, nn::Module& model) {
 void save_weights(const std::string& path, const nn::Module& model) {
   std::map<std::string, Tensor> tensors;
   for (const auto& [k, t] : model.state_dict()) tensors[k] = t;
+  refuse_nonfinite(path, tensors, "");
   save_safetensors(path, tensors, {{"format", "pt"}});
 }
 

@@ -25,7 +25,8 @@ struct Progress {
   int64_t samples_seen = 0;
 };
 
-// `scaler` is the loss scaler's state (MixedPrecision::state()), empty without one.
+// `scaler` is the loss scaler's state (MixedPrecision::state()), empty without one. A
+// NaN/Inf anywhere is an rt::Error naming the tensor and the step, and nothing is written.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const Progress& progress, const std::map<std::string, std::string>& flags,
                      const std::map<std::string, Tensor>& scaler = {});
@@ -43,7 +44,7 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
 void load_checkpoint_model(const std::string& path, nn::Module& model);
 
 // The model's full state (every parameter and buffer, torchvision's keys): what
-// --init-weights reads and what a user takes to PyTorch.
+// --init-weights reads and what a user takes to PyTorch. Refuses NaN/Inf like save_checkpoint.
 void save_weights(const std::string& path, const nn::Module& model);
 // --init-weights: loads such a file (or any state dict with those keys, e.g. PyTorch's), or
 // the model part of a ringtape checkpoint (saying so). strict: the keys and shapes must

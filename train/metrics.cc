@@ -1,6 +1,7 @@
 #include "train/metrics.h"
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include "engine/error.h"
@@ -23,9 +24,16 @@ void MetricsLog::write(const json::Value& record) {
            "writing metrics to '", path_, "' failed: ", std::strerror(errno), " (disk full?)");
 }
 
-void topk_hits(const float* logits, const int64_t* labels, int64_t N, int64_t K, int64_t* top1, int64_t* top5) {
+void topk_hits(const float* logits, const int64_t* labels, int64_t N, int64_t K, int64_t* top1, int64_t* top5,
+               int64_t* nonfinite) {
   for (int64_t i = 0; i < N; ++i) {
     const float* z = logits + i * K;
+    bool finite = true;
+    for (int64_t k = 0; k < K; ++k) finite &= std::isfinite(z[k]);
+    if (!finite) {  // NaN compares false with everything: it would rank first
+      ++*nonfinite;
+      continue;
+    }
     const int64_t y = labels[i];
     const float zy = z[y];
     int64_t rank = 0;  // classes ranked before the label

@@ -24,7 +24,9 @@ class MetricsLog {
 
 // Top-1 and top-5 hits of a batch: logits (N x K) row-major, labels (N). A label counts
 // as within top-k when fewer than k logits beat it (ties go to the lower class index,
-// like a stable sort).
-void topk_hits(const float* logits, const int64_t* labels, int64_t N, int64_t K, int64_t* top1, int64_t* top5);
+// like a stable sort). An example with a NaN or Inf logit is a miss, counted in
+// `nonfinite` (a diverged model must not score 100%).
+void topk_hits(const float* logits, const int64_t* labels, int64_t N, int64_t K, int64_t* top1, int64_t* top5,
+               int64_t* nonfinite);
 
 }  // namespace rt::train

@@ -33,7 +33,10 @@
 #include "optim/optimizer.h"
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
+#include "train/interrupt.h"
 #include "train/metrics.h"
+#include "train/nonfinite.h"
+#include "train/output_dir.h"
 #include "train/precision.h"
 #include "train/train_flags.h"
 
@@ -154,7 +157,9 @@ Setup build(const cli::Flags& f, bool need_train) {
 struct EvalResult {
   double loss = 0, top1 = 0, top5 = 0;
   int64_t n = 0;
-  int64_t skipped = 0;  // unreadable images replaced
+  int64_t skipped = 0;    // unreadable images replaced
+  int64_t nonfinite = 0;  // examples with a NaN/Inf logit (counted as wrong)
+  bool interrupted = false;
 };
 
 data::LoaderOptions loader_options(const cli::Flags& f, Device device) {
@@ -165,8 +170,9 @@ data::LoaderOptions loader_options(const cli::Flags& f, Device device) {
   return lo;
 }
 
+// `interrupt` (training only): a signal ends the evaluation between batches, unfinished.
 EvalResult evaluate(nn::Module& model, MixedPrecision& mp, const data::Dataset& set, const cli::Flags& f,
-                    Device device, MemoryFormat format) {
+                    Device device, MemoryFormat format, const InterruptHandler* interrupt = nullptr) {
   NoGradGuard ng;
   model.eval();
   data::SamplerOptions so;
@@ -178,11 +184,15 @@ EvalResult evaluate(nn::Module& model, MixedPrecision& mp, const data::Dataset& 
   double loss_sum = 0;
   feed.start_epoch(0, 0);
   while (auto b = feed.next()) {
+    if (interrupt && interrupt->signal()) {
+      r.interrupted = true;
+      break;
+    }
     const Tensor logits = mp.forward(b->input);
     const int64_t n = b->input.size(0);
     loss_sum += cross_entropy(logits, b->labels, f.number("label-smoothing")).item() * double(n);
     const Tensor host = logits.to(Device::cpu()).to(DType::f32);
-    topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &top1, &top5);
+    topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &top1, &top5, &r.nonfinite);
     r.n += n;
   }
   r.skipped = loader.skipped_in_epoch();
@@ -193,21 +203,16 @@ EvalResult evaluate(nn::Module& model, MixedPrecision& mp, const data::Dataset& 
   return r;
 }
 
+// ", 3 with NaN/Inf logits (counted as wrong)" when there are some.
+std::string nonfinite_note(int64_t n) {
+  return n == 0 ? "" : ", " + std::to_string(n) + " with NaN/Inf logits (counted as wrong)";
+}
+
 std::string default_output_dir(const cli::Flags& f) {
   char stamp[32];
   const std::time_t t = std::time(nullptr);
   std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
   return "runs/" + f.str("dataset") + "-" + f.str("model") + "-" + stamp;
-}
-
-void prepare_output_dir(const std::string& dir, bool resuming) {
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  RT_CHECK(!ec, "cannot create --output-dir '", dir, "': ", ec.message());
-  RT_CHECK(::access(dir.c_str(), W_OK) == 0, "--output-dir '", dir, "' is not writable");
-  RT_CHECK(resuming || !fs::exists(fs::path(dir) / "checkpoint.safetensors"), "--output-dir '", dir,
-           "' already holds a checkpoint: pass --resume ", (fs::path(dir) / "checkpoint.safetensors").string(),
-           " to continue it, or choose another --output-dir (nothing is overwritten)");
 }
 
 std::unique_ptr<optim::Optimizer> make_optimizer(const cli::Flags& f, const nn::Module& model) {
@@ -234,6 +239,22 @@ std::string fmt_eta(double s) {
   return b;
 }
 
+// "2.3017"; a NaN as `nan_word` ("n/a" for a log window whose steps were all skipped).
+std::string fmt_loss(double l, const char* nan_word = "nan") {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", l);
+  return std::isnan(l) ? nan_word : b;
+}
+
+// The training steps between two log lines.
+struct LogWindow {
+  double loss_sum = 0;  // over the steps that stood
+  int64_t steps = 0, skipped = 0, overflow_skips = 0, samples = 0;
+
+  // Mean loss of the steps that stood; NaN when every one was skipped (written as null).
+  double mean_loss() const { return steps > skipped ? loss_sum / double(steps - skipped) : NAN; }
+};
+
 }  // namespace
 
 int run_train(const cli::Flags& f) {
@@ -245,7 +266,7 @@ int run_train(const cli::Flags& f) {
   const std::string out = f.str("output-dir").empty()
                               ? (resuming ? fs::path(f.str("resume")).parent_path().string() : default_output_dir(f))
                               : f.str("output-dir");
-  prepare_output_dir(out.empty() ? "." : out, resuming);
+  prepare_output_dir(out, f.str("resume"));
   const fs::path dir = out.empty() ? fs::path(".") : fs::path(out);
 
   if (!f.str("init-weights").empty()) load_weights(f.str("init-weights"), model, !f.boolean("init-weights-non-strict"));
@@ -293,92 +314,129 @@ int run_train(const cli::Flags& f) {
   }
   MetricsLog metrics((dir / "metrics.jsonl").string());
   const int64_t max_steps = f.integer("steps") > 0 ? f.integer("steps") : epochs * steps_per_epoch;
-  const fs::path ckpt = dir / "checkpoint.safetensors";
-  auto save = [&]() { save_checkpoint(ckpt.string(), model, *opt, p, flags, mp.state()); };
+  const fs::path ckpt = dir / "checkpoint.safetensors", weights = dir / "model.safetensors";
+  InterruptHandler interrupt;  // Note [Interrupts]
+  auto save = [&]() {
+    set_save_in_progress(temp_path_for(ckpt.string()));
+    save_checkpoint(ckpt.string(), model, *opt, p, flags, mp.state());
+    set_save_in_progress("");
+  };
 
   std::printf("training on %s: %ld images, %ld steps per epoch, %ld epochs, %s; output %s\n",
               s.device.str().c_str(), s.train_set->size(), steps_per_epoch, epochs, schedule.describe().c_str(),
               dir.string().c_str());
   const auto t_start = Clock::now();
   auto t_log = t_start;
-  int64_t samples_since_log = 0, steps_since_log = 0;
-  double loss_since_log = 0;
   const int64_t start_step = p.step;
-  int64_t overflow_skips = 0;  // steps the loss scaler skipped since the last log line
-  bool stop = p.step >= max_steps;
+  const bool skip_nonfinite = f.boolean("skip-nonfinite");
+  // Note [Non-finite steps]: with --skip-nonfinite, the state after the last step that stood.
+  std::optional<TrainState> good;
+  if (skip_nonfinite) good = TrainState::take(model, *opt, mp);
+  LogWindow w;
+  int64_t skipped_total = 0;
+  bool stop = p.step >= max_steps, interrupted = false;
   while (!stop && p.epoch < epochs) {
     feed.start_epoch(p.epoch, p.batch);
     while (!stop) {
-      // One optimizer step over `accum` micro-batches.
+      if (interrupt.signal()) {
+        interrupted = stop = true;
+        break;
+      }
+      // One optimizer step over `accum` micro-batches. `skip_why` says why it is skipped.
       opt->set_lr(schedule.lr_at(p.step));
       double step_loss = 0;
+      std::string skip_why;
       int got = 0;
       for (; got < accum; ++got) {
         const std::optional<data::DeviceBatch> b = feed.next();
         if (!b) break;
         Tensor loss = cross_entropy(mp.forward(b->input), b->labels, f.number("label-smoothing"));
         const double l = loss.item();
-        if (!std::isfinite(l)) {
-          RT_CHECK(f.boolean("skip-nonfinite"), "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch,
-                   "): training diverged. Lower --lr, add --lr-warmup-epochs, or pass --skip-nonfinite to skip "
-                   "such steps");
-          std::fprintf(stderr, "step %ld: loss %g, step skipped (--skip-nonfinite)\n", p.step + 1, l);
-          step_loss = NAN;
+        if (skip_why.empty() && !std::isfinite(l)) {
+          const std::string cause = nonfinite_loss_cause(b->input, model, p.step > start_step, skip_nonfinite);
+          RT_CHECK(skip_nonfinite, "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch, "): ", cause);
+          skip_why = "loss " + std::to_string(l) + ": " + cause;
         }
-        if (accum > 1) loss = mul(loss, 1.0 / double(accum));
-        if (std::isfinite(step_loss)) mp.backward(loss);
-        step_loss += l / double(accum);
+        if (skip_why.empty()) {
+          if (accum > 1) loss = mul(loss, 1.0 / double(accum));
+          mp.backward(loss);
+          step_loss += l / double(accum);
+        }
         p.samples_seen += b->input.size(0);
-        samples_since_log += b->input.size(0);
+        w.samples += b->input.size(0);
       }
       if (got < accum) {  // end of epoch: a partial accumulation is dropped, like drop_last
         opt->zero_grad();
         break;
       }
       p.batch += accum;
-      if (std::isfinite(step_loss) && !mp.step(*opt)) ++overflow_skips;
+      // fp16's loss scaler checks the gradients itself (and skips on overflow).
+      if (skip_why.empty() && skip_nonfinite && !mp.loss_scaling())
+        if (const auto bad = first_nonfinite(gradients(*opt))) skip_why = "the gradient of '" + *bad + "' is NaN or Inf";
+      if (skip_why.empty() && !mp.step(*opt)) ++w.overflow_skips;
       opt->zero_grad();
+      if (skip_why.empty() && skip_nonfinite) {
+        TrainState after = TrainState::take(model, *opt, mp);
+        if (const auto bad = after.first_nonfinite()) skip_why = "the step made '" + *bad + "' NaN or Inf";
+        else good = std::move(after);
+      }
       ++p.step;
-      loss_since_log += std::isfinite(step_loss) ? step_loss : 0.0;
-      ++steps_since_log;
+      ++w.steps;
+      if (skip_why.empty()) {
+        w.loss_sum += step_loss;
+      } else {
+        good->restore(model, *opt, mp);
+        ++w.skipped;
+        ++skipped_total;
+        std::fprintf(stderr, "step %ld skipped (--skip-nonfinite; weights and optimizer state unchanged): %s\n",
+                     p.step, skip_why.c_str());
+      }
       stop = p.step >= max_steps;
       if (p.step % print_freq == 0 || stop) {
         const auto now = Clock::now();
         const double dt = std::chrono::duration<double>(now - t_log).count();
         const double elapsed = std::chrono::duration<double>(now - t_start).count();
-        const double ips = double(samples_since_log) / std::max(dt, 1e-9);
+        const double ips = double(w.samples) / std::max(dt, 1e-9);
         const double eta = elapsed / double(p.step - start_step) * double(max_steps - p.step);
-        const double mean_loss = loss_since_log / double(steps_since_log);
-        std::printf("epoch %ld step %ld/%ld  loss %.4f  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps,
-                    mean_loss, opt->lr(), ips, fmt_eta(eta).c_str());
+        const double mean_loss = w.mean_loss();
+        std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps,
+                    fmt_loss(mean_loss, "n/a").c_str(),
+                    opt->lr(), ips, fmt_eta(eta).c_str());
+        if (w.skipped > 0)
+          std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
         if (mp.loss_scaling())
-          std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), overflow_skips);
+          std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
         std::printf("\n");
         std::fflush(stdout);
         json::Value m = json::Value::object();
         m.set("type", "train");
         m.set("epoch", p.epoch);
         m.set("step", p.step);
-        m.set("loss", mean_loss);
+        m.set("loss", mean_loss);  // null when every step was skipped
         m.set("lr", opt->lr());
         m.set("img_per_s", ips);
         m.set("eta_s", eta);
+        if (skip_nonfinite) m.set("skipped_steps", w.skipped);
         if (mp.loss_scaling()) {
           m.set("loss_scale", mp.loss_scale());
-          m.set("overflow_skips", overflow_skips);
+          m.set("overflow_skips", w.overflow_skips);
         }
         metrics.write(m);
         t_log = now;
-        samples_since_log = steps_since_log = overflow_skips = 0;
-        loss_since_log = 0;
+        w = LogWindow{};
       }
       if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
     }
+    if (interrupted) break;
     if (p.batch + accum > batches_per_epoch) {  // the epoch is complete: evaluate, move on
       const int64_t skipped = loader.skipped_in_epoch();
-      const EvalResult e = evaluate(model, mp, *s.test_set, f, s.device, s.format);
-      std::printf("epoch %ld eval: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images)\n", p.epoch, e.loss, e.top1,
-                  e.top5, e.n);
+      const EvalResult e = evaluate(model, mp, *s.test_set, f, s.device, s.format, &interrupt);
+      if (e.interrupted) {  // the checkpoint keeps p.batch at the end: a resumed run evaluates
+        interrupted = true;
+        break;
+      }
+      std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
+                  fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
       if (skipped > 0 || e.skipped > 0)
         std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
                     "(named on stderr; --strict-images makes them errors)\n",
@@ -391,6 +449,7 @@ int run_train(const cli::Flags& f) {
       m.set("loss", e.loss);
       m.set("top1", e.top1);
       m.set("top5", e.top5);
+      m.set("nonfinite_logits", e.nonfinite);
       m.set("skipped_train_images", skipped);
       m.set("skipped_eval_images", e.skipped);
       metrics.write(m);
@@ -399,10 +458,20 @@ int run_train(const cli::Flags& f) {
     }
     save();
   }
+  if (const int sig = interrupt.signal()) {  // also one that came after the last step
+    save();
+    std::fprintf(stderr, "ringtape train: interrupted by %s after step %ld: checkpoint saved to %s; continue with "
+                 "--resume %s\n", signal_name(sig), p.step, ckpt.c_str(), ckpt.c_str());
+    return 128 + sig;
+  }
   save();
-  save_weights((dir / "model.safetensors").string(), model);
+  set_save_in_progress(temp_path_for(weights.string()));
+  save_weights(weights.string(), model);
+  set_save_in_progress("");
   const double total = std::chrono::duration<double>(Clock::now() - t_start).count();
-  std::printf("done: %ld steps in %.1f s; weights in %s\n", p.step, total, (dir / "model.safetensors").c_str());
+  std::printf("done: %ld steps in %.1f s", p.step, total);
+  if (skipped_total > 0) std::printf(" (%ld skipped on NaN/Inf by --skip-nonfinite)", skipped_total);
+  std::printf("; weights in %s\n", weights.c_str());
   return 0;
 }
 
@@ -419,8 +488,9 @@ int run_eval(const cli::Flags& f) {
   const auto t0 = Clock::now();
   const EvalResult e = evaluate(model, mp, *s.test_set, f, s.device, s.format);
   const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
-  std::printf("eval %s on %s: loss %.4f  top-1 %.2f%%  top-5 %.2f%%  (%ld images, %.1f img/s)\n",
-              f.str("model").c_str(), f.str("dataset").c_str(), e.loss, e.top1, e.top5, e.n, double(e.n) / dt);
+  std::printf("eval %s on %s: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s, %.1f img/s)\n",
+              f.str("model").c_str(), f.str("dataset").c_str(), fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n,
+              nonfinite_note(e.nonfinite).c_str(), double(e.n) / dt);
   if (e.skipped > 0)
     std::printf("%ld unreadable image(s) skipped and replaced (named on stderr)\n", e.skipped);
   return 0;

@@ -122,7 +122,7 @@ TEST_CASE("bad input gets clear errors and loses nothing") {
   REQUIRE(train(tiny(a), {"--steps", "1"}) == 0);
   const std::string before = read(fs::path(a) / "checkpoint.safetensors");
 
-  CHECK_THROWS_WITH_AS(train(tiny(a)), doctest::Contains("already holds a checkpoint"), Error);
+  CHECK_THROWS_WITH_AS(train(tiny(a)), doctest::Contains("already holds a checkpoint"), cli::UsageError);
   CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--lr", "0.2"}),
                        doctest::Contains("--lr 0.05 but this run has --lr 0.2"), cli::UsageError);
   CHECK(read(fs::path(a) / "checkpoint.safetensors") == before);

@@ -1,0 +1,83 @@
+#include "train/output_dir.h"
+
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <filesystem>
+
+#include "cli/flags.h"
+#include "engine/error.h"
+
+namespace rt::train {
+namespace {
+
+namespace fs = std::filesystem;
+
+constexpr const char* kRunFiles[] = {"checkpoint.safetensors", "model.safetensors"};
+
+// The pid of a save's temporary file "<name>.safetensors.tmp.<pid>", or 0 for other files.
+pid_t temp_file_pid(const std::string& name) {
+  const std::string mark = ".safetensors.tmp.";
+  const size_t at = name.rfind(mark);
+  if (at == std::string::npos || at + mark.size() == name.size()) return 0;
+  const std::string digits = name.substr(at + mark.size());
+  if (digits.size() > 9 || digits.find_first_not_of("0123456789") != std::string::npos) return 0;
+  return pid_t(std::stol(digits));
+}
+
+// A kill -9 or a crash in the middle of a save leaves its temporary file (up to a
+// checkpoint's size). The pid in the name tells whether its writer still runs.
+void remove_stale_temp_files(const fs::path& dir) {
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(dir, ec)) {
+    const std::string name = e.path().filename().string();
+    const pid_t pid = temp_file_pid(name);
+    if (pid <= 0 || !e.is_regular_file(ec)) continue;
+    // Our own pid: a recycled one (containers reuse pids), as this process has saved nothing yet.
+    if (pid != ::getpid() && (::kill(pid, 0) == 0 || errno != ESRCH)) {
+      std::printf("%s: left as it is: process %d, which may be writing it, still runs (another run writing to "
+                  "this --output-dir?)\n",
+                  e.path().c_str(), int(pid));
+      continue;
+    }
+    if (fs::remove(e.path(), ec))
+      std::printf("removed %s: the temporary file of a save that process %d (no longer running) did not finish\n",
+                  e.path().c_str(), int(pid));
+    else
+      std::fprintf(stderr, "cannot remove the stale temporary file %s: %s\n", e.path().c_str(), ec.message().c_str());
+  }
+}
+
+}  // namespace
+
+std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
+
+void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
+  const fs::path dir = dir_arg.empty() ? fs::path(".") : fs::path(dir_arg);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  RT_CHECK(!ec, "cannot create --output-dir '", dir.string(), "': ", ec.message());
+  RT_CHECK(::access(dir.c_str(), W_OK) == 0, "--output-dir '", dir.string(), "' is not writable");
+  std::string existing;
+  for (const char* f : kRunFiles)
+    if (existing.empty() && fs::exists(dir / f, ec)) existing = (dir / f).string();
+  if (!existing.empty() && resume.empty())
+    throw cli::UsageError("--output-dir '" + dir.string() + "' already holds a checkpoint of another run (" + existing +
+                          "): pass --resume " + (dir / "checkpoint.safetensors").string() +
+                          " to continue it, or choose another --output-dir (nothing is overwritten)");
+  if (!resume.empty() && !fs::is_regular_file(resume, ec))
+    throw cli::UsageError("--resume '" + resume + "': no such file (expected a checkpoint.safetensors)");
+  if (!existing.empty()) {
+    const fs::path from = fs::path(resume).parent_path().empty() ? fs::path(".") : fs::path(resume).parent_path();
+    if (!fs::equivalent(dir, from, ec))
+      throw cli::UsageError("--output-dir '" + dir.string() + "' holds another run (" + existing + "); resuming " +
+                            resume + " there would overwrite it. Resume into the checkpoint's own directory (leave "
+                            "out --output-dir) or into an empty one");
+  }
+  remove_stale_temp_files(dir);
+}
+
+}  // namespace rt::train

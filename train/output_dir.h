@@ -1,0 +1,19 @@
+// --output-dir: a run never destroys another run's files.
+#pragma once
+
+#include <string>
+
+namespace rt::train {
+
+// Creates `dir` when needed and checks it is writable (rt::Error otherwise). It must not
+// hold another run: checkpoint.safetensors or model.safetensors there is a cli::UsageError
+// for a new run (`resume` empty), and for a resumed one unless `dir` is the directory the
+// checkpoint `resume` came from. Then removes the temporary files of saves that a killed
+// process left (their process no longer runs), naming each on stdout.
+void prepare_output_dir(const std::string& dir, const std::string& resume);
+
+// The temporary file save_safetensors (engine/io/safetensors_save.cc) writes `path`
+// through before renaming it: "<path>.tmp.<pid>".
+std::string temp_path_for(const std::string& path);
+
+}  // namespace rt::train
