@@ -255,6 +255,55 @@ struct LogWindow {
   double mean_loss() const { return steps > skipped ? loss_sum / double(steps - skipped) : NAN; }
 };
 
+// A training log line and its metrics.jsonl record, for the steps of window `w`.
+void log_train(MetricsLog& metrics, const Progress& p, int64_t max_steps, double lr, const LogWindow& w, double ips,
+               double eta, const MixedPrecision& mp, bool skip_nonfinite) {
+  const double mean_loss = w.mean_loss();
+  std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps,
+              fmt_loss(mean_loss, "n/a").c_str(), lr, ips, fmt_eta(eta).c_str());
+  if (w.skipped > 0) std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
+  if (mp.loss_scaling())
+    std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
+  std::printf("\n");
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "train");
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("loss", mean_loss);  // null when every step was skipped
+  m.set("lr", lr);
+  m.set("img_per_s", ips);
+  m.set("eta_s", eta);
+  if (skip_nonfinite) m.set("skipped_steps", w.skipped);
+  if (mp.loss_scaling()) {
+    m.set("loss_scale", mp.loss_scale());
+    m.set("overflow_skips", w.overflow_skips);
+  }
+  metrics.write(m);
+}
+
+// The end-of-epoch evaluation's line and record; `skipped_train`: unreadable training images.
+void log_eval(MetricsLog& metrics, const Progress& p, const EvalResult& e, int64_t skipped_train) {
+  std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
+              fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
+  if (skipped_train > 0 || e.skipped > 0)
+    std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
+                "(named on stderr; --strict-images makes them errors)\n",
+                p.epoch, skipped_train, e.skipped);
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "eval");
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("loss", e.loss);  // null when NaN
+  m.set("top1", e.top1);
+  m.set("top5", e.top5);
+  m.set("nonfinite_logits", e.nonfinite);
+  m.set("skipped_train_images", skipped_train);
+  m.set("skipped_eval_images", e.skipped);
+  metrics.write(m);
+}
+
 }  // namespace
 
 int run_train(const cli::Flags& f) {
@@ -283,8 +332,10 @@ int run_train(const cli::Flags& f) {
                       loader_options(f, s.device));
   data::DeviceFeeder feed(loader, s.device, s.format, mp.input_dtype());
   const int64_t batches_per_epoch = loader.num_batches();
-  RT_CHECK(batches_per_epoch >= accum, "the training set (", s.train_set->size(), " images) is smaller than one step of ",
-           accum, " x --batch-size ", f.integer("batch-size"));
+  if (batches_per_epoch < accum)
+    throw cli::UsageError("the training set (" + std::to_string(s.train_set->size()) +
+                          " images) is smaller than one step of --accum-steps " + std::to_string(accum) +
+                          " x --batch-size " + f.str("batch-size") + "; lower them");
   const int64_t steps_per_epoch = batches_per_epoch / accum;
   optim::LrScheduleOptions sched;
   sched.kind = optim::parse_lr_schedule(f.str("lr-scheduler"));
@@ -398,30 +449,7 @@ int run_train(const cli::Flags& f) {
         const double elapsed = std::chrono::duration<double>(now - t_start).count();
         const double ips = double(w.samples) / std::max(dt, 1e-9);
         const double eta = elapsed / double(p.step - start_step) * double(max_steps - p.step);
-        const double mean_loss = w.mean_loss();
-        std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps,
-                    fmt_loss(mean_loss, "n/a").c_str(),
-                    opt->lr(), ips, fmt_eta(eta).c_str());
-        if (w.skipped > 0)
-          std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
-        if (mp.loss_scaling())
-          std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
-        std::printf("\n");
-        std::fflush(stdout);
-        json::Value m = json::Value::object();
-        m.set("type", "train");
-        m.set("epoch", p.epoch);
-        m.set("step", p.step);
-        m.set("loss", mean_loss);  // null when every step was skipped
-        m.set("lr", opt->lr());
-        m.set("img_per_s", ips);
-        m.set("eta_s", eta);
-        if (skip_nonfinite) m.set("skipped_steps", w.skipped);
-        if (mp.loss_scaling()) {
-          m.set("loss_scale", mp.loss_scale());
-          m.set("overflow_skips", w.overflow_skips);
-        }
-        metrics.write(m);
+        log_train(metrics, p, max_steps, opt->lr(), w, ips, eta, mp, skip_nonfinite);
         t_log = now;
         w = LogWindow{};
       }
@@ -435,24 +463,7 @@ int run_train(const cli::Flags& f) {
         interrupted = true;
         break;
       }
-      std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
-                  fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
-      if (skipped > 0 || e.skipped > 0)
-        std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
-                    "(named on stderr; --strict-images makes them errors)\n",
-                    p.epoch, skipped, e.skipped);
-      std::fflush(stdout);
-      json::Value m = json::Value::object();
-      m.set("type", "eval");
-      m.set("epoch", p.epoch);
-      m.set("step", p.step);
-      m.set("loss", e.loss);
-      m.set("top1", e.top1);
-      m.set("top5", e.top5);
-      m.set("nonfinite_logits", e.nonfinite);
-      m.set("skipped_train_images", skipped);
-      m.set("skipped_eval_images", e.skipped);
-      metrics.write(m);
+      log_eval(metrics, p, e, skipped);
       ++p.epoch;
       p.batch = 0;
     }
