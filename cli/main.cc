@@ -58,6 +58,9 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
+  // Exit status: 2 for a bad command line (cli::UsageError: flags, values, weights that do not
+  // match the model, an --output-dir holding another run), 1 for a failure while running,
+  // 128 + N when training stopped on signal N (train/interrupt.h).
   try {
     if (cmd == "info") return cmd_info();
     if (cmd == "train" || cmd == "eval") {
@@ -74,6 +77,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
     return 2;
   } catch (const rt::Error& e) {
+    std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
+    return 1;
+  } catch (const std::exception& e) {  // from the standard library (a filesystem error, bad_alloc): still no abort
     std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
     return 1;
   }

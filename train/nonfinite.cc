@@ -76,7 +76,7 @@ std::optional<std::string> first_nonfinite(const nn::NamedTensors& tensors) {
 nn::NamedTensors gradients(const optim::Optimizer& opt) {
   nn::NamedTensors out;
   for (const auto& [name, p] : opt.params())
-    if (p.grad().defined()) out.emplace_back("gradient of " + name, p.grad());
+    if (p.grad().defined()) out.emplace_back(name, p.grad());
   return out;
 }
 

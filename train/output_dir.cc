@@ -68,8 +68,9 @@ void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
     throw cli::UsageError("--output-dir '" + dir.string() + "' already holds a checkpoint of another run (" + existing +
                           "): pass --resume " + (dir / "checkpoint.safetensors").string() +
                           " to continue it, or choose another --output-dir (nothing is overwritten)");
-  if (!resume.empty() && !fs::is_regular_file(resume, ec))
-    throw cli::UsageError("--resume '" + resume + "': no such file (expected a checkpoint.safetensors)");
+  // Like any file that cannot be read (--init-weights, --data-path): status 1.
+  RT_CHECK(resume.empty() || fs::is_regular_file(resume, ec), "--resume '", resume,
+           "': no such file (expected a checkpoint.safetensors)");
   if (!existing.empty()) {
     const fs::path from = fs::path(resume).parent_path().empty() ? fs::path(".") : fs::path(resume).parent_path();
     if (!fs::equivalent(dir, from, ec))

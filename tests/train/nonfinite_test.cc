@@ -226,8 +226,43 @@ TEST_CASE("--skip-nonfinite: a skipped step leaves weights and optimizer state e
   CHECK(metrics(z).back().find("nonfinite_logits")->as_int() == 16);
 }
 
-TEST_CASE("--skip-nonfinite: a step whose update makes the state non-finite is skipped too") {
-  const std::string data = tensors_dataset("huge_lr", {}), a = tmpdir("huge_lr_run");
+TEST_CASE("--skip-nonfinite: a step whose update makes the weights non-finite is skipped, the state restored") {
+  // lr 1e300: the first loss and gradients are finite, the update overflows f32.
+  const std::string data = tensors_dataset("huge_lr", {}), a = tmpdir("huge_lr_run"), z = tmpdir("zero_lr_run");
+  REQUIRE(train(tiny(data, a), {"--skip-nonfinite", "--lr", "1e300", "--lr-scheduler", "constant", "--steps", "1"}) ==
+          0);
+  REQUIRE(train(tiny(data, z), {"--lr", "0", "--lr-scheduler", "constant", "--steps", "1"}) == 0);
+  CHECK(skipped_steps(a) == 1);
+  CHECK(metrics(z)[0].find("loss")->as_double() > 0);  // the step's loss itself was finite
+  const auto ca = load_safetensors(a + "/checkpoint.safetensors");
+  const auto cz = load_safetensors(z + "/checkpoint.safetensors");
+  for (const auto& [k, t] : ca) {
+    CAPTURE(k);
+    CHECK(k.rfind("optimizer.", 0) != 0);  // no momentum buffer: the optimizer never stepped
+    const std::vector<double> v = t.to(DType::f64).to_vector<double>();
+    if (k.ends_with("running_mean") || k.ends_with("num_batches_tracked"))
+      CHECK(v == std::vector<double>(v.size(), 0.0));  // the forward's statistics were rolled back
+    else if (k.ends_with("running_var"))
+      CHECK(v == std::vector<double>(v.size(), 1.0));
+    else  // the parameters are the initial ones (lr 0 leaves them so)
+      CHECK(v == cz.at(k).to(DType::f64).to_vector<double>());
+  }
+}
+
+TEST_CASE("gradients() names a non-finite gradient for --skip-nonfinite") {
+  Tensor w = Tensor::zeros({2});
+  w.set_requires_grad(true);
+  Tensor v = Tensor::zeros({3});
+  v.set_requires_grad(true);
+  auto opt = optim::make_sgd({{"w", w}, {"v", v}}, optim::SgdOptions{});
+  w.set_grad(Tensor::from_vector(std::vector<float>{1, 2}, {2}));
+  CHECK_FALSE(train::first_nonfinite(train::gradients(*opt)));
+  v.set_grad(Tensor::from_vector(std::vector<float>{1, kNaN, 2}, {3}));
+  CHECK(train::first_nonfinite(train::gradients(*opt)) == "v");
+}
+
+TEST_CASE("--skip-nonfinite: a whole run at an absurd learning rate leaves only finite files") {
+  const std::string data = tensors_dataset("huge_lr2", {}), a = tmpdir("huge_lr_run2");
   REQUIRE(train(tiny(data, a), {"--skip-nonfinite", "--lr", "1e30", "--lr-scheduler", "constant"}) == 0);
   CHECK_FALSE(nonfinite_in(a + "/checkpoint.safetensors"));
   CHECK_FALSE(nonfinite_in(a + "/model.safetensors"));
