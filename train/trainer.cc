@@ -423,7 +423,8 @@ int run_train(const cli::Flags& f) {
       p.batch += accum;
       // fp16's loss scaler checks the gradients itself (and skips on overflow).
       if (skip_why.empty() && skip_nonfinite && !mp.loss_scaling())
-        if (const auto bad = first_nonfinite(gradients(*opt))) skip_why = "the gradient of '" + *bad + "' is NaN or Inf";
+        if (const auto bad = first_nonfinite(gradients(*opt)))
+          skip_why = "the gradient of '" + *bad + "' is NaN or Inf";
       if (skip_why.empty() && !mp.step(*opt)) ++w.overflow_skips;
       opt->zero_grad();
       if (skip_why.empty() && skip_nonfinite) {

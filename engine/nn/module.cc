@@ -81,16 +81,11 @@ void Module::to(DType dt) {
 
 namespace {
 
-// A key as the report prints it: very long names (a corrupt file's) are clipped.
-std::string clip_key(const std::string& k) {
-  constexpr size_t kMaxKey = 120;
-  return k.size() <= kMaxKey ? k : k.substr(0, kMaxKey) + "...(" + std::to_string(k.size()) + " chars)";
-}
-
 void list(std::string& out, const char* what, const std::vector<std::string>& keys, size_t limit) {
   if (keys.empty()) return;
   out += (out.empty() ? "" : "; ") + std::to_string(keys.size()) + " " + what + ": ";
-  for (size_t i = 0; i < keys.size() && i < limit; ++i) out += (i ? ", " : "") + clip_key(keys[i]);
+  // clip_for_message: a damaged file's keys may be megabytes long.
+  for (size_t i = 0; i < keys.size() && i < limit; ++i) out += (i ? ", " : "") + clip_for_message(keys[i]);
   if (keys.size() > limit) out += ", ... and " + std::to_string(keys.size() - limit) + " more";
 }
 

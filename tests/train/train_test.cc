@@ -113,8 +113,8 @@ TEST_CASE("eval reproduces the last evaluation; accumulation counts micro-batche
   const std::vector<std::string> m = replayable(fs::path(b) / "metrics.jsonl");
   REQUIRE(m.size() == 4 + 1);
   CHECK(m[3].find("\"step\":4") != std::string::npos);
-  CHECK_THROWS_WITH_AS(train(tiny(tmpdir("accum_big")), {"--accum-steps", "9"}), doctest::Contains("smaller than one step"),
-                       cli::UsageError);
+  CHECK_THROWS_WITH_AS(train(tiny(tmpdir("accum_big")), {"--accum-steps", "9"}),
+                       doctest::Contains("smaller than one step"), cli::UsageError);
 }
 
 TEST_CASE("bad input gets clear errors and loses nothing") {

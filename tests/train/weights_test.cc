@@ -79,7 +79,7 @@ TEST_CASE("strict: very long keys and long lists are clipped") {
   CHECK(r.unexpected.size() == 30);
   const std::string text = r.problems();
   CHECK(text.find("... and 20 more") != std::string::npos);
-  CHECK(text.find("(501 chars)") != std::string::npos);
+  CHECK(text.find("(501 bytes)") != std::string::npos);
   CHECK(text.size() < 2000);
   CHECK_THROWS_WITH_AS(m->load_state_dict(s), doctest::Contains("30 unexpected"), Error);
 }
