@@ -45,6 +45,27 @@ for three SGD steps twice, in float64 and in float32, from the same starting val
 
 Training: torch.optim.SGD(lr=1e-3, momentum=0.9, weight_decay=1e-2), F.cross_entropy
 (mean), the same batch of 16 every step, batch norm momentum 0.1, eps 1e-5.
+
+  <grad case>.safetensors  one per GRAD_CASES entry: the gradients of one training-mode
+                  forward and backward at image sizes 20, 32 and 40 px (stride and padding
+                  remainders at every stage, 1x1 stages), with their own batch:
+  init.<key>      as above (f16-rounded starting state).
+  input, target   the batch: F16 [N, 3, px, px] and I64 [N].
+  loss            F64 0-D.
+  grad.<param>    F64: the gradient of every parameter, computed in float64.
+  err32.<param>   F64 0-D: max |PyTorch float32 - float64| of that gradient, the larger of
+                  the contiguous and the channels_last float32 runs. The generator refuses a
+                  case where PyTorch's own float32 gradient is off by more than 5e-5 of the
+                  tensor's largest value. Such a case is ill-conditioned: typically a ReLU
+                  whose input lies within float32 rounding of 0, where the kink (not the
+                  arithmetic) decides which side each precision takes (measured: torchvision
+                  resnet18 at 32 px, batch 32, default init: PyTorch float32 off by 0.4-7% in
+                  3 of 6 seeds; resnet50 at 32 px, batch 16: 5-50% in 4 of 4). One step, not
+                  three, so that no trajectory can wander to such a point. And every ReLU
+                  input of the float64 run is at least KINK_MARGIN (2e-5, ~20x the float32
+                  rounding of these activations) from 0, so that neither PyTorch's float32
+                  nor ringtape's can take the other side of a kink by chance: the gradients
+                  then differ by arithmetic alone.
 The output is deterministic (fixed seeds, one thread): regenerating must not change it.
 """
 
@@ -75,6 +96,15 @@ CASES = [
     ("resnet18_w4", "resnet18", BasicBlock, [2, 2, 2, 2], 4, False, 18),
     ("resnet50_w2", "resnet50", Bottleneck, [3, 4, 6, 3], 2, False, 50),
     ("resnet18_w2_small_stem", "resnet18", BasicBlock, [2, 2, 2, 2], 2, True, 19),
+]
+KINK_MARGIN = 2e-5
+# grad case, model, block, stages, width, small stem, seed, image size, batch.
+GRAD_CASES = [
+    ("grads_resnet18_w4_px20", "resnet18", BasicBlock, [2, 2, 2, 2], 4, False, 21, 20, 6),
+    ("grads_resnet18_w4_px32", "resnet18", BasicBlock, [2, 2, 2, 2], 4, False, 22, 32, 8),
+    ("grads_resnet18_w2_small_stem_px40", "resnet18", BasicBlock, [2, 2, 2, 2], 2, True, 23, 40, 2),
+    ("grads_resnet50_w4_px20", "resnet50", Bottleneck, [3, 4, 6, 3], 4, False, 36, 20, 10),
+    ("grads_resnet50_w2_px40", "resnet50", Bottleneck, [3, 4, 6, 3], 2, False, 32, 40, 3),
 ]
 FULL_SIZE = [
     ("resnet18", BasicBlock, [2, 2, 2, 2]),
@@ -253,6 +283,55 @@ def gen_case(case, arch, block, layers, width, small_stem, seed, x, y):
     return size
 
 
+def gen_grad_case(case, arch, block, layers, width, small_stem, seed, image, batch):
+    state = initial_state(block, layers, width, small_stem, seed)
+    g = torch.Generator().manual_seed(seed + 2)
+    x = torch.randn(batch, 3, image, image, generator=g).half()
+    y = torch.randint(0, NUM_CLASSES, (batch,), generator=g)
+
+    kink = [float("inf")]  # the smallest |input| of any ReLU in the float64 run
+
+    def grads(dtype, channels_last):
+        model = NarrowResNet(block, layers, width, NUM_CLASSES, small_stem).to(dtype)
+        model.load_state_dict({k: v.to(dtype) if v.is_floating_point() else v for k, v in state.items()})
+        xx = x.to(dtype)
+        if channels_last:
+            model = model.to(memory_format=torch.channels_last)
+            xx = xx.to(memory_format=torch.channels_last)
+        if dtype == torch.float64:
+            for m in model.modules():
+                if isinstance(m, nn.ReLU):
+                    m.register_forward_pre_hook(lambda _, i: kink.__setitem__(0, min(kink[0], float(i[0].abs().min()))))
+        model.train()
+        loss = F.cross_entropy(model(xx), y)
+        loss.backward()
+        return loss.detach(), {k: p.grad.detach().double() for k, p in model.named_parameters()}
+
+    loss64, g64 = grads(torch.float64, False)
+    # Every ReLU input at least KINK_MARGIN from 0: float32 rounding (~1e-6 here) cannot
+    # move any of them across the kink, in PyTorch or in ringtape.
+    assert kink[0] > KINK_MARGIN, f"{case}: a ReLU input is {kink[0]:.1e} from 0 (a kink): pick another seed"
+    t = {"input": x, "target": y, "loss": loss64}
+    worst = (0.0, "")
+    for k, v in state.items():
+        t["init." + k] = v
+    for k, v in g64.items():
+        err = max((gr[k] - v).abs().max() for gr in (grads(torch.float32, False)[1], grads(torch.float32, True)[1]))
+        t["grad." + k] = v
+        t["err32." + k] = err.reshape(())
+        worst = max(worst, (float(err) / float(v.abs().max()), k))
+    assert worst[0] < 5e-5, f"{case}: PyTorch float32 is {worst[0]:.2e} off at {worst[1]} (a ReLU kink): pick another seed"
+    meta = {"model": arch, "width": str(width), "num_classes": str(NUM_CLASSES), "image": str(image),
+            "small_stem": str(small_stem).lower(), "torch": torch.__version__,
+            "torchvision": torchvision.__version__}
+    path = os.path.join(OUT_DIR, case + ".safetensors")
+    write_safetensors(path, t, meta)
+    size = check_written(path, t, meta)
+    print(f"{path}: batch {batch} x {image} px, loss {float(loss64):.6f}, {size} bytes; smallest |ReLU input| "
+          f"{kink[0]:.1e}; worst PyTorch fp32 gradient error {worst[0]:.2e} of the tensor's largest value ({worst[1]})")
+    return size
+
+
 def main():
     torch.set_num_threads(1)  # one summation order, whatever the machine
     total = write_names()
@@ -264,6 +343,8 @@ def main():
     total += check_written(path, batch, meta)
     for case in CASES:
         total += gen_case(*case, x, y)
+    for case in GRAD_CASES:
+        total += gen_grad_case(*case)
     print(f"total {total} bytes")
 
 
