@@ -1,5 +1,6 @@
 #include "engine/caching_allocator.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <functional>
 
@@ -38,7 +39,7 @@ CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawMemory> raw
 CachingAllocator::~CachingAllocator() {
   // Only allocators made for a scope (tests) get here; the device allocators live forever.
   std::lock_guard<std::mutex> g(mu_);
-  for (auto& [e, b] : events_) raw_->destroy_event(e);
+  for (const PendingEvent& pe : events_) raw_->destroy_event(pe.event);
   for (auto& [p, first] : segments_) {
     raw_->free(const_cast<void*>(p));
     for (Block* b = first; b;) {
@@ -151,7 +152,7 @@ void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) 
   for (StreamId s : b->uses) {
     b->event_count++;  // stays counted if recording fails: the block is then never reused
     try {
-      events_.emplace_back(raw_->record_event(s), b);
+      events_.push_back({raw_->record_event(s), s, b});
     } catch (const std::exception& e) {
       std::fprintf(stderr, "warning: %s allocator: cannot record a free event (%s); the block is not reused\n",
                    device_.str().c_str(), e.what());
@@ -181,22 +182,28 @@ void CachingAllocator::cache_block(Block* b) noexcept {
   b->pool->insert(b);
 }
 
+// Note [Pending events].
 void CachingAllocator::process_events(bool wait) noexcept {
+  std::vector<StreamId> busy;  // streams with an event not yet done in this pass
   size_t kept = 0;
   for (size_t i = 0; i < events_.size(); ++i) {
-    auto [e, b] = events_[i];
-    bool done = true;  // an event that cannot be queried (device error) is not waited for again
-    try {
-      done = raw_->event_done(e, wait);
-    } catch (const std::exception& ex) {
-      std::fprintf(stderr, "warning: %s allocator: event query failed: %s\n", device_.str().c_str(), ex.what());
+    const PendingEvent pe = events_[i];
+    bool done = false;
+    if (wait || std::find(busy.begin(), busy.end(), pe.stream) == busy.end()) {
+      done = true;  // an event that cannot be queried (device error) is not waited for again
+      try {
+        done = raw_->event_done(pe.event, wait);
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "warning: %s allocator: event query failed: %s\n", device_.str().c_str(), ex.what());
+      }
+      if (!done) busy.push_back(pe.stream);
     }
     if (!done) {
-      events_[kept++] = events_[i];
+      events_[kept++] = pe;
       continue;
     }
-    raw_->destroy_event(e);
-    if (--b->event_count == 0) cache_block(b);
+    raw_->destroy_event(pe.event);
+    if (--pe.block->event_count == 0) cache_block(pe.block);
   }
   events_.resize(kept);
 }
@@ -272,11 +279,6 @@ void CachingAllocator::fail_oom(size_t requested, size_t size) {
 
 namespace {
 
-// Note [No event query]: the runtime wrappers (kernels/cuda/runtime.h) have no
-// cudaEventQuery yet, so an event is known complete only after waiting for it. Blocks
-// freed after record_stream() are therefore cached again when the allocator waits: on an
-// allocation that would otherwise fail, and in empty_cache(). Adding cuda::event_query
-// and calling it in event_done(e, false) makes their reuse prompt.
 class CudaRawMemory final : public RawMemory {
  public:
   explicit CudaRawMemory(int index) : index_(index) {}
@@ -296,7 +298,7 @@ class CudaRawMemory final : public RawMemory {
     return e;
   }
   bool event_done(void* event, bool wait) override {
-    if (!wait) return false;  // Note [No event query]
+    if (!wait) return cuda::event_query(event);
     cuda::event_synchronize(event);
     return true;
   }

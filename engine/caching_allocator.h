@@ -17,6 +17,12 @@
 // needed. A block also used on another stream must be announced with record_stream(); its
 // free then records an event on each such stream, and the block is cached again only when
 // all of them have completed.
+//
+// Note [Pending events]: the events of freed blocks are queried, never waited for, at
+// every allocation (before the cache is searched), so such a block comes back as soon as
+// its streams have passed the free. Events recorded on one stream complete in order: a
+// pass stops querying a stream at its first event not yet done. The host waits for them
+// only when the device is out of memory and in empty_cache().
 #pragma once
 
 #include <cstddef>
@@ -48,7 +54,8 @@ struct RawMemory {
   virtual void mem_info(size_t* free_bytes, size_t* total_bytes) = 0;
   // An event recorded on `stream` after the work queued on it so far.
   virtual void* record_event(StreamId stream) = 0;
-  // Whether the event has completed; with `wait`, waits for it first (and returns true).
+  // Whether the event has completed. Without `wait` it never blocks (on CUDA,
+  // cudaEventQuery); with `wait`, waits for it first (and returns true).
   virtual bool event_done(void* event, bool wait) = 0;
   virtual void destroy_event(void* event) noexcept = 0;
 };
@@ -117,7 +124,12 @@ class CachingAllocator final : public Allocator {
   mutable std::mutex mu_;
   Pool small_, large_;                            // cached free blocks
   std::unordered_map<void*, Block*> allocated_;   // blocks handed out, by address
-  std::vector<std::pair<void*, Block*>> events_;  // events that freed blocks wait for
+  struct PendingEvent {
+    void* event;
+    StreamId stream;  // where it was recorded
+    Block* block;     // the freed block that waits for it
+  };
+  std::vector<PendingEvent> events_;  // in recording order (Note [Pending events])
   std::map<const void*, Block*> segments_;        // first block of each segment, by address
 };
 

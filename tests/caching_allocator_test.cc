@@ -27,6 +27,7 @@ struct FakeDevice {
   std::vector<StreamId> event_stream;
   std::set<size_t> done, destroyed;
   int waits = 0;
+  int queries = 0;  // non-blocking event queries
 };
 
 class FakeRaw final : public RawMemory {
@@ -60,6 +61,7 @@ class FakeRaw final : public RawMemory {
   }
   bool event_done(void* event, bool wait) override {
     const size_t i = reinterpret_cast<size_t>(event) - 1;
+    if (!wait) d_->queries++;
     if (wait && !d_->done.count(i)) {
       d_->waits++;
       d_->done.insert(i);
@@ -209,6 +211,80 @@ TEST_CASE("a block used on another stream is reused only after that stream's eve
   CHECK(f.dev.event_stream.size() == 2);
 }
 
+TEST_CASE("a block freed after use on a second stream comes back as soon as its event completes") {
+  Fixture f;
+  void* p = f.a.allocate(4 * kMiB);  // its own 4 MiB segment on stream 1
+  f.a.record_stream(p, fake_stream(2));
+  f.a.deallocate(p, 0);
+  CHECK(f.a.stats().num_segments == 1);
+  // Stream 2 has not passed the free: the block is not reused, a new segment is made.
+  void* q = f.a.allocate(4 * kMiB);
+  CHECK(q != p);
+  CHECK(f.a.stats().num_system_allocs == 2);
+  CHECK(f.dev.queries == 1);
+  f.a.deallocate(q, 0);
+  void* r = f.a.allocate(4 * kMiB);  // q's block (same stream, no events); p still pending
+  CHECK(r == q);
+  CHECK(f.a.snapshot()[0].awaiting_events);
+  // The event completes: the very next allocation finds p's block, with no new segment,
+  // no out-of-memory retry, no empty_cache and no host wait.
+  f.dev.done.insert(0);
+  void* s = f.a.allocate(4 * kMiB);
+  CHECK(s == p);
+  CHECK(f.a.stats().num_system_allocs == 2);
+  CHECK(f.a.stats().num_segments == 2);
+  CHECK(f.a.stats().num_oom_retries == 0);
+  CHECK(f.dev.waits == 0);
+  CHECK(f.dev.failed == 0);
+  CHECK(f.dev.destroyed == std::set<size_t>{0});
+  for (void* x : {r, s}) f.a.deallocate(x, 0);
+  CHECK(f.dev.event_stream.size() == 1);
+}
+
+TEST_CASE("a block whose events complete merges with its free neighbours") {
+  Fixture f;
+  void* a = f.a.allocate(512);
+  void* b = f.a.allocate(512);
+  f.a.record_stream(a, fake_stream(2));
+  f.a.deallocate(a, 0);
+  f.a.deallocate(b, 0);  // b merges with the rest of the segment, not with pending a
+  REQUIRE(f.a.snapshot().size() == 2);
+  f.dev.done.insert(0);
+  void* c = f.a.allocate(512, fake_stream(5));  // any allocation processes the events
+  auto snap = f.a.snapshot();
+  REQUIRE(snap.size() == 3);  // the first segment whole again; c and its rest
+  CHECK(snap[0].ptr == a);
+  CHECK(snap[0].size == 2 * kMiB);
+  CHECK(!snap[0].awaiting_events);
+  CHECK(f.a.allocate(512) == a);
+  CHECK(f.dev.waits == 0);
+  f.a.deallocate(c, 0);
+}
+
+TEST_CASE("events of one stream are queried in order: a pass stops at the first pending one") {
+  Fixture f;
+  void* a = f.a.allocate(8 * kKiB);
+  void* b = f.a.allocate(8 * kKiB);
+  void* c = f.a.allocate(8 * kKiB);
+  f.a.record_stream(a, fake_stream(2));
+  f.a.record_stream(b, fake_stream(2));
+  f.a.record_stream(c, fake_stream(3));
+  for (void* p : {a, b, c}) f.a.deallocate(p, 0);  // events 0, 1 on stream 2; 2 on stream 3
+  f.dev.done.insert(2);
+  void* d = f.a.allocate(8 * kKiB);
+  CHECK(f.dev.queries == 2);  // event 0 (pending: event 1 not asked) and event 2 (done)
+  CHECK(d == c);
+  f.dev.done.insert(0);
+  f.dev.done.insert(1);
+  void* e = f.a.allocate(8 * kKiB);
+  CHECK(f.dev.queries == 4);
+  CHECK(e == a);
+  CHECK(f.a.snapshot().size() == 4);  // e, free b (a+b merged, then split for e), d, the rest
+  for (void* p : {d, e}) f.a.deallocate(p, 0);
+  CHECK(f.dev.destroyed == std::set<size_t>{0, 1, 2});
+  CHECK(f.dev.waits == 0);
+}
+
 TEST_CASE("statistics: current, peak, reserved, counts and reset_peak") {
   Fixture f;
   Allocator& a = f.a;
@@ -337,19 +413,31 @@ TEST_CASE("the CUDA allocator caches, is per stream, and fails clearly") {
   CHECK(a->stats().num_cache_hits > s0.num_cache_hits);
   CHECK(a->stats().current_bytes == s0.current_bytes);
   // Another stream gets its own blocks; the memory of one used on a second stream comes
-  // back after the allocator has waited for that stream (empty_cache waits).
+  // back at the first allocation after that stream has passed the free (cudaEventQuery),
+  // with no empty_cache; empty_cache waits for pending events.
   Stream s = Stream::create(d);
   Stream other = Stream::create(d);  // outlives the tensor: its free records an event there
+  const void* on_s = nullptr;
   {
     StreamGuard g(s);
     Tensor t = Tensor::full({1 << 20}, 4.0, DType::f32, d);
-    CHECK(t.raw_data() != first);
+    on_s = t.raw_data();
+    CHECK(on_s != first);
     a->record_stream(t.raw_data(), other);
     CHECK(t.to_vector<float>()[5] == 4.0f);
   }
   bool awaiting = false;
   for (const auto& b : a->snapshot()) awaiting = awaiting || b.awaiting_events;
   CHECK(awaiting);
+  other.synchronize();
+  {
+    StreamGuard g(s);
+    const int64_t segs = a->stats().num_system_allocs;
+    Tensor t = Tensor::full({1 << 20}, 5.0, DType::f32, d);
+    CHECK(t.raw_data() == on_s);
+    CHECK(a->stats().num_system_allocs == segs);
+    a->record_stream(t.raw_data(), other);
+  }
   a->empty_cache();
   for (const auto& b : a->snapshot()) CHECK(!b.awaiting_events);
   CHECK(a->stats().reserved_bytes <= a->stats().allocated_bytes + int64_t(4 * kMiB));

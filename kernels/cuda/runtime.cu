@@ -118,6 +118,15 @@ void stream_wait_event(void* stream, void* event) {
   CUDA_CHECK(cudaStreamWaitEvent(static_cast<cudaStream_t>(stream), static_cast<cudaEvent_t>(event), 0));
 }
 void event_synchronize(void* event) { CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event))); }
+bool event_query(void* event) {
+  const cudaError_t e = cudaEventQuery(static_cast<cudaEvent_t>(event));
+  if (e == cudaErrorNotReady) {
+    (void)cudaGetLastError();  // not an error: clear it so the next launch check starts clean
+    return false;
+  }
+  CUDA_CHECK(e);
+  return true;
+}
 float event_elapsed_ms(void* start, void* end) {
   float ms = 0;
   CUDA_CHECK(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(start), static_cast<cudaEvent_t>(end)));

@@ -50,6 +50,9 @@ void event_destroy(void* event) noexcept;
 void event_record(void* event, void* stream);
 void stream_wait_event(void* stream, void* event);
 void event_synchronize(void* event);
+// Whether the work before the event has completed; never waits (cudaEventQuery:
+// cudaErrorNotReady is false, other errors throw).
+bool event_query(void* event);
 float event_elapsed_ms(void* start, void* end);
 
 // dst[0:n] = value (converted to dtype) on `stream`.
