@@ -18,6 +18,7 @@
 #include "data/datasets.h"
 #include "data/image_folder.h"
 #include "data/image_transforms.h"
+#include "data/jpeg_decode.h"
 #include "data/u8_dataset.h"
 #include "engine/error.h"
 
@@ -124,6 +125,10 @@ std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::s
   RT_CHECK(opt.train_crop_size > 0 && opt.val_crop_size > 0 && opt.val_resize_size >= opt.val_crop_size,
            "imagenet: sizes --train-crop-size ", opt.train_crop_size, ", --val-resize-size ", opt.val_resize_size,
            ", --val-crop-size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
+  for (const int px : {opt.train_crop_size, opt.val_resize_size})
+    RT_CHECK(uint64_t(px) * uint64_t(px) <= kMaxImagePixels, "imagenet: a size of ", px, " px makes images of ",
+             uint64_t(px) * uint64_t(px), " pixels, more than the ", kMaxImagePixels,
+             " (2^28) the decoders accept; use --train-crop-size / --val-resize-size of at most 16384");
   IndexOptions io;
   io.cache_dir = opt.cache_dir;
   io.use_cache = opt.use_cache;

@@ -102,7 +102,8 @@ Tensor Tensor::from_vector(const std::vector<T>& values, const Shape& shape, Dev
   RT_CHECK(int64_t(values.size()) == shape_numel(shape), "from_vector: ", values.size(),
            " values do not fill shape ", shape_str(shape), " (", shape_numel(shape), " elements)");
   Tensor t = empty(shape, dtype_of<T>::value);
-  std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
+  // An empty vector's data() may be null, which memcpy may not take even for 0 bytes (UBSan).
+  if (!values.empty()) std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(T));
   return t.to(device);
 }
 template Tensor Tensor::from_vector(const std::vector<float>&, const Shape&, Device);

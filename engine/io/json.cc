@@ -40,25 +40,37 @@ double Value::as_double() const {
   if (type() != Type::number) wrong_type(*this, "number");
   return std::get<double>(v_);
 }
-const std::string& Value::as_string() const {
+const std::string& Value::as_string() const& {
   if (!is_string()) wrong_type(*this, "string");
   return std::get<std::string>(v_);
 }
-const Array& Value::as_array() const {
+std::string Value::as_string() && {
+  if (!is_string()) wrong_type(*this, "string");
+  return std::move(std::get<std::string>(v_));
+}
+const Array& Value::as_array() const& {
   if (!is_array()) wrong_type(*this, "array");
   return std::get<Array>(v_);
 }
-Array& Value::as_array() {
+Array& Value::as_array() & {
   if (!is_array()) wrong_type(*this, "array");
   return std::get<Array>(v_);
 }
-const Object& Value::as_object() const {
+Array Value::as_array() && {
+  if (!is_array()) wrong_type(*this, "array");
+  return std::move(std::get<Array>(v_));
+}
+const Object& Value::as_object() const& {
   if (!is_object()) wrong_type(*this, "object");
   return std::get<Object>(v_);
 }
-Object& Value::as_object() {
+Object& Value::as_object() & {
   if (!is_object()) wrong_type(*this, "object");
   return std::get<Object>(v_);
+}
+Object Value::as_object() && {
+  if (!is_object()) wrong_type(*this, "object");
+  return std::move(std::get<Object>(v_));
 }
 
 const Value* Value::find(std::string_view key) const {

@@ -64,15 +64,21 @@ class Value {
   bool is_array() const { return type() == Type::array; }
   bool is_object() const { return type() == Type::object; }
 
-  // Typed access; a wrong type throws rt::Error naming both types.
+  // Typed access; a wrong type throws rt::Error naming both types. On a temporary
+  // (`json::parse(text).as_object()`) the string, array or object is moved out and
+  // returned by value: a reference into the temporary would dangle, e.g. in a range-for
+  // (AddressSanitizer: stack-use-after-scope).
   bool as_bool() const;
   int64_t as_int() const;    // integers only: a double is never silently truncated
   double as_double() const;  // any number
-  const std::string& as_string() const;
-  const Array& as_array() const;
-  Array& as_array();
-  const Object& as_object() const;
-  Object& as_object();
+  const std::string& as_string() const&;
+  std::string as_string() &&;
+  const Array& as_array() const&;
+  Array& as_array() &;
+  Array as_array() &&;
+  const Object& as_object() const&;
+  Object& as_object() &;
+  Object as_object() &&;
 
   // Object member lookup (linear: objects here are small); nullptr when absent.
   const Value* find(std::string_view key) const;

@@ -233,6 +233,14 @@ TEST_CASE("imagenet: layout errors name the path and the expected layout") {
   DatasetOptions bad = o;
   bad.image_folder.val_resize_size = kValCrop - 1;
   check_error([&] { open(t, "test", bad); }, {"--val-resize-size", "--val-crop-size"});
+  // Crops beyond any decodable image (and whose byte counts would overflow int64).
+  bad = o;
+  bad.image_folder.train_crop_size = 2'000'000'000;
+  check_error([&] { open(t, "train", bad); },
+              {"imagenet: a size of 2000000000 px makes images of 4000000000000000000 pixels", "(2^28)"});
+  bad = o;
+  bad.image_folder.val_resize_size = 16385;
+  check_error([&] { open(t, "test", bad); }, {"a size of 16385 px", "--val-resize-size"});
   check_error([&] { open_dataset("imagenet", "", "train", o); }, {"--data-path"});
 }
 

@@ -188,3 +188,28 @@ TEST_CASE("json: dump then parse round-trips exactly") {
     CHECK(json::parse(json::dump(v)) == v);
   }
 }
+
+TEST_CASE("json: members of a temporary are moved out, so a range-for over one is safe") {
+  // Before, as_object() on the temporary returned a reference that dangled inside the
+  // loop (AddressSanitizer: stack-use-after-scope in tests/train/train_test.cc).
+  std::string seen;
+  for (const auto& [k, v] : json::parse(R"({"a": "x", "b": "y"})").as_object()) seen += k + "=" + v.as_string() + ";";
+  CHECK(seen == "a=x;b=y;");
+  int64_t sum = 0;
+  for (const json::Value& v : json::parse("[1, 2, 3]").as_array()) sum += v.as_int();
+  CHECK(sum == 6);
+  const std::string s = json::parse(R"("text")").as_string();
+  CHECK(s == "text");
+  // Lvalues still give references into the value.
+  json::Value obj = json::parse(R"({"a": [1]})");
+  const json::Value& cobj = obj;
+  CHECK(&obj.as_object() == &cobj.as_object());
+  CHECK(&obj.as_object()[0].second.as_array() == &cobj.as_object()[0].second.as_array());
+  std::string err;
+  try {
+    for (const auto& m : json::parse("1").as_object()) err += m.first;
+  } catch (const rt::Error& e) {
+    err = e.what();
+  }
+  CHECK(err.find("expected object") != std::string::npos);
+}
