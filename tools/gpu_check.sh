@@ -6,15 +6,21 @@
 #                                shared libraries they need (libjpeg, libpng, ...) for machines that
 #                                lack them, into gpu_check_out/payload.tar.gz (git-ignored), next to
 #                                a manifest and their ldd.
-#   tools/gpu_check.sh run       on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
-#                                finds the CUDA libraries, prints nvidia-smi, runs the tests, the kernel
-#                                bandwidth benchmark, the CUDA training path (the device feeder included)
-#                                and compute-sanitizer memchecks, then the throughput benchmark against
-#                                PyTorch, all within 8 minutes; summary tables last.
-# Exit codes: 0 all passed (steps reported "not yet available" count as passed); 1 a step failed
-# (failure, crash, sanitizer error, timeout); 2 usage; 3 prepare's output missing or over the size
-# limit, or the build failed; 4 run found no usable NVIDIA GPU. GPU_CHECK_BUDGET_S (default 480)
-# bounds the whole run.
+#   tools/gpu_check.sh run [--tier smoke|full|all]
+#                                on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
+#                                finds the CUDA libraries, queries the device, then runs two tiers, each
+#                                within its own budget (GPU_CHECK_SMOKE_S, default 120; GPU_CHECK_FULL_S,
+#                                default 240): smoke = every GPU test binary (CUDA_LAUNCH_BLOCKING=1), a
+#                                short CUDA training run and the kernel bandwidth benchmark; full = fp32
+#                                training, compute-sanitizer memcheck (no leak check), racecheck and
+#                                synccheck, ResNet50 bf16 batch-256 throughput and peak memory, and the
+#                                throughput benchmark against PyTorch. Summary tables last, then one
+#                                "RESULT <tier>: P passed, F failed, N not run" line per tier run.
+#                                Default --tier all; a session can run smoke, fix, rerun, then full.
+# Exit codes: 0 nothing failed (steps "not yet available" (N/A) count as passed; steps the budget left
+# out or cut short are NOT RUN, not failures: see the RESULT lines); 1 a step failed (failure, crash,
+# sanitizer error, a step's own timeout); 2 usage; 3 prepare's output missing or over the size limit,
+# or the build failed; 4 run found no usable NVIDIA GPU.
 set -euo pipefail
 
 cd "$(dirname "$0")/.."
@@ -25,16 +31,22 @@ WARN_BYTES=$((56 * 1024 * 1024))
 
 usage() {
   cat >&2 <<'EOF'
-usage: tools/gpu_check.sh prepare|run
+usage: tools/gpu_check.sh prepare | run [--tier smoke|full|all]
   prepare  (no GPU) build the GPU test binaries, //cli:ringtape, //bench:train_step_bench and
            //bench:cuda_kernel_bench statically and pack them (bin/) with copies of the non-system
            shared libraries they need (lib/) into gpu_check_out/payload.tar.gz, with MANIFEST.txt
            and ldd.txt
-  run      (GPU machine, repository root, gpu_check_out/ present) find the CUDA libraries, print
-           nvidia-smi, run every GPU test binary, the kernel bandwidth benchmark, `ringtape train
-           --device cuda`, compute-sanitizer memchecks and the throughput benchmark against PyTorch;
-           log, results snippet and JSON go to $OUT (else gpu_check_out/last_run/)
-exit codes: 0 passed, 1 a step failed, 2 usage, 3 prepare output missing/too large or build failed,
+  run [--tier smoke|full|all]   (GPU machine, repository root, gpu_check_out/ present; default all)
+           find the CUDA libraries and query the device, then
+           smoke (GPU_CHECK_SMOKE_S=120): every GPU test binary with CUDA_LAUNCH_BLOCKING=1,
+                 `ringtape train --device cuda` (5 steps), cuda_kernel_bench --quick
+           full  (GPU_CHECK_FULL_S=240, cheapest first): fp32 training, compute-sanitizer memcheck
+                 (--leak-check no) of a test, racecheck and synccheck of small tests, memcheck of a
+                 short training run, ResNet50 bf16 b256 throughput + peak memory, the same against
+                 PyTorch eager
+           a step the tier's budget cuts is NOT RUN (not FAIL); one "RESULT <tier>: ..." line per
+           tier; log, results snippet and JSON go to $OUT (else gpu_check_out/last_run/)
+exit codes: 0 nothing failed, 1 a step failed, 2 usage, 3 prepare output missing/too large or build failed,
             4 no usable NVIDIA GPU
 EOF
 }
@@ -179,46 +191,72 @@ cmd_prepare() {
 # --------------------------------------------------------------------------------------------
 # run
 # --------------------------------------------------------------------------------------------
-BUDGET_S=${GPU_CHECK_BUDGET_S:-480}  # everything, nvidia-smi to the summary, within 8 minutes
-T0=$SECONDS
-STEPS=()  # "name|status|seconds|note"
+# Two tiers, each with its own time budget, run in this order:
+#   smoke  the device query, every GPU test binary (CUDA_LAUNCH_BLOCKING=1: an asynchronous
+#          error surfaces at the launch that caused it), the short CUDA training run and the
+#          kernel bandwidth benchmark; stands alone (GPU_CHECK_SMOKE_S, default 120 s).
+#   full   fp32 training, compute-sanitizer memcheck (--leak-check no: Note [No leak check]),
+#          racecheck and synccheck on small tests, memcheck of a short training run, ResNet50
+#          bf16 batch-256 throughput and peak memory, then the same against PyTorch; cheapest
+#          first, so a cut loses the least (GPU_CHECK_FULL_S, default 240 s).
+# A step the tier's budget leaves no time for, or cuts short, is NOT RUN: not a failure.
+#
+# Note [No leak check]: the engine keeps its cached device memory, cuDNN handles and plans until
+# the process exits, on purpose; memcheck's leak check would report them every time.
+SMOKE_S=${GPU_CHECK_SMOKE_S:-120}
+FULL_S=${GPU_CHECK_FULL_S:-240}
+TIER="" TIER_T0=$SECONDS TIER_BUDGET=0 NO_GPU=""
+STEPS=()  # "tier|name|status|seconds|note"
 FAILED=0
-KERNEL_TABLE="" TSB_TABLE=""  # the benchmarks' tables, for the summary and the snippet
+KERNEL_TABLE="" TSB_TABLE="" RN50_LINE=""  # the benchmarks' results, for the summary and the snippet
 
-remaining() { echo $((BUDGET_S - (SECONDS - T0))); }
+begin_tier() {  # name budget
+  TIER=$1 TIER_BUDGET=$2 TIER_T0=$SECONDS
+  echo
+  echo "##### tier $TIER: budget ${TIER_BUDGET}s"
+}
+remaining() { echo $((TIER_BUDGET - (SECONDS - TIER_T0))); }
 record() {  # name status seconds note ('|' in a note would split the table: made '/')
   local note=${4//|//}
-  [[ $2 != TIMEOUT || -n "$note" ]] || note="step timeout or the ${BUDGET_S}s budget ran out"
-  STEPS+=("$1|$2|$3|$note")
-  case "$2" in PASS | N/A) ;; *) FAILED=1 ;; esac
-  printf -- '-- %s: %s (%ss)%s\n' "$1" "$2" "$3" "${note:+ - $note}"
+  [[ $2 != TIMEOUT || -n "$note" ]] || note="the step's own timeout"
+  STEPS+=("$TIER|$1|$2|$3|$note")
+  case "$2" in PASS | N/A | "NOT RUN") ;; *) FAILED=1 ;; esac
+  printf -- '-- [%s] %s: %s (%ss)%s\n' "$TIER" "$1" "$2" "$3" "${note:+ - $note}"
 }
 
-# run_cmd NAME TIMEOUT CMD...: runs CMD with a timeout (capped by what is left of the budget); sets
-# RC, SECS and puts its output in STEP_OUT (a file); echoes the output into the log.
+# run_cmd NAME TIMEOUT CMD...: runs CMD with a timeout (capped by what is left of the tier's
+# budget); sets RC, SECS and puts its output in STEP_OUT (a file); echoes the output into the
+# log. Returns 1, with the step recorded as NOT RUN, when the budget leaves it under 5 seconds
+# or cuts it short (it timed out at the capped limit); callers then skip their status logic.
 STEP_OUT=""
 run_cmd() {
-  local name=$1 limit=$2
+  local name=$1 limit=$2 capped=0
   shift 2
   local left
-  left=$(($(remaining) - 5))
-  ((limit > left)) && limit=$left
+  left=$(($(remaining) - 2))
+  ((limit > left)) && limit=$left capped=1
   STEP_OUT=$(mktemp "$WORK/step.XXXXXX")
   if ((limit < 5)); then
     RC=124 SECS=0
-    echo "(no time left in the ${BUDGET_S}s budget)" >"$STEP_OUT"
-    return 0
+    echo "(no time left in tier $TIER's ${TIER_BUDGET}s budget)" >"$STEP_OUT"
+    record "$name" "NOT RUN" 0 "tier $TIER's ${TIER_BUDGET}s budget spent"
+    return 1
   fi
   echo
-  echo "=== $name (timeout ${limit}s): $*"
+  echo "=== [$TIER] $name (timeout ${limit}s): $*"
   local t=$SECONDS
   set +e
-  timeout --kill-after=10 "$limit" "$@" </dev/null >"$STEP_OUT" 2>&1
+  timeout --kill-after=5 "$limit" "$@" </dev/null >"$STEP_OUT" 2>&1
   RC=$?
   set -e
   SECS=$((SECONDS - t))
   tail -c 20000 "$STEP_OUT"
   echo "[exit $RC after ${SECS}s]"
+  if ((capped && (RC == 124 || RC == 137))); then
+    record "$name" "NOT RUN" "$SECS" "cut after ${SECS}s by tier $TIER's ${TIER_BUDGET}s budget"
+    return 1
+  fi
+  return 0
 }
 
 status_of_rc() {  # plain pass/fail/timeout/crash from RC
@@ -300,20 +338,43 @@ use_fallback_libs() {
   echo "=== libraries this machine lacks, taken from prepare's copies:${used:- none}"
 }
 
+tier_counts() {  # tier -> "P F N" (passed incl. N/A, failed, not run)
+  local s p=0 f=0 n=0 tr st
+  for s in "${STEPS[@]}"; do
+    IFS='|' read -r tr _ st _ <<<"$s"
+    [[ $tr == "$1" ]] || continue
+    case "$st" in PASS | N/A) p=$((p + 1)) ;; "NOT RUN") n=$((n + 1)) ;; *) f=$((f + 1)) ;; esac
+  done
+  echo "$p $f $n"
+}
+
+result_lines() {
+  local t p f n
+  for t in smoke full; do
+    [[ " $TIERS " == *" $t "* ]] || continue
+    read -r p f n <<<"$(tier_counts "$t")"
+    if [[ -n "$NO_GPU" && $t != smoke ]]; then echo "RESULT $t: not run: no usable GPU"
+    else echo "RESULT $t: $p passed, $f failed, $n not run"
+    fi
+  done
+}
+
 write_results() {
-  local dev=$1 f=$RESULTS_DIR/RESULTS_snippet.md
+  local f=$RESULTS_DIR/RESULTS_snippet.md
   {
-    echo "### GPU check, $(date -u +%Y-%m-%d), ${dev:-no GPU}"
+    echo "### GPU check, $(date -u +%Y-%m-%d), ${dev_name:-no GPU}"
     echo
-    echo "\`tools/gpu_check.sh run\` ($(grep -m1 '^# git:' "$DEST/MANIFEST.txt" | sed 's/^# git: //'), built $(grep -m1 '^# date:' "$DEST/MANIFEST.txt" | sed 's/^# date: //'))"
+    echo "\`tools/gpu_check.sh run --tier $TIER_ARG\` ($(grep -m1 '^# git:' "$DEST/MANIFEST.txt" | sed 's/^# git: //'), built $(grep -m1 '^# date:' "$DEST/MANIFEST.txt" | sed 's/^# date: //'))"
     echo
-    echo "| step | status | seconds | note |"
-    echo "| --- | --- | --- | --- |"
+    echo "| tier | step | status | seconds | note |"
+    echo "| --- | --- | --- | --- | --- |"
     local s
     for s in "${STEPS[@]}"; do
-      IFS='|' read -r n st sec note <<<"$s"
-      echo "| $n | $st | $sec | ${note:-} |"
+      IFS='|' read -r tr n st sec note <<<"$s"
+      echo "| $tr | $n | $st | $sec | ${note:-} |"
     done
+    echo
+    result_lines | sed 's/$/  /'
     if [[ -n "$KERNEL_TABLE" ]]; then
       echo
       echo "Kernel bandwidth (\`bench/cuda_kernel_bench.cc\`, --quick):"
@@ -321,6 +382,10 @@ write_results() {
       echo '```'
       echo "$KERNEL_TABLE"
       echo '```'
+    fi
+    if [[ -n "$RN50_LINE" ]]; then
+      echo
+      echo "ResNet50 bf16 batch 256 (\`bench/train_step_bench.cc\`): \`$RN50_LINE\`"
     fi
     if [[ -n "$TSB_TABLE" ]]; then
       echo
@@ -338,17 +403,21 @@ write_results() {
 
 print_summary() {
   echo
-  echo "=== GPU check summary (${dev_name:-no GPU}), $((SECONDS - T0))s of ${BUDGET_S}s"
-  printf '%-34s %-8s %7s  %s\n' step status seconds note
+  echo "=== GPU check summary (${dev_name:-no GPU}), tiers: $TIERS"
+  printf '%-6s %-44s %-8s %7s  %s\n' tier step status seconds note
   local s
   for s in "${STEPS[@]}"; do
-    IFS='|' read -r n st sec note <<<"$s"
-    printf '%-34s %-8s %7s  %s\n' "$n" "$st" "$sec" "${note:-}"
+    IFS='|' read -r tr n st sec note <<<"$s"
+    printf '%-6s %-44s %-8s %7s  %s\n' "$tr" "$n" "$st" "$sec" "${note:-}"
   done
   if [[ -n "$KERNEL_TABLE" ]]; then
     echo
     echo "=== kernel bandwidth (cuda_kernel_bench --quick)"
     echo "$KERNEL_TABLE"
+  fi
+  if [[ -n "$RN50_LINE" ]]; then
+    echo
+    echo "=== ResNet50 bf16 batch 256 (train_step_bench): $RN50_LINE"
   fi
   if [[ -n "$TSB_TABLE" ]]; then
     echo
@@ -356,7 +425,218 @@ print_summary() {
     echo "$TSB_TABLE"
   fi
   echo
-  if ((FAILED)); then echo "RESULT: FAILED"; else echo "RESULT: PASSED"; fi
+  result_lines
+}
+
+# ---- steps shared by the tiers ----------------------------------------------------------------
+
+# The CUDA training path on synthetic uint8 data: the loader builds batches in page-locked
+# memory with 2 worker threads, data/device_feeder.h copies them on its copy stream and
+# normalises them on the GPU. 160 images in batches of 32: the 5 steps are the whole epoch, so
+# the evaluation (the feeder again, no gradients) runs too. "Not implemented yet" is N/A;
+# anything else non-zero fails.
+TRAIN_ARGS=(train --device cuda --steps 5 --epochs 1 --dataset synthetic --synthetic-size 160x3x64x64
+  --num-classes 10 --batch-size 32 --workers 2 --print-freq 1)
+NOTYET='not implemented yet|has no CUDA kernel yet|not yet (available|supported)'
+train_status() {  # reads RC, STEP_OUT; "status|note"
+  local s n=""
+  s=$(status_of_rc)
+  if [[ $RC == 1 ]] && grep -qE "$NOTYET" "$STEP_OUT"; then
+    s=N/A n="not yet available: $(grep -m1 -oE "[^:]*($NOTYET)[^;]*" "$STEP_OUT" | sed 's/^ *//' | cut -c1-70)"
+  elif [[ $s == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT"; then
+    s=FAIL n="no evaluation line after the epoch"
+  elif [[ $s == PASS ]]; then
+    n="$(grep -m1 -oE 'step 5/5 +loss [0-9.]+' "$STEP_OUT" | tr -s ' ' || true)"
+    n+="$(grep 'step 5/5' "$STEP_OUT" | grep -m1 -oE '[0-9.]+ img/s' | sed 's/^/, /' || true)"
+  fi
+  [[ $s == FAIL && -z "$n" ]] && n=$(grep -v '^\s*$' "$STEP_OUT" | tail -1 | cut -c1-90 || true)
+  [[ $s == CRASH ]] && n="signal $((RC - 128))"
+  echo "$s|$n"
+}
+
+# A test binary's status: a test that says SKIPPED saw no GPU, which is a failure here.
+test_status() {  # reads RC, STEP_OUT; "status|note"
+  local s n=""
+  s=$(status_of_rc)
+  if [[ $s == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then s=FAIL n="SKIPPED: the test saw no GPU"; fi
+  [[ $s != PASS ]] || n=$(grep -m1 -oE '[0-9]+ passed \| [0-9]+ failed' "$STEP_OUT" || true)
+  [[ $s == FAIL && -z "$n" ]] && n=$(grep -m1 -E 'ERROR|FAILED|what\(\)' "$STEP_OUT" | cut -c1-90 || true)
+  [[ $s == CRASH ]] && n="signal $((RC - 128))"
+  echo "$s|$n"
+}
+
+# compute-sanitizer's verdict. API errors are not counted: the tests provoke out-of-memory on purpose.
+sanitizer_status() {  # reads RC, STEP_OUT; "status|note"
+  if grep -q 'Device not supported' "$STEP_OUT"; then echo "FAIL|compute-sanitizer: device not supported"
+  elif ((RC == 86)) || grep -qE 'ERROR SUMMARY: [1-9]' "$STEP_OUT"; then
+    echo "FAIL|$(grep -m1 -oE '(ERROR|RACECHECK) SUMMARY: [0-9]+ (errors?|hazards?)' "$STEP_OUT" || echo 'sanitizer errors')"
+  elif grep -qE '^SKIPPED:' "$STEP_OUT"; then echo "FAIL|SKIPPED: the test saw no GPU"
+  else
+    echo "$(status_of_rc)|$(grep -m1 -oE 'ERROR SUMMARY: [0-9]+ errors?' "$STEP_OUT" || true)"
+  fi
+}
+
+# The MANIFEST's test binaries (bin/NAME), small ones first: the full-size checks and the
+# whole-model test last, so a cut in the smoke tier loses the fewest tests.
+HEAVY_TESTS=" tests_cuda__large_cuda_test tests_cuda__resnet50_cuda_test "
+manifest_tests() {
+  local files f
+  files=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" {print $3}')
+  for f in $files; do [[ "$HEAVY_TESTS" == *" $(basename "$f") "* ]] || echo "$f"; done
+  for f in $files; do [[ "$HEAVY_TESTS" != *" $(basename "$f") "* ]] || echo "$f"; done
+}
+
+tier_smoke() {
+  begin_tier smoke "$SMOKE_S"
+  record nvidia-smi PASS "$SMOKE_QUERY_S" "$dev_name"
+  local st note
+  if run_cmd "ringtape info" 30 "$RT" info; then
+    st=$(status_of_rc) note=""
+    if [[ $st == PASS ]] && ! grep -q '^cuda:0:' "$STEP_OUT"; then st=FAIL note="ringtape sees no CUDA device"; fi
+    [[ $st == PASS ]] && note=$(grep -m1 '^cuda:0:' "$STEP_OUT" | cut -c1-60)
+    record "ringtape info" "$st" "$SECS" "$note"
+  fi
+
+  local file
+  while read -r file; do
+    if CUDA_LAUNCH_BLOCKING=1 run_cmd "$(basename "$file")" 90 "$PAYLOAD/$file"; then
+      IFS='|' read -r st note <<<"$(test_status)"
+      record "$(basename "$file")" "$st" "$SECS" "$note"
+    fi
+  done < <(manifest_tests)
+
+  # --precision default (auto: bf16 on this GPU); fp32 is in the full tier.
+  if CUDA_LAUNCH_BLOCKING=1 run_cmd "ringtape train --device cuda" 60 "$RT" "${TRAIN_ARGS[@]}" --output-dir "$WORK/train"; then
+    IFS='|' read -r st note <<<"$(train_status)"
+    record "ringtape train --device cuda" "$st" "$SECS" "$note"
+    TRAIN_OK=$st
+  fi
+
+  # Kernel bandwidth at ResNet50 batch-256 shapes against a device copy (a few seconds).
+  local kbench=$PAYLOAD/bin/bench__cuda_kernel_bench
+  if [[ ! -x "$kbench" ]]; then
+    record "cuda_kernel_bench" FAIL 0 "$kbench missing: rerun prepare"
+  elif run_cmd "cuda_kernel_bench" 60 "$kbench" --quick --json "$RESULTS_DIR/cuda_kernel_bench.json"; then
+    st=$(status_of_rc)
+    note=$(grep -m1 -oE '^[0-9]+ of [0-9]+ kernels at >= [0-9]+% of the copy bandwidth \([0-9]+ GB/s\)' "$STEP_OUT" || true)
+    if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the benchmark saw no GPU"; fi
+    [[ $st == FAIL ]] && grep -q 'FAILED:' "$STEP_OUT" && note="a case failed: $(grep -m1 'FAILED:' "$STEP_OUT" | cut -c1-60)"
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    KERNEL_TABLE=$(sed -n '/^device-to-device copy/,$p' "$STEP_OUT" | grep -v '^results in ' || true)
+    record "cuda_kernel_bench" "$st" "$SECS" "$note"
+  fi
+}
+
+# racecheck/synccheck targets: "binary doctest-filter", launcher-level cases of the kernels with
+# shared memory and __syncthreads (reductions), to keep the sanitizers' slowdown affordable.
+SYNC_TESTS=(
+  "tests_cuda__batch_norm_cuda_test *launchers match the CPU kernels*"
+  "tests_cuda__cross_entropy_cuda_test *launchers match the CPU kernels"
+  "tests_cuda__elementwise_cuda_test sum launcher*"
+)
+
+tier_full() {
+  begin_tier full "$FULL_S"
+  local st note
+  if [[ -z "${TRAIN_OK:-}" ]]; then  # smoke not run (--tier full): one bf16 run decides what follows
+    if run_cmd "ringtape train --device cuda" 60 "$RT" "${TRAIN_ARGS[@]}" --output-dir "$WORK/train"; then
+      IFS='|' read -r st note <<<"$(train_status)"
+      record "ringtape train --device cuda" "$st" "$SECS" "$note"
+      TRAIN_OK=$st
+    fi
+  fi
+  if { timeout 20 "$RT" train --help 2>&1 || true; } | grep -q -- '--precision'; then
+    if run_cmd "ringtape train --precision fp32" 60 "$RT" "${TRAIN_ARGS[@]}" --precision fp32 --output-dir "$WORK/train32"; then
+      IFS='|' read -r st note <<<"$(train_status)"
+      record "ringtape train --precision fp32" "$st" "$SECS" "$note"
+    fi
+  fi
+
+  local cs=""
+  if command -v compute-sanitizer >/dev/null; then cs=compute-sanitizer
+  elif [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then cs=/usr/local/cuda/bin/compute-sanitizer
+  fi
+  local common=(--report-api-errors no --error-exitcode 86)
+  if [[ -z "$cs" ]]; then
+    record "compute-sanitizer" FAIL 0 "compute-sanitizer not found"
+  else
+    # memcheck of the runtime/allocator/stream test (//tests:cuda_test; else the first GPU test).
+    local first
+    first=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" && $2 == "//tests:cuda_test" {print $3; exit}')
+    [[ -n "$first" ]] || first=$(manifest_tests | awk 'NR == 1')  # not head: SIGPIPE under pipefail
+    if [[ -n "$first" ]] &&
+      run_cmd "memcheck $(basename "$first")" 90 "$cs" --tool memcheck --leak-check no "${common[@]}" "$PAYLOAD/$first"; then
+      IFS='|' read -r st note <<<"$(sanitizer_status)"
+      record "memcheck $(basename "$first")" "$st" "$SECS" "$note"
+    fi
+    local tool entry bin filter
+    for tool in racecheck synccheck; do
+      for entry in "${SYNC_TESTS[@]}"; do
+        bin=${entry%% *} filter=${entry#* }
+        if [[ ! -x "$PAYLOAD/bin/$bin" ]]; then
+          record "$tool $bin" FAIL 0 "bin/$bin not in the payload: rerun prepare"
+          continue
+        fi
+        local extra=()
+        [[ $tool == racecheck ]] && extra=(--racecheck-report hazard)
+        if run_cmd "$tool $bin" 60 "$cs" --tool "$tool" "${extra[@]}" "${common[@]}" "$PAYLOAD/bin/$bin" -tc="$filter"; then
+          IFS='|' read -r st note <<<"$(sanitizer_status)"
+          record "$tool $bin" "$st" "$SECS" "$note"
+        fi
+      done
+    done
+    # A short CUDA training run (2 steps = a 32-image epoch, then its evaluation: the device
+    # feeder's copies and normalisation, every training kernel, the optimizer).
+    if [[ ${TRAIN_OK:-} != PASS ]]; then
+      record "memcheck ringtape train" N/A 0 "CUDA training path not available or not run"
+    elif run_cmd "memcheck ringtape train" 90 "$cs" --tool memcheck --leak-check no "${common[@]}" "$RT" train \
+      --device cuda --steps 2 --epochs 1 --dataset synthetic --synthetic-size 32x3x32x32 --num-classes 10 \
+      --batch-size 16 --workers 2 --print-freq 1 --output-dir "$WORK/train_memcheck"; then
+      IFS='|' read -r st note <<<"$(sanitizer_status)"
+      [[ $st == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT" && st=FAIL note="no evaluation line; $note"
+      record "memcheck ringtape train" "$st" "$SECS" "$note"
+    fi
+  fi
+
+  # Throughput and peak tensor memory: ResNet50, batch 256, channels-last, bf16, ringtape alone
+  # (one JSON line), then against PyTorch eager with autocast bf16 (skipped, with the reason,
+  # where python has no torch with CUDA; torch.compile is left out for the time budget:
+  # bench/run_train_step_bench.sh --gpu runs it too).
+  if [[ ! -x "$BENCH" ]] || ! { timeout 20 "$BENCH" --help 2>&1 || true; } | grep -q -- '--precision'; then
+    record "resnet50 bf16 b256" FAIL 0 "$BENCH missing or without --precision: rerun prepare"
+    return 0
+  fi
+  if run_cmd "resnet50 bf16 b256" 90 "$BENCH" --model resnet50 --batch 256 --size 3x224x224 --classes 1000 \
+    --width 64 --channels-last --device cuda --cudnn-benchmark --precision bf16 --steps 10 --warmup 5; then
+    st=$(status_of_rc) note=""
+    RN50_LINE=$(grep -m1 '"img_per_s"' "$STEP_OUT" || true)
+    if [[ $st == PASS && -z "$RN50_LINE" ]]; then st=FAIL note="no JSON line with img_per_s"
+    elif [[ $st == PASS ]]; then
+      echo "$RN50_LINE" >"$RESULTS_DIR/resnet50_bf16_b256.json"
+      note="$(grep -oE '"img_per_s": [0-9.]+' <<<"$RN50_LINE" | grep -oE '[0-9.]+$') img/s, peak"
+      note+=" $(grep -oE '"peak_bytes": [0-9]+' <<<"$RN50_LINE" | grep -oE '[0-9]+$' | awk '{printf "%.1f GiB", $1 / 2^30}')"
+    fi
+    [[ $st == FAIL && -z "$note" ]] && note=$(grep -v '^\s*$' "$STEP_OUT" | tail -1 | cut -c1-90 || true)
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    record "resnet50 bf16 b256" "$st" "$SECS" "$note"
+  fi
+  if run_cmd "train_step_bench gpu vs torch" 150 bash bench/run_train_step_bench.sh --gpu --no-compile --steps 10 \
+    --rt-bin "$BENCH" --out "$WORK/tsb"; then
+    st=$(status_of_rc) note=""
+    TSB_TABLE=$(cat "$WORK/tsb/table.txt" 2>/dev/null || true)
+    cp "$WORK/tsb/results.jsonl" "$RESULTS_DIR/train_step_bench.jsonl" 2>/dev/null || true
+    local rt_line
+    rt_line=$(head -1 "$WORK/tsb/results.jsonl" 2>/dev/null || true)
+    if [[ $st == PASS ]] && ! grep -q '"img_per_s"' <<<"$rt_line"; then
+      st=FAIL note="ringtape: $(grep -oE '"error": "[^"]{0,80}' <<<"$rt_line" | cut -c11- || echo 'no result')"
+    elif [[ $st == PASS ]]; then
+      note="ringtape $(grep -oE '"img_per_s": [0-9.]+' <<<"$rt_line" | grep -oE '[0-9.]+$' || true) img/s"
+      note+="$(grep -m1 -oE '^torch eager +amp bf16 +[0-9]+' <<<"$TSB_TABLE" | grep -oE '[0-9]+$' |
+        sed 's/^/, torch eager /; s/$/ img\/s/' || true)"
+    fi
+    [[ $st == CRASH ]] && note="signal $((RC - 128))"
+    record "train_step_bench gpu vs torch" "$st" "$SECS" "$note"
+  fi
 }
 
 cmd_run() {
@@ -368,12 +648,13 @@ cmd_run() {
   RESULTS_DIR=${OUT:-$DEST/last_run}
   mkdir -p "$RESULTS_DIR"
   WORK=$(mktemp -d /tmp/gpu_check.XXXXXX)
-  local log=$RESULTS_DIR/gpu_check.log
+  local log=$RESULTS_DIR/gpu_check${TIER_ARG:+_$TIER_ARG}.log
   exec > >(tee "$log") 2>&1
   TEE_PID=$!
   # On any exit: let tee finish writing the log before the script ends.
   trap 'exit_rc=$?; exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null; rm -rf "$WORK"; exit "$exit_rc"' EXIT
-  echo "=== tools/gpu_check.sh run, $(date -u +%Y-%m-%dT%H:%M:%SZ), host $(uname -n), log $log"
+  echo "=== tools/gpu_check.sh run --tier $TIER_ARG (smoke ${SMOKE_S}s, full ${FULL_S}s), $(date -u +%Y-%m-%dT%H:%M:%SZ)," \
+    "host $(uname -n), log $log"
   grep '^#' "$DEST/MANIFEST.txt"
   # prepare's binaries and libraries, unpacked where they do not travel back (WORK is removed
   # at exit): PAYLOAD/bin/..., PAYLOAD/lib/..., the paths MANIFEST.txt names.
@@ -384,26 +665,26 @@ cmd_run() {
     exit 3
   fi
 
+  # The device query: no GPU here means nothing else can say anything (exit 4).
   dev_name=""
-  local t=$SECONDS
-  if ! command -v nvidia-smi >/dev/null; then
-    echo "gpu_check run: NO GPU: nvidia-smi is not installed here (no NVIDIA driver); nothing to check"
-    record nvidia-smi "NO-GPU" $((SECONDS - t)) "nvidia-smi not found"
-    write_results "" ""; print_summary; exit 4
+  local t=$SECONDS why=""
+  if ! command -v nvidia-smi >/dev/null; then why="nvidia-smi is not installed here (no NVIDIA driver)"
+  else
+    echo "=== nvidia-smi"
+    if ! timeout 30 nvidia-smi; then why="nvidia-smi failed (no device or no driver)"
+    else
+      dev_name=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 || true)
+      [[ -n "$dev_name" ]] || why="nvidia-smi lists no device"
+    fi
   fi
-  echo "=== nvidia-smi"
-  if ! timeout 30 nvidia-smi; then
-    echo "gpu_check run: NO GPU: nvidia-smi failed (no device or no driver)"
-    record nvidia-smi "NO-GPU" $((SECONDS - t)) "nvidia-smi failed"
-    write_results "" ""; print_summary; exit 4
+  SMOKE_QUERY_S=$((SECONDS - t))
+  if [[ -n "$why" ]]; then
+    echo "gpu_check run: NO GPU: $why; nothing to check"
+    NO_GPU=$why
+    TIER=smoke
+    record nvidia-smi "NO-GPU" "$SMOKE_QUERY_S" "$why"
+    write_results; print_summary; exit 4
   fi
-  dev_name=$(timeout 30 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader | head -1 || true)
-  if [[ -z "$dev_name" ]]; then
-    echo "gpu_check run: NO GPU: nvidia-smi lists no device"
-    record nvidia-smi "NO-GPU" $((SECONDS - t)) "no device listed"
-    write_results "" ""; print_summary; exit 4
-  fi
-  record nvidia-smi PASS $((SECONDS - t)) "$dev_name"
 
   # PyTorch finds its own CUDA libraries (wheel RUNPATHs): the throughput benchmark runs it with
   # the library path this machine started with, not the one built here for ringtape's binaries.
@@ -423,149 +704,35 @@ cmd_run() {
   ln -s "$ROOT" "$WORK/runfiles/ringtape"
   export TEST_SRCDIR=$WORK/runfiles TEST_WORKSPACE=ringtape TEST_TMPDIR=$WORK/tmp
   export OMP_NUM_THREADS=${OMP_NUM_THREADS:-8}
+  RT=$PAYLOAD/bin/cli__ringtape BENCH=$PAYLOAD/bin/bench__train_step_bench
+  TRAIN_OK=""
 
-  local rt=$PAYLOAD/bin/cli__ringtape bench=$PAYLOAD/bin/bench__train_step_bench
-  run_cmd "ringtape info" 60 "$rt" info
-  local st note=""
-  st=$(status_of_rc)
-  if [[ $st == PASS ]] && ! grep -q '^cuda:0:' "$STEP_OUT"; then st=FAIL note="ringtape sees no CUDA device"; fi
-  [[ $st == PASS ]] && note=$(grep -m1 '^cuda:0:' "$STEP_OUT" | cut -c1-60)
-  record "ringtape info" "$st" "$SECS" "$note"
+  [[ " $TIERS " == *" smoke "* ]] && tier_smoke
+  [[ " $TIERS " == *" full "* ]] && tier_full
 
-  # Every GPU test binary; a test that says SKIPPED saw no GPU, which is a failure here.
-  local kind label file rest
-  while read -r kind label file rest; do
-    [[ $kind == test ]] || continue
-    run_cmd "$label" 150 "$PAYLOAD/$file"
-    st=$(status_of_rc) note=""
-    if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the test saw no GPU"; fi
-    [[ $st != PASS ]] || note=$(grep -m1 -oE '[0-9]+ passed \| [0-9]+ failed' "$STEP_OUT" || true)
-    [[ $st == CRASH ]] && note="signal $((RC - 128))"
-    record "$label" "$st" "$SECS" "$note"
-  done < <(grep -v '^#' "$DEST/MANIFEST.txt")
-
-  # Kernel bandwidth at ResNet50 batch-256 shapes against a device copy (a few seconds).
-  local kbench=$PAYLOAD/bin/bench__cuda_kernel_bench
-  if [[ -x "$kbench" ]]; then
-    run_cmd "cuda_kernel_bench" 120 "$kbench" --quick --json "$RESULTS_DIR/cuda_kernel_bench.json"
-    st=$(status_of_rc)
-    note=$(grep -m1 -oE '^[0-9]+ of [0-9]+ kernels at >= [0-9]+% of the copy bandwidth \([0-9]+ GB/s\)' "$STEP_OUT" || true)
-    if [[ $st == PASS ]] && grep -q '^SKIPPED:' "$STEP_OUT"; then st=FAIL note="SKIPPED: the benchmark saw no GPU"; fi
-    [[ $st == FAIL ]] && grep -q 'FAILED:' "$STEP_OUT" && note="a case failed: $(grep -m1 'FAILED:' "$STEP_OUT" | cut -c1-60)"
-    [[ $st == CRASH ]] && note="signal $((RC - 128))"
-    KERNEL_TABLE=$(sed -n '/^device-to-device copy/,$p' "$STEP_OUT" | grep -v '^results in ' || true)
-    record "cuda_kernel_bench" "$st" "$SECS" "$note"
-  else
-    record "cuda_kernel_bench" FAIL 0 "$kbench missing: rerun prepare"
-  fi
-
-  # The CUDA training path on synthetic uint8 data: the loader builds batches in page-locked
-  # memory with 2 worker threads, data/device_feeder.h copies them on its copy stream and
-  # normalises them on the GPU. 160 images in batches of 32: the 5 steps are the whole epoch,
-  # so the evaluation (the feeder again, no gradients) runs too. --precision default (auto:
-  # bf16 on this GPU), then fp32. "Not implemented yet" is N/A; anything else non-zero fails.
-  local train_args=(train --device cuda --steps 5 --epochs 1 --dataset synthetic --synthetic-size 160x3x64x64
-    --num-classes 10 --batch-size 32 --workers 2 --print-freq 1)
-  local notyet='not implemented yet|has no CUDA kernel yet|not yet (available|supported)'
-  train_status() {  # reads RC, STEP_OUT; "status|note"
-    local s n=""
-    s=$(status_of_rc)
-    if [[ $RC == 1 ]] && grep -qE "$notyet" "$STEP_OUT"; then
-      s=N/A n="not yet available: $(grep -m1 -oE "[^:]*($notyet)[^;]*" "$STEP_OUT" | sed 's/^ *//' | cut -c1-70)"
-    elif [[ $s == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT"; then
-      s=FAIL n="no evaluation line after the epoch"
-    elif [[ $s == PASS ]]; then
-      n="$(grep -m1 -oE 'step 5/5 +loss [0-9.]+' "$STEP_OUT" | tr -s ' ' || true)"
-      n+="$(grep 'step 5/5' "$STEP_OUT" | grep -m1 -oE '[0-9.]+ img/s' | sed 's/^/, /' || true)"
-    fi
-    [[ $s == FAIL && -z "$n" ]] && n=$(grep -v '^\s*$' "$STEP_OUT" | tail -1 | cut -c1-90 || true)
-    [[ $s == CRASH ]] && n="signal $((RC - 128))"
-    echo "$s|$n"
-  }
-  run_cmd "ringtape train --device cuda" 120 "$rt" "${train_args[@]}" --output-dir "$WORK/train"
-  IFS='|' read -r st note <<<"$(train_status)"
-  record "ringtape train --device cuda" "$st" "$SECS" "$note"
-  local train_ok=$st
-  if { timeout 20 "$rt" train --help 2>&1 || true; } | grep -q -- '--precision'; then
-    run_cmd "ringtape train --precision fp32" 120 "$rt" "${train_args[@]}" --precision fp32 --output-dir "$WORK/train32"
-    IFS='|' read -r st note <<<"$(train_status)"
-    record "ringtape train --precision fp32" "$st" "$SECS" "$note"
-  fi
-
-  # Throughput: ResNet50, batch 256, channels-last, ringtape (--precision bf16) against
-  # PyTorch eager with autocast bf16 (skipped, with the reason, where python has no torch with
-  # CUDA). torch.compile is left out for the time budget: bench/run_train_step_bench.sh --gpu
-  # runs it too.
-  if [[ -x "$bench" ]] && { timeout 20 "$bench" --help 2>&1 || true; } | grep -q -- '--precision'; then
-    run_cmd "train_step_bench gpu vs torch" 180 bash bench/run_train_step_bench.sh --gpu --no-compile --steps 10 \
-      --rt-bin "$bench" --out "$WORK/tsb"
-    st=$(status_of_rc) note=""
-    TSB_TABLE=$(cat "$WORK/tsb/table.txt" 2>/dev/null || true)
-    cp "$WORK/tsb/results.jsonl" "$RESULTS_DIR/train_step_bench.jsonl" 2>/dev/null || true
-    local rt_line
-    rt_line=$(head -1 "$WORK/tsb/results.jsonl" 2>/dev/null || true)
-    if [[ $st == PASS ]] && ! grep -q '"img_per_s"' <<<"$rt_line"; then
-      st=FAIL note="ringtape: $(grep -oE '"error": "[^"]{0,80}' <<<"$rt_line" | cut -c11- || echo 'no result')"
-    elif [[ $st == PASS ]]; then
-      note="ringtape $(grep -oE '"img_per_s": [0-9.]+' <<<"$rt_line" | grep -oE '[0-9.]+$' || true) img/s"
-      note+="$(grep -m1 -oE '^torch eager +amp bf16 +[0-9]+' <<<"$TSB_TABLE" | grep -oE '[0-9]+$' |
-        sed 's/^/, torch eager /; s/$/ img\/s/' || true)"
-    fi
-    [[ $st == CRASH ]] && note="signal $((RC - 128))"
-    record "train_step_bench gpu vs torch" "$st" "$SECS" "$note"
-  else
-    record "train_step_bench gpu vs torch" FAIL 0 "$bench missing or without --precision: rerun prepare"
-  fi
-
-  # compute-sanitizer memcheck: //tests:cuda_test (the runtime, the allocator, streams; else
-  # the first GPU test) and a short CUDA training run (2 steps = a 32-image epoch, then its
-  # evaluation: the device feeder's copies and normalisation, every training kernel, the
-  # optimizer). Last, as the slowest steps. API errors are not counted: the tests provoke
-  # out-of-memory on purpose.
-  local cs="" cs_args=(--tool memcheck --leak-check full --report-api-errors no --error-exitcode 86)
-  if command -v compute-sanitizer >/dev/null; then cs=compute-sanitizer
-  elif [[ -x /usr/local/cuda/bin/compute-sanitizer ]]; then cs=/usr/local/cuda/bin/compute-sanitizer
-  fi
-  memcheck_status() {  # reads RC, STEP_OUT
-    if grep -q 'Device not supported' "$STEP_OUT"; then echo "FAIL|compute-sanitizer: device not supported"
-    elif ((RC == 86)) || grep -qE 'ERROR SUMMARY: [1-9]' "$STEP_OUT"; then
-      echo "FAIL|$(grep -m1 -oE 'ERROR SUMMARY: [0-9]+ errors?' "$STEP_OUT" || echo 'sanitizer errors')"
-    else
-      local s
-      s=$(status_of_rc)
-      echo "$s|$(grep -m1 -oE 'ERROR SUMMARY: [0-9]+ errors?' "$STEP_OUT" || true)"
-    fi
-  }
-  local first_test
-  first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" && $2 == "//tests:cuda_test" {print $3; exit}')
-  [[ -n "$first_test" ]] || first_test=$(grep -v '^#' "$DEST/MANIFEST.txt" | awk '$1 == "test" {print $3; exit}')
-  if [[ -z "$cs" ]]; then
-    record "memcheck" FAIL 0 "compute-sanitizer not found"
-  else
-    if [[ -n "$first_test" ]]; then
-      run_cmd "memcheck $(basename "$first_test")" 150 "$cs" "${cs_args[@]}" "$PAYLOAD/$first_test"
-      IFS='|' read -r st note <<<"$(memcheck_status)"
-      record "memcheck $(basename "$first_test")" "$st" "$SECS" "$note"
-    fi
-    if [[ $train_ok == PASS ]]; then
-      run_cmd "memcheck ringtape train" 180 "$cs" "${cs_args[@]}" "$rt" train --device cuda --steps 2 --epochs 1 \
-        --dataset synthetic --synthetic-size 32x3x32x32 --num-classes 10 --batch-size 16 --workers 2 --print-freq 1 \
-        --output-dir "$WORK/train_memcheck"
-      IFS='|' read -r st note <<<"$(memcheck_status)"
-      [[ $st == PASS ]] && ! grep -q ' eval: ' "$STEP_OUT" && st=FAIL note="no evaluation line; $note"
-      record "memcheck ringtape train" "$st" "$SECS" "$note"
-    else
-      record "memcheck ringtape train" N/A 0 "CUDA training path not available"
-    fi
-  fi
-
-  write_results "$dev_name"
+  write_results
   print_summary
   ((FAILED == 0)) || exit 1
 }
 
+TIER_ARG=all TIERS="smoke full"
 case "${1:-}" in
   prepare) [[ $# -eq 1 ]] || { usage; exit 2; }; cmd_prepare ;;
-  run) [[ $# -eq 1 ]] || { usage; exit 2; }; cmd_run ;;
+  run)
+    shift
+    while [[ $# -gt 0 ]]; do
+      case "$1" in
+        --tier) [[ $# -ge 2 ]] || { usage; exit 2; }; TIER_ARG=$2; shift 2 ;;
+        --tier=*) TIER_ARG=${1#--tier=}; shift ;;
+        *) usage; exit 2 ;;
+      esac
+    done
+    case "$TIER_ARG" in
+      smoke | full) TIERS=$TIER_ARG ;;
+      all) TIERS="smoke full" ;;
+      *) usage; exit 2 ;;
+    esac
+    cmd_run
+    ;;
   *) usage; exit 2 ;;
 esac
