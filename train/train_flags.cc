@@ -207,7 +207,8 @@ std::vector<Flag> train_flags() {
       {"print-freq", FlagType::integer, "50", "log every N optimizer steps", {}},
       {"skip-nonfinite", FlagType::boolean, "false",
        "skip steps whose loss, gradients or updated weights are NaN/Inf (the step leaves the weights and optimizer "
-       "state as they were) instead of stopping", {}},
+       "state as they were) instead of stopping. On CUDA it reads the loss on the host every step (without it, "
+       "the loss stays on the device and a NaN/Inf is found at the next --print-freq step or checkpoint)", {}},
       {"cudnn-benchmark", FlagType::boolean, "false",
        "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored on the CPU)", {}},
   };

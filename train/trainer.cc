@@ -34,6 +34,7 @@
 #include "optim/schedule.h"
 #include "train/checkpoint.h"
 #include "train/interrupt.h"
+#include "train/loss_meter.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
 #include "train/output_dir.h"
@@ -248,7 +249,7 @@ std::string fmt_loss(double l, const char* nan_word = "nan") {
 
 // The training steps between two log lines.
 struct LogWindow {
-  double loss_sum = 0;  // over the steps that stood
+  double loss_sum = 0;  // over the steps that stood (from the LossMeter, at the log line)
   int64_t steps = 0, skipped = 0, overflow_skips = 0, samples = 0;
 
   // Mean loss of the steps that stood; NaN when every one was skipped (written as null).
@@ -367,7 +368,26 @@ int run_train(const cli::Flags& f) {
   const int64_t max_steps = f.integer("steps") > 0 ? f.integer("steps") : epochs * steps_per_epoch;
   const fs::path ckpt = dir / "checkpoint.safetensors", weights = dir / "model.safetensors";
   InterruptHandler interrupt;  // Note [Interrupts]
+  const bool skip_nonfinite = f.boolean("skip-nonfinite");
+  const bool loss_on_device = s.device.is_cuda() && !skip_nonfinite;  // Note [Loss on the device]
+  LossMeter losses(!loss_on_device);
+  int64_t window_start = p.step;  // the log window's first step is window_start + 1
+  // A NaN/Inf loss kept on the device is found here, at the latest (read each step, it
+  // was found at its step).
+  auto check_window_loss = [&]() {
+    if (!loss_on_device) return;
+    const double sum = losses.window_sum();
+    if (std::isfinite(sum)) return;
+    const auto bad = first_nonfinite(model.named_parameters());
+    RT_FAIL("loss is ", sum, " in steps ", window_start + 1, "-", p.step, " (epoch ", p.epoch,
+            "; on CUDA the loss is read at each --print-freq step and before a checkpoint): ",
+            bad ? "'" + *bad + "' is now NaN or Inf: training diverged (or a batch held NaN/Inf). Lower --lr, add "
+                      "--lr-warmup-epochs, or pass --skip-nonfinite, which checks every step and names the cause"
+                : "the weights are finite: an input batch held NaN or Inf, or the loss overflowed; "
+                  "--skip-nonfinite checks every step and names the cause");
+  };
   auto save = [&]() {
+    check_window_loss();
     set_save_in_progress(temp_path_for(ckpt.string()));
     save_checkpoint(ckpt.string(), model, *opt, p, flags, mp.state());
     set_save_in_progress("");
@@ -379,7 +399,6 @@ int run_train(const cli::Flags& f) {
   const auto t_start = Clock::now();
   auto t_log = t_start;
   const int64_t start_step = p.step;
-  const bool skip_nonfinite = f.boolean("skip-nonfinite");
   // Note [Non-finite steps]: with --skip-nonfinite, the state after the last step that stood.
   std::optional<TrainState> good;
   if (skip_nonfinite) good = TrainState::take(model, *opt, mp);
@@ -395,28 +414,27 @@ int run_train(const cli::Flags& f) {
       }
       // One optimizer step over `accum` micro-batches. `skip_why` says why it is skipped.
       opt->set_lr(schedule.lr_at(p.step));
-      double step_loss = 0;
       std::string skip_why;
       int got = 0;
       for (; got < accum; ++got) {
         const std::optional<data::DeviceBatch> b = feed.next();
         if (!b) break;
         Tensor loss = cross_entropy(mp.forward(b->input), b->labels, f.number("label-smoothing"));
-        const double l = loss.item();
-        if (skip_why.empty() && !std::isfinite(l)) {
+        const std::optional<double> l = losses.add(loss, accum);  // nullopt: on the device
+        if (l && skip_why.empty() && !std::isfinite(*l)) {
           const std::string cause = nonfinite_loss_cause(b->input, model, p.step > start_step, skip_nonfinite);
-          RT_CHECK(skip_nonfinite, "loss is ", l, " at step ", p.step + 1, " (epoch ", p.epoch, "): ", cause);
-          skip_why = "loss " + std::to_string(l) + ": " + cause;
+          RT_CHECK(skip_nonfinite, "loss is ", *l, " at step ", p.step + 1, " (epoch ", p.epoch, "): ", cause);
+          skip_why = "loss " + std::to_string(*l) + ": " + cause;
         }
         if (skip_why.empty()) {
           if (accum > 1) loss = mul(loss, 1.0 / double(accum));
           mp.backward(loss);
-          step_loss += l / double(accum);
         }
         p.samples_seen += b->input.size(0);
         w.samples += b->input.size(0);
       }
       if (got < accum) {  // end of epoch: a partial accumulation is dropped, like drop_last
+        losses.end_step(false);
         opt->zero_grad();
         break;
       }
@@ -434,9 +452,8 @@ int run_train(const cli::Flags& f) {
       }
       ++p.step;
       ++w.steps;
-      if (skip_why.empty()) {
-        w.loss_sum += step_loss;
-      } else {
+      losses.end_step(skip_why.empty());
+      if (!skip_why.empty()) {
         good->restore(model, *opt, mp);
         ++w.skipped;
         ++skipped_total;
@@ -445,6 +462,8 @@ int run_train(const cli::Flags& f) {
       }
       stop = p.step >= max_steps;
       if (p.step % print_freq == 0 || stop) {
+        check_window_loss();
+        w.loss_sum = losses.window_sum();  // on CUDA the host waits here (Note [Loss on the device])
         const auto now = Clock::now();
         const double dt = std::chrono::duration<double>(now - t_log).count();
         const double elapsed = std::chrono::duration<double>(now - t_start).count();
@@ -453,6 +472,8 @@ int run_train(const cli::Flags& f) {
         log_train(metrics, p, max_steps, opt->lr(), w, ips, eta, mp, skip_nonfinite);
         t_log = now;
         w = LogWindow{};
+        losses.reset_window();
+        window_start = p.step;
       }
       if (f.integer("checkpoint-every") > 0 && p.step % f.integer("checkpoint-every") == 0) save();
     }
