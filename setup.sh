@@ -30,6 +30,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
+# .ci/run's --config=asan links GCC's sanitizer runtimes; g++ brings them along on Debian
+# (libgcc-12-dev depends on libasan8 and libubsan1).
+for lib in libasan.so libubsan.so; do
+  if [ ! -e "$(g++ -print-file-name="$lib")" ]; then
+    echo "setup.sh: g++ finds no $lib: install your GCC's AddressSanitizer/UBSan runtimes (libasan, libubsan)" >&2
+    exit 1
+  fi
+done
+
 # The CUDA toolkit is not a Debian package here: it must already be installed.
 cuda="${CUDA_HOME:-/usr/local/cuda}"
 if [ ! -x "$cuda/bin/nvcc" ]; then
