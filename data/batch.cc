@@ -20,7 +20,7 @@ Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t 
     b.images = opt.pin_memory ? Tensor::empty_pinned(shape, ds.pixel_dtype()) : Tensor::empty(shape, ds.pixel_dtype());
   } catch (const OutOfMemory& e) {
     // Name what the bytes are for: one example may be the problem rather than the batch.
-    throw OutOfMemory(detail::cat(e.without_hint(), " It was for a batch of ", n, n == 1 ? " example" : " examples",
+    throw OutOfMemory(detail::cat(e.without_hint(), "; it was for a batch of ", n, n == 1 ? " example" : " examples",
                                   " of dataset ", ds.name(), ", each ", dtype_name(ds.pixel_dtype()), shape_str(chw),
                                   " (", bytes, " bytes)"),
                       n > 1 ? "Use a smaller --batch-size." : "Even one example does not fit: use smaller images.");
