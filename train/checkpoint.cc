@@ -98,7 +98,7 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
     if (k.rfind("model.", 0) == 0) continue;
     if (k.rfind("optimizer.", 0) == 0) opt_state[k.substr(10)] = t;
     else if (k.rfind("grad_scaler.", 0) == 0) scaler_state[k.substr(12)] = t;
-    else RT_FAIL("checkpoint '", path, "': unexpected tensor '", k, "'");
+    else RT_FAIL("checkpoint '", path, "': unexpected tensor '", clip_for_message(k), "'");
   }
   if (scaler) *scaler = std::move(scaler_state);
   load_model_state("checkpoint '" + path + "'", model_part(all), model, true,

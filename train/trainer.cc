@@ -92,6 +92,9 @@ data::DatasetOptions dataset_options(const cli::Flags& f) {
     o.synthetic.seed = uint64_t(f.integer("seed"));
     if (f.integer("num-classes") > 0) o.synthetic.num_classes = f.integer("num-classes");
   }
+  // "tensors" files: with --num-classes every label must be below it, checked as the file
+  // opens (naming it); 0 = derived from the labels (Note [Label range], data/dataset.h).
+  o.num_classes = std::max<int64_t>(f.integer("num-classes"), 0);
   // Small in-memory datasets: padding 2 for 28-px images, 4 for 32-px ones.
   o.augment.enabled = f.has("augment") && f.boolean("augment");
   o.augment.pad = f.str("dataset") == "fashion-mnist" ? 2 : 4;
@@ -128,6 +131,9 @@ Setup build(const cli::Flags& f, bool need_train) {
   const bool small = train_px <= 64;
   models::ModelOptions mo;
   mo.num_classes = f.integer("num-classes") > 0 ? f.integer("num-classes") : ref.num_classes();
+  // A label the model has no output for is an error now, not mid-epoch (or never).
+  if (s.train_set) data::check_labels(*s.train_set, mo.num_classes);
+  data::check_labels(*s.test_set, mo.num_classes);
   mo.in_channels = img[0];
   if (f.str("width") == "auto") {
     mo.width = small ? 16 : 64;
