@@ -10,6 +10,7 @@
 
 #include "cli/flags.h"
 #include "engine/error.h"
+#include "engine/io/safetensors.h"
 
 namespace rt::train {
 namespace {
@@ -20,7 +21,7 @@ constexpr const char* kRunFiles[] = {"checkpoint.safetensors", "model.safetensor
 
 // The pid of a save's temporary file "<name>.safetensors.tmp.<pid>", or 0 for other files.
 pid_t temp_file_pid(const std::string& name) {
-  const std::string mark = ".safetensors.tmp.";
+  const std::string mark = std::string(".safetensors") + kSaveTempMark;
   const size_t at = name.rfind(mark);
   if (at == std::string::npos || at + mark.size() == name.size()) return 0;
   const std::string digits = name.substr(at + mark.size());
@@ -52,8 +53,6 @@ void remove_stale_temp_files(const fs::path& dir) {
 }
 
 }  // namespace
-
-std::string temp_path_for(const std::string& path) { return path + ".tmp." + std::to_string(::getpid()); }
 
 void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
   const fs::path dir = dir_arg.empty() ? fs::path(".") : fs::path(dir_arg);

@@ -12,8 +12,4 @@ namespace rt::train {
 // process left (their process no longer runs), naming each on stdout.
 void prepare_output_dir(const std::string& dir, const std::string& resume);
 
-// The temporary file save_safetensors (engine/io/safetensors_save.cc) writes `path`
-// through before renaming it: "<path>.tmp.<pid>".
-std::string temp_path_for(const std::string& path);
-
 }  // namespace rt::train

@@ -28,6 +28,7 @@
 #include "data/loader.h"
 #include "engine/autograd.h"
 #include "engine/io/json.h"
+#include "engine/io/safetensors.h"
 #include "engine/ops.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
@@ -394,7 +395,7 @@ int run_train(const cli::Flags& f) {
   };
   auto save = [&]() {
     check_window_loss();
-    set_save_in_progress(temp_path_for(ckpt.string()));
+    set_save_in_progress(save_temp_path(ckpt.string()));
     save_checkpoint(ckpt.string(), model, *opt, p, flags, mp.state());
     set_save_in_progress("");
   };
@@ -504,7 +505,7 @@ int run_train(const cli::Flags& f) {
     return 128 + sig;
   }
   save();
-  set_save_in_progress(temp_path_for(weights.string()));
+  set_save_in_progress(save_temp_path(weights.string()));
   save_weights(weights.string(), model);
   set_save_in_progress("");
   const double total = std::chrono::duration<double>(Clock::now() - t_start).count();

@@ -66,4 +66,9 @@ std::map<std::string, Tensor> load_safetensors(const std::string& path,
 void save_safetensors(const std::string& path, const std::map<std::string, Tensor>& tensors,
                       const std::map<std::string, std::string>& metadata = {});
 
+// The temporary file save_safetensors(path, ...) writes in this process: "<path>.tmp.<pid>"
+// (a signal handler removes it; a later run removes those of dead processes).
+std::string save_temp_path(const std::string& path);
+inline constexpr const char* kSaveTempMark = ".tmp.";
+
 }  // namespace rt

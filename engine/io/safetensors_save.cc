@@ -25,7 +25,7 @@ std::string parent_dir(const std::string& path) {
 // Writes through a FILE*; the first failure removes the temporary file and throws.
 class TempFile {
  public:
-  explicit TempFile(const std::string& path) : path_(path), tmp_(path + ".tmp." + std::to_string(::getpid())) {
+  explicit TempFile(const std::string& path) : path_(path), tmp_(save_temp_path(path)) {
     f_ = std::fopen(tmp_.c_str(), "wbe");  // 'e': O_CLOEXEC, a forked child must not hold it
     if (!f_) fail("creating the temporary file", errno);
   }
@@ -123,5 +123,7 @@ void save_safetensors(const std::string& path, const std::map<std::string, Tenso
   for (const Tensor& h : host) out.write(h.raw_data(), h.nbytes());
   out.commit();
 }
+
+std::string save_temp_path(const std::string& path) { return path + kSaveTempMark + std::to_string(::getpid()); }
 
 }  // namespace rt
