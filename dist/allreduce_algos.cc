@@ -1,0 +1,237 @@
+#include "dist/allreduce_algos.h"
+
+#include <algorithm>
+#include <functional>
+#include <utility>
+
+namespace rt::dist {
+
+namespace {
+
+struct Reduction {
+  const void* in;  // a received slice in scratch
+  void* inout;     // the same elements of the data
+  int64_t n;
+};
+
+struct Step {
+  std::vector<Transfer> sends, recvs;
+  std::vector<Reduction> reduces;  // after the transfers completed
+  void clear() {
+    sends.clear();
+    recvs.clear();
+    reduces.clear();
+  }
+};
+
+// Runs steps 0..n-1, each made by make(u, step), posting step u+1 before reducing step u
+// when `lookahead` (Note [Slices and look-ahead]).
+void run_steps(P2P& p, int64_t n, bool lookahead, ReduceOp op, DType t,
+               const std::function<void(int64_t, Step&)>& make) {
+  if (n == 0) return;
+  Step cur, next;
+  make(0, cur);
+  p.start(cur.sends, cur.recvs);
+  for (int64_t u = 0; u < n; ++u) {
+    const bool more = u + 1 < n;
+    if (more && lookahead) {
+      next.clear();
+      make(u + 1, next);
+      p.start(next.sends, next.recvs);
+    }
+    p.finish();
+    for (const Reduction& r : cur.reduces) p.reduce(op, t, r.n, r.in, r.inout);
+    if (more && !lookahead) {
+      next.clear();
+      make(u + 1, next);
+      p.start(next.sends, next.recvs);
+    }
+    std::swap(cur, next);
+  }
+}
+
+// [0, count) cut into `parts` pieces of count/parts elements, the remainder spread one
+// element each over the pieces (piece i starts at count*i/parts).
+struct Split {
+  int64_t count;
+  int64_t parts;
+  int64_t begin(int64_t i) const { return count * i / parts; }
+  int64_t size(int64_t i) const { return begin(i + 1) - begin(i); }
+  int64_t max_size() const { return (count + parts - 1) / parts; }
+};
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
+
+// Slices per piece so that no slice exceeds slice_bytes (at least 1).
+int64_t slices_for(int64_t max_piece, size_t elem, size_t slice_bytes) {
+  return std::max<int64_t>(1, ceil_div(max_piece * int64_t(elem), int64_t(slice_bytes)));
+}
+
+int mod(int64_t a, int n) { return int(((a % n) + n) % n); }
+
+// The ring (reduce-scatter, then all-gather if `gather`). Chunk c of N is reduced around
+// the ring so that rank r ends up owning chunk (r + 1 + shift) mod N: shift 0 for the
+// all-reduce, N-1 for reduce_scatter (rank r owns chunk r).
+//   reduce-scatter step s (0..N-2): send chunk (r-s+shift) to r+1; receive chunk
+//     (r-s-1+shift) from r-1 into scratch and reduce it into the data.
+//   all-gather step s (0..N-2): send chunk (r+1+shift-s) to r+1; receive chunk (r+shift-s)
+//     from r-1 straight into the data.
+// Steps are cut in S slices (unit u = (phase, step, slice)); with S >= 2 the look-ahead is
+// safe: unit u+1 sends either another slice than the one unit u reduces, or another chunk
+// (ring neighbours' chunks differ by one), and what unit u+1 receives into the data was
+// sent S >= 2 units earlier (complete: only one unit is ever outstanding before it).
+void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool gather) {
+  const int N = s.world, r = s.rank;
+  if (N == 1 || s.count == 0) return;
+  const size_t elem = dtype_size(s.dtype);
+  const Split chunks{s.count, N};
+  const int64_t S = slices_for(chunks.max_size(), elem, s.slice_bytes);
+  const int64_t slice_max = ceil_div(chunks.max_size(), S);
+  char* scratch = static_cast<char*>(p.scratch(2 * size_t(slice_max) * elem));
+  char* base = static_cast<char*>(data);
+  const int next = (r + 1) % N, prev = (r + N - 1) % N;
+  const int64_t per_phase = int64_t(N - 1) * S;
+
+  // Byte offset and element count of slice j of chunk c.
+  auto slice = [&](int c, int64_t j, int64_t* n) {
+    const Split sl{chunks.size(c), S};
+    *n = sl.size(j);
+    return base + (chunks.begin(c) + sl.begin(j)) * int64_t(elem);
+  };
+  auto make = [&](int64_t u, Step& st) {
+    const bool reduce_phase = u < per_phase;
+    const int64_t v = u % per_phase, step = v / S, j = v % S;
+    const uint32_t tag = uint32_t(u);
+    int64_t n_send = 0, n_recv = 0;
+    if (reduce_phase) {
+      char* src = slice(mod(r - step + shift, N), j, &n_send);
+      char* dst = slice(mod(r - step - 1 + shift, N), j, &n_recv);
+      char* tmp = scratch + size_t(u % 2) * size_t(slice_max) * elem;
+      if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
+      if (n_recv) {
+        st.recvs.push_back({prev, tmp, size_t(n_recv) * elem, tag});
+        st.reduces.push_back({tmp, dst, n_recv});
+      }
+    } else {
+      char* src = slice(mod(r + 1 + shift - step, N), j, &n_send);
+      char* dst = slice(mod(r + shift - step, N), j, &n_recv);
+      if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
+      if (n_recv) st.recvs.push_back({prev, dst, size_t(n_recv) * elem, tag});
+    }
+  };
+  run_steps(p, gather ? 2 * per_phase : per_phase, S >= 2, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+}
+
+// Builds the subtree of positions [lo, hi] (1-based) under `parent`; returns its root.
+int build(std::vector<int>& parent_of, std::vector<std::vector<int>>& children_of, int lo, int hi, int parent) {
+  if (lo > hi) return -1;
+  int root = lo;
+  for (int q = lo; q <= hi; ++q)
+    if ((q & -q) > (root & -root)) root = q;  // the largest lowest set bit
+  parent_of[size_t(root)] = parent;
+  for (int c : {build(parent_of, children_of, lo, root - 1, root), build(parent_of, children_of, root + 1, hi, root)})
+    if (c >= 0) children_of[size_t(root)].push_back(c);
+  return root;
+}
+
+}  // namespace
+
+Tree double_binary_tree(int world, int which) {
+  RT_CHECK(world >= 1 && (which == 0 || which == 1), "double_binary_tree(", world, ", ", which, ")");
+  const int N = world;
+  std::vector<int> parent_of(size_t(N) + 1, 0);
+  std::vector<std::vector<int>> children_of(size_t(N) + 1);
+  build(parent_of, children_of, 1, N, 0);
+  // position <-> rank (Note [Double binary tree])
+  auto position = [&](int r) { return which == 0 ? r + 1 : N % 2 == 0 ? N - r : mod(r + N - 1, N) + 1; };
+  std::vector<int> rank_at(size_t(N) + 1);
+  for (int r = 0; r < N; ++r) rank_at[size_t(position(r))] = r;
+
+  Tree t;
+  t.nodes.resize(size_t(N));
+  for (int r = 0; r < N; ++r) {
+    const int pos = position(r);
+    TreeNode& node = t.nodes[size_t(r)];
+    node.parent = parent_of[size_t(pos)] == 0 ? -1 : rank_at[size_t(parent_of[size_t(pos)])];
+    for (int c : children_of[size_t(pos)]) node.children.push_back(rank_at[size_t(c)]);
+    for (int q = pos; parent_of[size_t(q)] != 0; q = parent_of[size_t(q)]) ++node.depth;
+    t.max_depth = std::max(t.max_depth, node.depth);
+  }
+  return t;
+}
+
+void ring_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
+  ring(p, s, data, op, 0, true);
+  if (op == ReduceOp::avg && s.world > 1 && s.count > 0) p.scale(s.dtype, s.count, data, 1.0 / s.world);
+}
+
+void ring_reduce_scatter(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
+  AlgoShape whole = s;
+  whole.count = s.count * s.world;
+  ring(p, whole, data, op, s.world - 1, false);
+  if (op == ReduceOp::avg && s.world > 1 && s.count > 0)
+    p.scale(s.dtype, s.count, static_cast<char*>(data) + size_t(s.rank * s.count) * dtype_size(s.dtype),
+            1.0 / s.world);
+}
+
+// Note [Pipelined tree schedule]: tree w (0, 1) all-reduces half w of the data, cut in K
+// slices. A rank at depth d of a tree whose deepest rank is at depth D does, at step t:
+//   up:   receive slice t - L(D-d-1) from each child (into scratch; reduced after the step)
+//         and send slice t - L(D-d) to its parent;
+//   down: receive slice t - L(D+d-1) from its parent (into the data) and send slice
+//         t - L(D+d) to its children.
+// A child's send and its parent's receive of a slice fall in the same step, so both sides
+// agree without negotiation. L is the lag between receiving a slice and passing it on: 1
+// (strict step order) for a single slice, 2 with look-ahead, so that step t+1, posted
+// before step t is reduced, only sends slices finished at step t-1 or earlier. A slice's
+// last upward send precedes its downward receive by L(2d-1) >= L steps. Steps in all:
+// K + L(2D-1); for one slice 2D, against the ring's 2(N-1).
+void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
+  const int N = s.world, r = s.rank;
+  if (N == 1 || s.count == 0) return;
+  const size_t elem = dtype_size(s.dtype);
+  const Tree trees[2] = {double_binary_tree(N, 0), double_binary_tree(N, 1)};
+  const int64_t D = trees[0].max_depth;  // both trees have the same shape
+  const Split halves{s.count, 2};
+  const int64_t K = slices_for(halves.max_size(), elem, s.slice_bytes);
+  const int64_t L = K >= 2 ? 2 : 1;
+  const int64_t slice_max = ceil_div(halves.max_size(), K);
+  const size_t slot_bytes = size_t(slice_max) * elem;
+  // Scratch slots: (step parity, tree, child) -> 2 x 2 x 2 slices.
+  char* scratch = static_cast<char*>(p.scratch(8 * slot_bytes));
+  char* base = static_cast<char*>(data);
+
+  auto make = [&](int64_t t, Step& st) {
+    for (int w = 0; w < 2; ++w) {
+      const TreeNode& node = trees[w].nodes[size_t(r)];
+      const int64_t d = node.depth;
+      const Split sl{halves.size(w), K};
+      // Slice k of this tree's half: pointer and element count (0 when k is out of range).
+      auto slice = [&](int64_t k, int64_t* n) {
+        *n = (k >= 0 && k < K) ? sl.size(k) : 0;
+        return base + (halves.begin(w) + (*n ? sl.begin(k) : 0)) * int64_t(elem);
+      };
+      const uint32_t up = uint32_t(t * 4 + w * 2), down = up + 1;
+      int64_t n = 0;
+      char* x = slice(t - L * (D - d - 1), &n);
+      for (size_t ci = 0; ci < node.children.size() && n; ++ci) {
+        char* tmp = scratch + (size_t(t % 2) * 4 + size_t(w) * 2 + ci) * slot_bytes;
+        st.recvs.push_back({node.children[ci], tmp, size_t(n) * elem, up});
+        st.reduces.push_back({tmp, x, n});
+      }
+      if (node.parent >= 0) {
+        x = slice(t - L * (D - d), &n);
+        if (n) st.sends.push_back({node.parent, x, size_t(n) * elem, up});
+        x = slice(t - L * (D + d - 1), &n);
+        if (n) st.recvs.push_back({node.parent, x, size_t(n) * elem, down});
+      }
+      x = slice(t - L * (D + d), &n);
+      for (size_t ci = 0; ci < node.children.size() && n; ++ci)
+        st.sends.push_back({node.children[ci], x, size_t(n) * elem, down});
+    }
+  };
+  run_steps(p, K + L * (2 * D - 1), L == 2, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+  if (op == ReduceOp::avg) p.scale(s.dtype, s.count, data, 1.0 / N);
+}
+
+}  // namespace rt::dist

@@ -1,0 +1,125 @@
+// Communicator: collectives and point-to-point transfers between the ranks of a job; one
+// interface for CPU tensors (Gloo, dist/gloo_communicator.h) and CUDA tensors (NCCL,
+// dist/nccl_communicator.h). The data-parallel trainer stands on it.
+//
+// Tensors are treated as flat arrays of numel() elements in memory order; they must live on
+// the communicator's device. Every rank makes the same collective calls, with the same
+// dtypes and element counts, in the same order (Note [Issue order] in dist/work.h). Every
+// call returns a Work at once and runs in the background; results are valid after wait()
+// (or, for CUDA, on a stream after block_stream()). A tensor must not be written by the
+// caller until then; the Work keeps its storage alive.
+//
+// Every call has a timeout (kDefaultTimeout: the communicator's CommOptions::timeout),
+// measured from the moment the call starts running. A timeout or a lost peer makes wait()
+// throw rt::Error naming the operation, the peer rank when it is known and the elapsed time;
+// the communicator is broken from then on (every later call fails the same way): a job that
+// lost a rank must restart.
+//
+// Note [All-reduce algorithms]: all_reduce takes an AllReduceAlgo.
+//   library  the backend's own (Gloo's ring allreduce; ncclAllReduce).
+//   ring     ours: reduce-scatter then all-gather around the ring of ranks, pipelined in
+//            slices (dist/allreduce_algos.h). Bandwidth-optimal: each rank sends and
+//            receives 2(N-1)/N of the data, in 2(N-1) steps.
+//   tree     ours: NCCL's double binary tree: two binary trees, each reducing half of the
+//            data up to its root and broadcasting it back down, pipelined in slices; a
+//            rank is inside one tree and a leaf of the other, so both directions of every
+//            link carry data. About 2 log2(N) steps instead of 2(N-1): lower latency
+//            for small messages at N >= 4.
+// ring and tree are written once over the backend's point-to-point transfers and local
+// reduce, so they run on Gloo and on NCCL alike.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include "dist/communicator_ops.h"
+#include "dist/work.h"
+#include "engine/tensor.h"
+
+namespace rt::dist {
+
+using Millis = std::chrono::milliseconds;
+
+// A call's timeout argument meaning "the communicator's CommOptions::timeout".
+inline constexpr Millis kDefaultTimeout{-1};
+
+struct CommOptions {
+  // Every call's timeout unless the call gives its own; also bounds the setup (rendezvous).
+  Millis timeout = std::chrono::seconds(60);
+  // Store keys of this communicator start with it: two communicators of one job on the same
+  // store need different prefixes.
+  std::string prefix = "rt";
+  // The unit of the ring and tree pipelines: transfers of at most this many bytes, so that
+  // sending one slice overlaps reducing the previous one.
+  size_t slice_bytes = size_t(256) << 10;
+  // The address this rank's connections listen on (Gloo's pairs, the liveness links).
+  // "" = the interface that routes to the store's host.
+  std::string host;
+};
+
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+  Communicator(const Communicator&) = delete;
+  Communicator& operator=(const Communicator&) = delete;
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_; }
+  Device device() const { return device_; }
+  virtual const char* backend() const = 0;  // "gloo", "nccl"
+  const CommOptions& options() const { return opts_; }
+
+  // t <- op over every rank's t, in place. avg is the sum divided by the world size.
+  Work all_reduce(const Tensor& t, ReduceOp op = ReduceOp::sum, AllReduceAlgo algo = AllReduceAlgo::library,
+                  Millis timeout = kDefaultTimeout);
+  // t <- root's t, in place.
+  Work broadcast(const Tensor& t, int root, Millis timeout = kDefaultTimeout);
+  // out (world * in.numel() elements, contiguous) <- every rank's `in`, in rank order.
+  Work all_gather(const Tensor& out, const Tensor& in, Millis timeout = kDefaultTimeout);
+  // out (n elements) <- op over every rank's `in` (world * n elements) of block rank().
+  Work reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op = ReduceOp::sum,
+                      Millis timeout = kDefaultTimeout);
+  // Returns when every rank has reached it.
+  Work barrier(Millis timeout = kDefaultTimeout);
+  // Point to point. Transfers between two ranks are matched in issue order; a send may not
+  // complete before the peer issued the matching recv, so two ranks that send to each other
+  // issue send_recv() (both posted together) rather than send() then recv().
+  Work send(const Tensor& t, int dst, Millis timeout = kDefaultTimeout);
+  Work recv(const Tensor& t, int src, Millis timeout = kDefaultTimeout);
+  Work send_recv(const Tensor& sent, int dst, const Tensor& received, int src, Millis timeout = kDefaultTimeout);
+
+ protected:
+  Communicator(int rank, int world, Device device, CommOptions opts);
+
+  // One call, checked and described; what a backend runs.
+  enum class Kind : uint8_t { all_reduce, broadcast, all_gather, reduce_scatter, barrier, p2p };
+  struct Call {
+    Kind kind;
+    std::string what;  // for messages: "all_reduce #12 (ring, sum, f32 x 1000)"
+    // all_reduce, broadcast: a. all_gather, reduce_scatter: a = out, b = in.
+    // p2p: a = the tensor sent to `dst` and b = the one received from `src` (either may be
+    // undefined).
+    Tensor a, b;
+    ReduceOp op = ReduceOp::sum;
+    AllReduceAlgo algo = AllReduceAlgo::library;
+    int root = -1, dst = -1, src = -1;
+    Millis timeout{0};
+  };
+  virtual Work run(Call call) = 0;
+  // Whether the backend reduces this dtype (the base has checked that it is floating).
+  virtual void check_reducible(DType t, const std::string& what) const = 0;
+
+ private:
+  Call make_call(Kind kind, std::string what, Millis timeout) const;
+  void check_tensor(const Tensor& t, const char* op, const char* arg) const;
+  void check_peer(int peer, const char* op, const char* arg) const;
+
+  int rank_, world_;
+  Device device_;
+  CommOptions opts_;
+  uint64_t collectives_ = 0;  // collective calls issued (the #N in messages)
+  uint64_t p2p_ = 0;          // point-to-point calls issued
+};
+
+}  // namespace rt::dist

@@ -1,0 +1,73 @@
+// PeerLiveness: one plain TCP connection from every rank to every other rank, carrying
+// nothing but a goodbye byte when a rank shuts down in order. When a peer's process dies
+// (SIGKILL, a crash, the OOM killer) its kernel closes the socket and a background thread
+// notices at once, so a collective that fails or times out can name the rank that went
+// away, not only the neighbour that happened to report it. (Gloo reports a closed
+// connection only to the operations waiting on that very pair; NCCL reports nothing before
+// its timeout.)
+//
+// The connections are made through the store: each rank listens on a free port of `host`,
+// publishes "host:port" under <prefix>/live/<rank>, connects to every lower rank and accepts
+// every higher one.
+#pragma once
+
+#include <chrono>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/net_util.h"
+#include "dist/store.h"
+
+namespace rt::dist {
+
+class PeerLiveness {
+ public:
+  using Clock = std::chrono::steady_clock;
+
+  // Throws rt::Error naming the ranks that did not connect within `timeout`.
+  PeerLiveness(Store& store, const std::string& prefix, int rank, int world, const std::string& host,
+               Millis timeout);
+  // Says goodbye to every peer (so they do not report this rank as lost) and stops the
+  // thread. Never throws.
+  ~PeerLiveness();
+  PeerLiveness(const PeerLiveness&) = delete;
+  PeerLiveness& operator=(const PeerLiveness&) = delete;
+
+  struct Loss {
+    int rank;
+    Clock::time_point when;  // when the closed connection was noticed
+  };
+  // Peers whose connection closed without a goodbye, in the order noticed. Looks at the
+  // sockets first, so a death that just happened is included.
+  std::vector<Loss> lost();
+  // "rank 3 (its connection closed 0.1 s ago: the process exited or was killed)", one
+  // clause per lost rank joined by "; ", or "" when every peer is alive.
+  std::string describe_lost();
+
+ private:
+  struct Peer {
+    int rank;
+    net::Fd fd;
+    bool open = true;
+  };
+  void connect_all(Store& store, const std::string& prefix, const std::string& host, Millis timeout);
+  void poll_peers(int timeout_ms);  // reads what arrived; notes closes. Needs mu_.
+  void loop();
+
+  int rank_, world_;
+  std::mutex mu_;
+  std::vector<Peer> peers_;
+  std::vector<Loss> lost_;
+  net::Fd wake_;  // eventfd: the destructor's signal to the thread
+  std::thread thread_;
+};
+
+// The address this machine uses to reach `remote` (the source address of the route to it,
+// found by connecting a UDP socket, which sends nothing). "127.0.0.1" for a loopback remote.
+// Ranks listen there so that peers on other machines can connect. Throws rt::Error when
+// `remote` does not resolve.
+std::string local_address_toward(const std::string& remote);
+
+}  // namespace rt::dist

@@ -1,0 +1,314 @@
+#include "dist/gloo_communicator.h"
+
+#include <sys/socket.h>  // before gloo's tcp attr.h, which uses sockaddr_storage
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <utility>
+
+#include "dist/allreduce_algos.h"
+#include "dist/communicator_liveness.h"
+#include "dist/gloo_store.h"
+#include "dist/reduce_kernel.h"
+#include "dist/work_queue.h"
+
+namespace rt::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// Gloo slots (message ids, matched per pair of ranks) of our own transfers. Gloo's
+// collectives build theirs from small prefixes in the top byte; ours stay clear of them.
+constexpr uint64_t kAlgoSlot = 0xA0ull << 56;  // | call number (24 bits) << 32 | step tag
+constexpr uint64_t kP2PSlot = 0xB0ull << 56;   // | the pair's transfer count
+
+// A transfer that failed, with the peer it was for.
+struct PeerFailure : std::runtime_error {
+  PeerFailure(int peer, bool sending, const std::string& cause)
+      : std::runtime_error(cause), peer(peer), sending(sending) {}
+  int peer;
+  bool sending;
+};
+
+Millis left(Clock::time_point deadline) {
+  return std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
+}
+
+// The algorithms' P2P on Gloo's unbound buffers; reductions on this (the communication)
+// thread with the CPU kernels.
+class GlooP2P final : public P2P {
+ public:
+  explicit GlooP2P(std::shared_ptr<gloo::Context> ctx) : ctx_(std::move(ctx)) {}
+
+  // The call the following transfers belong to: their slots and their deadline.
+  void begin_call(uint64_t slot_base, Clock::time_point deadline) {
+    slot_base_ = slot_base;
+    deadline_ = deadline;
+    groups_.clear();
+  }
+
+  void start(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs) override {
+    Group g;
+    // Receives first: a peer's send can then land at once.
+    for (const Transfer& t : recvs) {
+      g.push_back({ctx_->createUnboundBuffer(t.ptr, t.bytes), t.peer, false});
+      g.back().buf->recv(t.peer, slot_base_ | t.tag);
+    }
+    for (const Transfer& t : sends) {
+      g.push_back({ctx_->createUnboundBuffer(t.ptr, t.bytes), t.peer, true});
+      g.back().buf->send(t.peer, slot_base_ | t.tag);
+    }
+    groups_.push_back(std::move(g));
+  }
+
+  void finish() override {
+    Group g = std::move(groups_.front());
+    groups_.pop_front();
+    for (Pending& p : g) {
+      bool ok = false;
+      try {
+        ok = p.sending ? p.buf->waitSend(nullptr, left(deadline_)) : p.buf->waitRecv(nullptr, left(deadline_));
+      } catch (const std::exception& e) {
+        throw PeerFailure(p.peer, p.sending, e.what());
+      }
+      if (!ok) throw PeerFailure(p.peer, p.sending, "the transfer was aborted");
+    }
+  }
+
+  void reduce(ReduceOp op, DType t, int64_t n, const void* in, void* inout) override {
+    reduce_cpu(op, t, n, in, inout);
+  }
+  void scale(DType t, int64_t n, void* x, double s) override { scale_cpu(t, n, x, s); }
+  void* scratch(size_t bytes) override {
+    if (scratch_.size() * sizeof(double) < bytes) scratch_.resize((bytes + sizeof(double) - 1) / sizeof(double));
+    return scratch_.data();
+  }
+
+ private:
+  struct Pending {
+    std::unique_ptr<gloo::transport::UnboundBuffer> buf;
+    int peer;
+    bool sending;
+  };
+  using Group = std::vector<Pending>;
+  std::shared_ptr<gloo::Context> ctx_;
+  uint64_t slot_base_ = 0;
+  Clock::time_point deadline_;
+  std::deque<Group> groups_;
+  std::vector<double> scratch_;  // 8-byte aligned
+};
+
+// Gloo's reduction callback for `op`: c = a op b over n elements (c may be a or b).
+gloo::AllreduceOptions::Func gloo_reduction(ReduceOp op, DType t) {
+  const ReduceOp local = op == ReduceOp::avg ? ReduceOp::sum : op;
+  const size_t elem = dtype_size(t);
+  return [local, t, elem](void* c, const void* a, const void* b, size_t n) {
+    if (c == b) std::swap(a, b);
+    if (c != a) std::memcpy(c, a, n * elem);
+    reduce_cpu(local, t, int64_t(n), b, c);
+  };
+}
+
+bool timed_out(const std::string& cause, Clock::duration ran, Millis timeout) {
+  return ran >= timeout || cause.find("imed out") != std::string::npos;
+}
+
+// The address this rank listens on: CommOptions::host, else the one that routes to
+// MASTER_ADDR (torchrun's contract), else loopback (a single machine).
+std::string listen_host(const CommOptions& o) {
+  if (!o.host.empty()) return o.host;
+  const char* master = std::getenv("MASTER_ADDR");
+  return master && *master ? local_address_toward(master) : "127.0.0.1";
+}
+
+}  // namespace
+
+struct GlooCommunicator::Impl {
+  Impl(GlooCommunicator& self, Store& store);
+
+  void execute(const Call& c, uint64_t call_no, Clock::time_point deadline);
+  void all_reduce(const Call& c, uint64_t call_no, Clock::time_point deadline);
+  void p2p(const Call& c, Clock::time_point deadline);
+  std::string describe(const std::string& what, Millis timeout, Clock::duration ran, std::exception_ptr e);
+
+  const int rank, world;
+  const CommOptions opts;
+  std::unique_ptr<PeerLiveness> liveness;
+  std::shared_ptr<gloo::Context> ctx;
+  std::unique_ptr<GlooP2P> transport;
+  uint64_t calls = 0;                            // collective calls issued (their slots and tags)
+  std::vector<uint64_t> sent_to, received_from;  // point-to-point transfers issued, per peer
+  std::unique_ptr<WorkQueue> queue;              // last: its thread uses everything above
+};
+
+GlooCommunicator::Impl::Impl(GlooCommunicator& self, Store& store)
+    : rank(self.rank()), world(self.world_size()), opts(self.options()), sent_to(size_t(world)),
+      received_from(size_t(world)) {
+  const std::string host = listen_host(opts);
+  liveness = std::make_unique<PeerLiveness>(store, opts.prefix, rank, world, host, opts.timeout);
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto c = std::make_shared<gloo::rendezvous::Context>(rank, world);
+    c->setTimeout(opts.timeout);
+    GlooStore gs(store, opts.prefix, opts.timeout);
+    c->connectFullMesh(gs, device);
+    ctx = std::move(c);
+  } catch (const gloo::Exception& e) {
+    RT_FAIL("rank ", rank, " of ", world, ": Gloo could not connect to its peers from ", host, ": ", e.what(),
+            ". Check that every rank runs and that ", host, " is reachable from the other machines (or set ",
+            "CommOptions::host to the interface they can reach)");
+  }
+  transport = std::make_unique<GlooP2P>(ctx);
+  queue = std::make_unique<WorkQueue>([this](const std::string& what, Millis timeout, Clock::duration ran,
+                                             std::exception_ptr e) { return describe(what, timeout, ran, e); });
+}
+
+std::string GlooCommunicator::Impl::describe(const std::string& what, Millis timeout, Clock::duration ran,
+                                             std::exception_ptr e) {
+  int peer = -1;
+  bool sending = false;
+  std::string cause;
+  try {
+    std::rethrow_exception(e);
+  } catch (const PeerFailure& f) {
+    peer = f.peer;
+    sending = f.sending;
+    cause = f.what();
+  } catch (const std::exception& x) {
+    cause = x.what();
+  }
+  const std::string lost = liveness->describe_lost();
+  std::string why;
+  if (!lost.empty()) {
+    why = "lost " + lost + "; Gloo reported: " + cause;
+  } else if (timed_out(cause, ran, timeout)) {
+    why = detail::cat("timed out (timeout ", net::seconds(timeout), ")",
+                      peer >= 0 ? detail::cat(" waiting for rank ", peer, sending ? " to receive" : " to send") : "",
+                      ". Every peer's process is alive (their liveness links are open), so some rank did not take ",
+                      "part: check that every rank issues the same calls in the same order, or raise the timeout");
+  } else {
+    why = (peer >= 0 ? detail::cat("rank ", peer, ": ") : std::string()) + cause;
+  }
+  return detail::cat("rank ", rank, " of ", world, ": ", what, " failed after ", net::seconds(ran), ": ", why,
+                     ". This communicator is unusable from now on; restart the job");
+}
+
+void GlooCommunicator::Impl::all_reduce(const Call& c, uint64_t call_no, Clock::time_point deadline) {
+  const Tensor& t = c.a;
+  const int64_t n = t.numel();
+  if (n == 0 || world == 1) return;  // avg over one rank is the value itself
+  void* data = t.raw_data();
+  switch (c.algo) {
+    case AllReduceAlgo::library: {
+      gloo::AllreduceOptions o(ctx);
+      o.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+      if (t.dtype() == DType::f32) o.setOutput(static_cast<float*>(data), size_t(n));
+      else o.setOutput(static_cast<double*>(data), size_t(n));
+      o.setReduceFunction(gloo_reduction(c.op, t.dtype()));
+      o.setTag(uint32_t(call_no));
+      o.setTimeout(left(deadline));
+      gloo::allreduce(o);
+      if (c.op == ReduceOp::avg) scale_cpu(t.dtype(), n, data, 1.0 / world);
+      return;
+    }
+    case AllReduceAlgo::ring:
+      return ring_all_reduce(*transport, AlgoShape{rank, world, t.dtype(), n, opts.slice_bytes}, data, c.op);
+    case AllReduceAlgo::tree:
+      return tree_all_reduce(*transport, AlgoShape{rank, world, t.dtype(), n, opts.slice_bytes}, data, c.op);
+  }
+}
+
+void GlooCommunicator::Impl::p2p(const Call& c, Clock::time_point deadline) {
+  std::vector<Transfer> sends, recvs;
+  // A pair's transfers are numbered on both sides, so the n-th send from a to b meets the
+  // n-th recv on b from a (each side's own count is the slot).
+  if (c.a.defined() && c.a.nbytes() > 0)
+    sends.push_back({c.dst, c.a.raw_data(), c.a.nbytes(), uint32_t(sent_to[size_t(c.dst)]++)});
+  if (c.b.defined() && c.b.nbytes() > 0)
+    recvs.push_back({c.src, c.b.raw_data(), c.b.nbytes(), uint32_t(received_from[size_t(c.src)]++)});
+  transport->begin_call(kP2PSlot, deadline);
+  transport->start(sends, recvs);
+  transport->finish();
+}
+
+void GlooCommunicator::Impl::execute(const Call& c, uint64_t call_no, Clock::time_point deadline) {
+  transport->begin_call(kAlgoSlot | ((call_no & 0xFFFFFF) << 32), deadline);
+  const uint32_t tag = uint32_t(call_no);
+  switch (c.kind) {
+    case Kind::all_reduce: return all_reduce(c, call_no, deadline);
+    case Kind::broadcast: {
+      if (c.a.nbytes() == 0 || world == 1) return;
+      gloo::BroadcastOptions o(ctx);
+      o.setOutput(static_cast<uint8_t*>(c.a.raw_data()), c.a.nbytes());
+      o.setRoot(c.root);
+      o.setTag(tag);
+      o.setTimeout(left(deadline));
+      return gloo::broadcast(o);
+    }
+    case Kind::all_gather: {
+      if (c.b.nbytes() == 0) return;
+      if (world == 1) {
+        std::memcpy(c.a.raw_data(), c.b.raw_data(), c.b.nbytes());
+        return;
+      }
+      gloo::AllgatherOptions o(ctx);
+      o.setInput(static_cast<uint8_t*>(c.b.raw_data()), c.b.nbytes());
+      o.setOutput(static_cast<uint8_t*>(c.a.raw_data()), c.a.nbytes());
+      o.setTag(tag);
+      o.setTimeout(left(deadline));
+      return gloo::allgather(o);
+    }
+    case Kind::reduce_scatter: {
+      const int64_t n = c.a.numel();
+      if (n == 0) return;
+      Tensor work = c.b.clone();  // the ring reduces in place
+      ring_reduce_scatter(*transport, AlgoShape{rank, world, c.b.dtype(), n, opts.slice_bytes}, work.raw_data(), c.op);
+      std::memcpy(c.a.raw_data(), static_cast<const char*>(work.raw_data()) + size_t(rank) * c.a.nbytes(),
+                  c.a.nbytes());
+      return;
+    }
+    case Kind::barrier: {
+      if (world == 1) return;
+      gloo::BarrierOptions o(ctx);
+      o.setTag(tag);
+      o.setTimeout(left(deadline));
+      return gloo::barrier(o);
+    }
+    case Kind::p2p: return p2p(c, deadline);
+  }
+}
+
+GlooCommunicator::GlooCommunicator(Store& store, int rank, int world, CommOptions opts)
+    : Communicator(rank, world, Device::cpu(), std::move(opts)), impl_(std::make_unique<Impl>(*this, store)) {}
+
+GlooCommunicator::~GlooCommunicator() = default;
+
+void GlooCommunicator::check_reducible(DType t, const std::string& what) const {
+  RT_CHECK(t == DType::f32 || t == DType::f64, what, ": the Gloo (CPU) backend reduces f32 and f64, not ",
+           dtype_name(t), ": reduce a .to(DType::f32) copy (bf16/f16 are storage types on the CPU)");
+}
+
+Work GlooCommunicator::run(Call call) {
+  Impl& m = *impl_;
+  const uint64_t call_no = call.kind == Kind::p2p ? 0 : m.calls++;
+  std::string what = call.what;
+  const Millis timeout = call.timeout;
+  return m.queue->submit(std::move(what), timeout, [&m, c = std::move(call), call_no](Clock::time_point deadline) {
+    m.execute(c, call_no, deadline);
+  });
+}
+
+}  // namespace rt::dist

@@ -1,0 +1,51 @@
+// Work: the handle of one communication call in flight (PyTorch's Work, NCCL-style). Every
+// Communicator call returns one at once; the call itself runs on the backend's own thread
+// (Gloo) or stream (NCCL), so the caller keeps computing.
+//
+// Note [Issue order]: a communicator runs its calls one after another in the order they
+// were issued (one queue, one thread; or one CUDA stream), so they also complete in that
+// order: when work k is done, every work issued before k on the same communicator is done.
+// After a failure (a timeout, a lost peer) the communicator is broken for good: later and
+// pending calls fail with the first failure's message.
+#pragma once
+
+#include <memory>
+
+namespace rt {
+class Stream;
+}
+
+namespace rt::dist {
+
+// What a backend implements behind a Work.
+class WorkImpl {
+ public:
+  virtual ~WorkImpl() = default;
+  // Blocks the host until the call completed; throws rt::Error (naming the operation, the
+  // peer rank when known and the time it ran) when it failed or timed out.
+  virtual void wait() = 0;
+  // Whether the call has completed (successfully or not); never blocks, never throws.
+  virtual bool done() = 0;
+  // Makes `s` wait for the call's completion without blocking the host (CUDA: an event the
+  // stream waits on). Where that is not possible (CPU) it is wait().
+  virtual void block_stream(const Stream& s) = 0;
+};
+
+class Work {
+ public:
+  Work() = default;  // nothing in flight: done, and wait() returns at once
+  explicit Work(std::shared_ptr<WorkImpl> impl) : impl_(std::move(impl)) {}
+
+  void wait() const {
+    if (impl_) impl_->wait();
+  }
+  bool done() const { return !impl_ || impl_->done(); }
+  void block_stream(const Stream& s) const {
+    if (impl_) impl_->block_stream(s);
+  }
+
+ private:
+  std::shared_ptr<WorkImpl> impl_;
+};
+
+}  // namespace rt::dist
