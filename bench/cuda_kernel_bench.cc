@@ -253,22 +253,25 @@ Case binary_op(DType t, bool with_relu) {  // add / add_relu: read a, b, write y
   return c;
 }
 
-cuda::BatchNormGeom bn_geom(const Shape& s) { return {s[0], s[1], s[2] * s[3], true}; }
+cuda::BatchNormGeom bn_geom(const Shape& s, MemoryFormat f) { return {s[0], s[1], s[2] * s[3], f == kNHWC}; }
+std::string layout(MemoryFormat f) { return f == kNHWC ? " NHWC" : " NCHW"; }
+Tensor bn_workspace(size_t bytes) { return Tensor::empty({int64_t(bytes)}, DType::u8, gpu()); }
 
-// Statistics: read x once (n e); write mean, invstd (f32, C each); read + write the f32
-// running mean and var: n e + 24 C.
-Case bn_stats(const Shape& s, DType t) {
+// Statistics: read x once (n e; one pass, Welford states: batch_norm.cuh); write mean,
+// invstd (f32, C each); read + write the f32 running mean and var: n e + 24 C. The
+// partials of the two-stage reduction (channel_reduce.cuh) are a few KB.
+Case bn_stats(const Shape& s, DType t, MemoryFormat f) {
   const int64_t C = s[1];
   const double bytes = numel(s) * esize(t) + 24.0 * double(C);
-  Case c{shape_str(s) + " NHWC", dtype_name(t), bytes, sets_for(bytes),
-         "two passes over x (mean, then centred squares; batch_norm.cuh): ceiling 50%", nullptr};
-  auto xs = random_sets(c.sets, s, t, kNHWC, 60);
+  Case c{shape_str(s) + layout(f), dtype_name(t), bytes, sets_for(bytes), "", nullptr};
+  auto xs = random_sets(c.sets, s, t, f, 60);
   Tensor mean = Tensor::empty({C}, DType::f32, gpu()), invstd = Tensor::empty({C}, DType::f32, gpu());
   Tensor rm = Tensor::zeros({C}, DType::f32, gpu()), rv = Tensor::full({C}, 1.0, DType::f32, gpu());
-  const cuda::BatchNormGeom g = bn_geom(s);
-  c.call = [xs, mean, invstd, rm, rv, g, t](int i) {
+  const cuda::BatchNormGeom g = bn_geom(s, f);
+  Tensor work = bn_workspace(cuda::batch_norm_stats_workspace_bytes(g, t));
+  c.call = [xs, mean, invstd, rm, rv, g, t, work](int i) {
     cuda::batch_norm_stats(g, t, pick(xs, i).raw_data(), 1e-5, mean.raw_data(), invstd.raw_data(), DType::f32,
-                           rm.raw_data(), rv.raw_data(), 0.1, stream());
+                           rm.raw_data(), rv.raw_data(), 0.1, work.raw_data(), stream());
   };
   return c;
 }
@@ -283,7 +286,7 @@ Case bn_apply(const Shape& s, DType t) {
   auto ys = empty_sets(c.sets, s, t, kNHWC);
   Tensor mean = random_gpu({C}, DType::f32, kNCHW, 71), invstd = Tensor::full({C}, 1.3, DType::f32, gpu());
   Tensor gamma = random_gpu({C}, t, kNCHW, 72), beta = random_gpu({C}, t, kNCHW, 73);
-  const cuda::BatchNormGeom g = bn_geom(s);
+  const cuda::BatchNormGeom g = bn_geom(s, kNHWC);
   c.call = [xs, ys, mean, invstd, gamma, beta, g, t](int i) {
     cuda::batch_norm_apply(g, t, pick(xs, i).raw_data(), mean.raw_data(), invstd.raw_data(), gamma.raw_data(),
                            beta.raw_data(), pick(ys, i).raw_data(), stream());
@@ -297,7 +300,7 @@ Case bn_forward_op(const Shape& s, DType t) {
   const int64_t C = s[1];
   const double bytes = 2 * numel(s) * esize(t) + double(C) * (24 + 2 * esize(t));
   Case c{shape_str(s) + " NHWC", dtype_name(t), bytes, sets_for(bytes),
-         "stats then apply: x read 3x with batch_norm.cuh's two-pass stats (3 n e read + n e written): ceiling 50%",
+         "stats then apply: x read twice (2 n e read + n e written): ceiling 67%",
          nullptr};
   auto xs = random_sets(c.sets, s, t, kNHWC, 80);
   Tensor gamma = random_gpu({C}, t, kNCHW, 81), beta = random_gpu({C}, t, kNCHW, 82);
@@ -308,18 +311,18 @@ Case bn_forward_op(const Shape& s, DType t) {
 
 // Training backward: read x, dy, write dx (3 n e); read mean, invstd (f32), gamma; write
 // dgamma, dbeta: 3 n e + C (8 + 3 e).
-Case bn_backward(const Shape& s, DType t) {
+Case bn_backward(const Shape& s, DType t, MemoryFormat f) {
   const int64_t C = s[1];
   const double bytes = 3 * numel(s) * esize(t) + double(C) * (8 + 3 * esize(t));
-  Case c{shape_str(s) + " NHWC", dtype_name(t), bytes, sets_for(bytes),
+  Case c{shape_str(s) + layout(f), dtype_name(t), bytes, sets_for(bytes),
          "reduction pass, then dx pass: x and dy read twice (5 n e): ceiling 60%", nullptr};
-  auto xs = random_sets(c.sets, s, t, kNHWC, 90), dys = random_sets(c.sets, s, t, kNHWC, 91);
-  auto dxs = empty_sets(c.sets, s, t, kNHWC);
+  auto xs = random_sets(c.sets, s, t, f, 90), dys = random_sets(c.sets, s, t, f, 91);
+  auto dxs = empty_sets(c.sets, s, t, f);
   Tensor mean = random_gpu({C}, DType::f32, kNCHW, 92), invstd = Tensor::full({C}, 1.3, DType::f32, gpu());
   Tensor gamma = random_gpu({C}, t, kNCHW, 93);
   Tensor dgamma = Tensor::empty({C}, t, gpu()), dbeta = Tensor::empty({C}, t, gpu());
-  Tensor work = Tensor::empty({3 * C}, DType::f32, gpu());
-  const cuda::BatchNormGeom g = bn_geom(s);
+  const cuda::BatchNormGeom g = bn_geom(s, f);
+  Tensor work = bn_workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
   c.call = [xs, dys, dxs, mean, invstd, gamma, dgamma, dbeta, work, g, t](int i) {
     cuda::batch_norm_backward(g, t, pick(xs, i).raw_data(), pick(dys, i).raw_data(), mean.raw_data(),
                               invstd.raw_data(), gamma.raw_data(), true, pick(dxs, i).raw_data(), dgamma.raw_data(),
@@ -328,15 +331,35 @@ Case bn_backward(const Shape& s, DType t) {
   return c;
 }
 
+// The backward's reduction alone (dx not wanted: dgamma, dbeta only): read x, dy (2 n e).
+// The pass every backward runs before its dx pass; compare with bn stats.
+Case bn_backward_reduce(const Shape& s, DType t, MemoryFormat f) {
+  const int64_t C = s[1];
+  const double bytes = 2 * numel(s) * esize(t) + double(C) * (8 + 3 * esize(t));
+  Case c{shape_str(s) + layout(f), dtype_name(t), bytes, sets_for(bytes), "", nullptr};
+  auto xs = random_sets(c.sets, s, t, f, 190), dys = random_sets(c.sets, s, t, f, 191);
+  Tensor mean = random_gpu({C}, DType::f32, kNCHW, 192), invstd = Tensor::full({C}, 1.3, DType::f32, gpu());
+  Tensor gamma = random_gpu({C}, t, kNCHW, 193);
+  Tensor dgamma = Tensor::empty({C}, t, gpu()), dbeta = Tensor::empty({C}, t, gpu());
+  const cuda::BatchNormGeom g = bn_geom(s, f);
+  Tensor work = bn_workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
+  c.call = [xs, dys, mean, invstd, gamma, dgamma, dbeta, work, g, t](int i) {
+    cuda::batch_norm_backward(g, t, pick(xs, i).raw_data(), pick(dys, i).raw_data(), mean.raw_data(),
+                              invstd.raw_data(), gamma.raw_data(), true, nullptr, dgamma.raw_data(), dbeta.raw_data(),
+                              work.raw_data(), stream());
+  };
+  return c;
+}
+
 // The fused tails of a residual block (engine/ops.h), training mode, through the op:
 // batch_norm_relu reads x and writes y (2 n e); batch_norm_add_relu also reads the residual
-// (3 n e); + the statistics and parameters (24 C + 2 e C). The statistics' two passes over x
-// come first: 4 n e moved for 2 n e (ceiling 50%), 5 n e for 3 n e (60%).
+// (3 n e); + the statistics and parameters (24 C + 2 e C). The statistics' pass over x
+// comes first: 3 n e moved for 2 n e (ceiling 67%), 4 n e for 3 n e (75%).
 Case bn_relu_forward_op(const Shape& s, DType t, bool add) {
   const int64_t C = s[1];
   const double n = numel(s), bytes = (add ? 3 : 2) * n * esize(t) + double(C) * (24 + 2 * esize(t));
   Case c{shape_str(s) + " NHWC", dtype_name(t), bytes, sets_for(bytes),
-         add ? "two-pass stats, then x + residual -> y: ceiling 60%" : "two-pass stats, then x -> y: ceiling 50%",
+         add ? "stats pass, then x + residual -> y: ceiling 75%" : "stats pass, then x -> y: ceiling 67%",
          nullptr};
   auto xs = random_sets(c.sets, s, t, kNHWC, 84), rs = random_sets(add ? c.sets : 0, s, t, kNHWC, 85);
   Tensor gamma = random_gpu({C}, t, kNCHW, 86), beta = random_gpu({C}, t, kNCHW, 87);
@@ -357,7 +380,7 @@ Case bn_relu_backward(const Shape& s, DType t, bool add) {
   Case c{shape_str(s) + " NHWC", dtype_name(t), bytes, sets_for(bytes),
          add ? "reduction pass, then dx + dresidual pass: ceiling 62%" : "reduction pass, then dx pass: ceiling 57%",
          nullptr};
-  const cuda::BatchNormGeom g = bn_geom(s);
+  const cuda::BatchNormGeom g = bn_geom(s, kNHWC);
   Tensor mean = random_gpu({C}, DType::f32, kNCHW, 94), invstd = Tensor::full({C}, 1.3, DType::f32, gpu());
   Tensor gamma = random_gpu({C}, t, kNCHW, 95), beta = random_gpu({C}, t, kNCHW, 96);
   std::vector<Tensor> xs = random_sets(c.sets, s, t, kNHWC, 97), dys = random_sets(c.sets, s, t, kNHWC, 98), ys;
@@ -369,7 +392,7 @@ Case bn_relu_backward(const Shape& s, DType t, bool add) {
   }
   auto dxs = empty_sets(c.sets, s, t, kNHWC), drs = empty_sets(add ? c.sets : 0, s, t, kNHWC);
   Tensor dgamma = Tensor::empty({C}, t, gpu()), dbeta = Tensor::empty({C}, t, gpu());
-  Tensor work = Tensor::empty({3 * C}, DType::f32, gpu());
+  Tensor work = bn_workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
   c.call = [xs, ys, dys, dxs, drs, mean, invstd, gamma, dgamma, dbeta, work, g, t, add](int i) {
     cuda::batch_norm_backward_relu(g, t, pick(xs, i).raw_data(), pick(ys, i).raw_data(), pick(dys, i).raw_data(),
                                    mean.raw_data(), invstd.raw_data(), gamma.raw_data(), true, pick(dxs, i).raw_data(),
@@ -572,14 +595,21 @@ std::vector<std::pair<std::string, std::function<Case()>>> cases() {
       {"add", [=] { return binary_op(bf, false); }},
       {"add", [=] { return binary_op(f32, false); }},
       {"add_relu", [=] { return binary_op(bf, true); }},
-      {"batch_norm stats", [=] { return bn_stats(kAct, bf); }},
-      {"batch_norm stats", [=] { return bn_stats(kDeep, bf); }},
+      {"batch_norm stats", [=] { return bn_stats(kAct, bf, kNHWC); }},
+      {"batch_norm stats", [=] { return bn_stats(kStem, bf, kNHWC); }},
+      {"batch_norm stats", [=] { return bn_stats(kDeep, bf, kNHWC); }},
+      {"batch_norm stats", [=] { return bn_stats(kStem, DType::f32, kNCHW); }},
+      {"batch_norm stats", [=] { return bn_stats(kDeep, DType::f32, kNCHW); }},
       {"batch_norm apply", [=] { return bn_apply(kAct, bf); }},
       {"batch_norm apply", [=] { return bn_apply(kDeep, bf); }},
       {"batch_norm fwd (op)", [=] { return bn_forward_op(kAct, bf); }},
       {"batch_norm fwd (op)", [=] { return bn_forward_op(kDeep, bf); }},
-      {"batch_norm bwd", [=] { return bn_backward(kAct, bf); }},
-      {"batch_norm bwd", [=] { return bn_backward(kDeep, bf); }},
+      {"batch_norm bwd", [=] { return bn_backward(kAct, bf, kNHWC); }},
+      {"batch_norm bwd", [=] { return bn_backward(kDeep, bf, kNHWC); }},
+      {"batch_norm bwd", [=] { return bn_backward(kStem, DType::f32, kNCHW); }},
+      {"batch_norm bwd reduce", [=] { return bn_backward_reduce(kStem, bf, kNHWC); }},
+      {"batch_norm bwd reduce", [=] { return bn_backward_reduce(kDeep, bf, kNHWC); }},
+      {"batch_norm bwd reduce", [=] { return bn_backward_reduce(kStem, DType::f32, kNCHW); }},
       {"batch_norm_relu fwd", [=] { return bn_relu_forward_op(kAct, bf, false); }},
       {"batch_norm_relu bwd", [=] { return bn_relu_backward(kAct, bf, false); }},
       {"bn_add_relu fwd", [=] { return bn_relu_forward_op(kAct, bf, true); }},

@@ -64,9 +64,11 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
     RT_CHECK(g.N * g.S > 1, op, ": training needs more than one value per channel, got input ", x.str(),
              " (use a batch size above 1, or eval mode)");
     const bool run = running_mean.defined();
+    // The reduction's per-row-block partials (kernels/cuda/channel_reduce.cuh), bytes.
+    Tensor work = Tensor::empty({int64_t(cuda::batch_norm_stats_workspace_bytes(g, x.dtype()))}, DType::u8, x.device());
     cuda::batch_norm_stats(g, x.dtype(), x.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
                            run ? running_mean.dtype() : st, run ? running_mean.raw_data() : nullptr,
-                           run ? running_var.raw_data() : nullptr, momentum, s);
+                           run ? running_var.raw_data() : nullptr, momentum, work.raw_data(), s);
   } else {
     RT_CHECK(running_mean.defined(), op, ": eval mode needs running_mean and running_var");
     cuda::batch_norm_eval_stats(g.C, running_mean.dtype(), running_mean.raw_data(), running_var.raw_data(), eps, st,
@@ -85,17 +87,19 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
          [sv, g, mean, invstd](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
            std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
-           Tensor coef = Tensor::empty({3 * g.C}, mean.dtype(), sv.x.device());  // k, a, b per channel
+           // dx coefficients k, a, b per channel, then the reduction's partials (bytes).
+           Tensor work = Tensor::empty({int64_t(cuda::batch_norm_backward_workspace_bytes(g, sv.x.dtype()))},
+                                       DType::u8, sv.x.device());
            const cudaStream_t s = ops::stream_of(sv.x);
            if (sv.y.defined())
              cuda::batch_norm_backward_relu(g, sv.x.dtype(), sv.x.raw_data(), sv.y.raw_data(), dy.raw_data(),
                                             mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w), sv.training,
                                             raw_or_null(d[0]), raw_or_null(d[1]), raw_or_null(d[2]),
-                                            raw_or_null(d[3]), coef.raw_data(), s);
+                                            raw_or_null(d[3]), work.raw_data(), s);
            else
              cuda::batch_norm_backward(g, sv.x.dtype(), sv.x.raw_data(), dy.raw_data(), mean.raw_data(),
                                        invstd.raw_data(), raw_or_null(sv.w), sv.training, raw_or_null(d[0]),
-                                       raw_or_null(d[1]), raw_or_null(d[2]), coef.raw_data(), s);
+                                       raw_or_null(d[1]), raw_or_null(d[2]), work.raw_data(), s);
            return d;
          });
   return y;

@@ -2,12 +2,12 @@
 // backward. Statistics accumulate in acc_t<T> (float, or double for f64) and never leave the
 // device.
 //
-// Per-channel reduction, deterministic (fixed block shapes, fixed summation order):
-//   NCHW: one block per channel; threads stride over the channel's N*S values.
-//   NHWC: one block per 32 channels, threadIdx.x = channel (coalesced rows), threadIdx.y
-//         strides over rows; the 32 columns are then summed over y in a fixed order.
-// The reduction hands each channel's two sums to an `Out` functor run by one thread, which
-// finishes the channel (mean; invstd and running stats; dgamma/dbeta and dx coefficients).
+// Per-channel reductions (statistics; the backward's two sums) run in two stages over a 2-D
+// grid of row blocks x channels, deterministic (Note [Two-stage channel reduction] in
+// kernels/cuda/channel_reduce.cuh). The statistics take one pass over x: Welford states
+// merged with Chan's formula give the mean and the centred sum of squares together.
+// The reduction hands each channel's total to an `Out` functor run by one thread, which
+// finishes the channel (mean, invstd and running stats; dgamma/dbeta and dx coefficients).
 //
 // Elementwise passes (apply, dx), memory-bound: one grid-stride kernel moves 16-byte packs
 // (Pack<T>: 4 floats, 2 doubles, 8 bf16/f16) when every pointer is 16-byte aligned, then the
@@ -15,9 +15,8 @@
 // straddle NCHW rows or NHWC pixels: each of its elements gets its own channel. The fused
 // relu / residual variants (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h) are
 // the same passes with the relu, the residual and the mask by y switched on.
-// TODO(perf): one block per channel underfills the GPU when C is small and N*S large;
-// split rows over more blocks with a second deterministic pass.
 #include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 
 namespace rt::cuda {
@@ -29,108 +28,75 @@ using detail::Pack;
 using detail::to_acc;
 
 constexpr int kThreads = 256;
-constexpr int kColX = 32, kColY = 16;  // NHWC block: 32 channels x 16 rows
 
-template <typename A>
-struct Two {
-  A a, b;
-};
+// ---- reductions: what is folded, and how a channel is finished ---------------------------
 
-// ---- kernels ---------------------------------------------------------------------------
-
-template <typename A, typename F, typename Out>
-__global__ void channel_reduce_nchw(int64_t N, int64_t C, int64_t S, F f, Out out) {
-  __shared__ A smem[kThreads];
-  const int64_t c = blockIdx.x, M = N * S;
-  A s0 = 0, s1 = 0;
-  for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
-    const int64_t n = j / S, i = (n * C + c) * S + (j - n * S);
-    const Two<A> v = f(c, i);
-    s0 += v.a;
-    s1 += v.b;
-  }
-  s0 = detail::block_sum(s0, smem);
-  s1 = detail::block_sum(s1, smem);
-  if (threadIdx.x == 0) out(c, s0, s1);
-}
-
-template <typename A, typename F, typename Out>
-__global__ void channel_reduce_nhwc(int64_t M, int64_t C, F f, Out out) {
-  __shared__ A sm0[kColY][kColX];
-  __shared__ A sm1[kColY][kColX];
-  const int64_t c = blockIdx.x * int64_t(kColX) + threadIdx.x;
-  A s0 = 0, s1 = 0;
-  if (c < C) {
-    for (int64_t r = threadIdx.y; r < M; r += kColY) {
-      const Two<A> v = f(c, r * C + c);
-      s0 += v.a;
-      s1 += v.b;
-    }
-  }
-  sm0[threadIdx.y][threadIdx.x] = s0;
-  sm1[threadIdx.y][threadIdx.x] = s1;
-  __syncthreads();
-  if (threadIdx.y == 0 && c < C) {
-    for (int y = 1; y < kColY; ++y) {
-      s0 += sm0[y][threadIdx.x];
-      s1 += sm1[y][threadIdx.x];
-    }
-    out(c, s0, s1);
-  }
-}
-
-// What is summed.
-template <typename T, typename A>
-struct SumX {
+// Statistics: x folded into Welford states.
+template <typename T>
+struct StatsFold {
+  using A = acc_t<T>;
+  using State = detail::WelfordState<A>;
   const T* x;
-  __device__ Two<A> operator()(int64_t, int64_t i) const { return {to_acc(x[i]), A(0)}; }
-};
-template <typename T, typename A>
-struct SumSqDev {
-  const T* x;
-  const A* mean;
-  __device__ Two<A> operator()(int64_t c, int64_t i) const {
-    const A d = to_acc(x[i]) - mean[c];
-    return {d * d, A(0)};
-  }
-};
-template <typename T, typename A>
-struct SumDy {  // sum(dz), sum(dz * (x - mean)); dz = dy, or (y > 0 ? dy : 0) when y is given
-  const T *x, *dy, *y;
-  const A* mean;
-  T* dz_out;  // null, or where dz goes (the residual's gradient): each element is visited once
-  __device__ Two<A> operator()(int64_t c, int64_t i) const {
-    A g = to_acc(dy[i]);
-    if (y && !(to_acc(y[i]) > A(0))) g = A(0);
-    if (dz_out) dz_out[i] = from_acc<T>(g);
-    return {g, g * (to_acc(x[i]) - mean[c])};
+  template <int U>
+  __device__ void fold(State& st, int64_t, const int64_t (&idx)[U], int u) const {
+    A v[U] = {};
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (k < u) v[k] = to_acc(x[idx[k]]);
+    st.add(v, u);
   }
 };
 
-// How a channel is finished.
-template <typename A>
-struct WriteMean {
-  A* mean;
-  A M;
-  __device__ void operator()(int64_t c, A s, A) const { mean[c] = s / M; }
-};
+// mean, invstd = 1/sqrt(biased var + eps) and, when asked, the running statistics in their
+// own dtype R with the unbiased variance.
 template <typename A, typename R>
-struct WriteInvstd {
-  A* invstd;
-  A M, eps;
-  const A* mean;
+struct WriteStats {
+  A *mean, *invstd;
+  A eps;
   R *running_mean, *running_var;  // null: no running statistics
   double momentum;
-  __device__ void operator()(int64_t c, A s, A) const {
-    const A var = s / M;
+  __device__ void operator()(int64_t c, const detail::WelfordState<A>& st) const {
+    const A var = st.m2 / A(st.n);
+    mean[c] = st.mean;
     invstd[c] = A(1) / detail::dev_sqrt(var + eps);
     if (running_mean) {
-      const double unbiased = double(var) * double(M) / (double(M) - 1.0);
-      running_mean[c] = from_acc<R>(acc_t<R>((1.0 - momentum) * double(to_acc(running_mean[c])) + momentum * double(mean[c])));
+      const double M = double(st.n), unbiased = double(var) * M / (M - 1.0);
+      running_mean[c] = from_acc<R>(acc_t<R>((1.0 - momentum) * double(to_acc(running_mean[c])) + momentum * double(st.mean)));
       running_var[c] = from_acc<R>(acc_t<R>((1.0 - momentum) * double(to_acc(running_var[c])) + momentum * unbiased));
     }
   }
 };
+
+// Backward: sum(dz) and sum(dz * (x - mean)); dz = dy, or (y > 0 ? dy : 0) when y is given.
+template <typename T>
+struct BackwardFold {
+  using A = acc_t<T>;
+  using State = detail::SumState<A>;
+  const T *x, *dy, *y;
+  const A* mean;
+  T* dz_out;  // null, or where dz goes (the residual's gradient): each element is visited once
+  template <int U>
+  __device__ void fold(State& st, int64_t c, const int64_t (&idx)[U], int u) const {
+    A g[U] = {}, xv[U] = {}, yv[U] = {};
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (k < u) {
+        g[k] = to_acc(dy[idx[k]]);
+        xv[k] = to_acc(x[idx[k]]);
+        if (y) yv[k] = to_acc(y[idx[k]]);
+      }
+    const A m = mean[c];
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (k < u) {
+        if (y && !(yv[k] > A(0))) g[k] = A(0);
+        if (dz_out) dz_out[idx[k]] = from_acc<T>(g[k]);
+        st.a += g[k];
+        st.b += g[k] * (xv[k] - m);
+      }
+  }
+};
+
 template <typename T, typename A>
 struct BackwardCoefs {
   const A* invstd;
@@ -140,9 +106,9 @@ struct BackwardCoefs {
   T *dgamma, *dbeta;  // may be null
   A* coef;            // k[C], a[C], b[C]: dx = k*dy + a*(x - mean) + b
   int64_t C;
-  __device__ void operator()(int64_t c, A sum_dy, A sum_dy_xm) const {
-    const A is = invstd[c];
-    const A sum_dy_xhat = sum_dy_xm * is;
+  __device__ void operator()(int64_t c, const detail::SumState<A>& st) const {
+    const A sum_dy = st.a, is = invstd[c];
+    const A sum_dy_xhat = st.b * is;
     if (dgamma) dgamma[c] = from_acc<T>(sum_dy_xhat);
     if (dbeta) dbeta[c] = from_acc<T>(sum_dy);
     const A gi = (gamma ? to_acc(gamma[c]) : A(1)) * is;
@@ -152,6 +118,12 @@ struct BackwardCoefs {
   }
 };
 
+// The backward's workspace: coef (3*C of A), then the partial sums, 16-byte aligned.
+template <typename A>
+size_t coef_bytes(int64_t C) {
+  return (size_t(3 * C) * sizeof(A) + 15) / 16 * 16;
+}
+
 template <typename A, typename R>
 __global__ void eval_stats_kernel(int64_t C, const R* rm, const R* rv, double eps, A* mean, A* invstd) {
   for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
@@ -160,47 +132,25 @@ __global__ void eval_stats_kernel(int64_t C, const R* rm, const R* rv, double ep
   }
 }
 
-__device__ __forceinline__ int64_t channel_of(int64_t i, int64_t C, int64_t S, bool nhwc) {
-  return nhwc ? i % C : (i / S) % C;
-}
-
-// The channels of the W consecutive elements from i: one division per pack, then a step
-// per element (a pack may run past the end of an NCHW row or an NHWC pixel).
-template <int W>
-__device__ __forceinline__ void channels_of(int64_t i, int64_t C, int64_t S, bool nhwc, int64_t (&c)[W]) {
-  if (nhwc) {
-    int64_t ch = i % C;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      c[k] = ch;
-      if (++ch == C) ch = 0;
-    }
-  } else {
-    int64_t s = i % S, ch = (i / S) % C;
-#pragma unroll
-    for (int k = 0; k < W; ++k) {
-      c[k] = ch;
-      if (++s == S) {
-        s = 0;
-        if (++ch == C) ch = 0;
-      }
-    }
-  }
-}
-
 // op over the n elements: op.pack(p, channels) for the 16-byte packs p < n / W when `vec`,
 // then op.one(i, channel) for the elements left (all of them without `vec`).
 template <typename T, typename Op>
-__global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool nhwc, bool vec, Op op) {
+__global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool vec, Op op) {
   constexpr int W = Pack<T>::kWidth;
   const int64_t first = blockIdx.x * int64_t(blockDim.x) + threadIdx.x, step = int64_t(gridDim.x) * blockDim.x;
   const int64_t np = vec ? n / W : 0;
-  for (int64_t p = first; p < np; p += step) {
-    int64_t c[W];
-    channels_of<W>(p * W, C, S, nhwc, c);
-    op.pack(p, c);
+  if (first < np) {
+    detail::ChannelWalk w(first * W, step * W, C, S);
+    for (int64_t p = first; p < np; p += step, w.advance()) {
+      int64_t c[W];
+      w.channels<W>(c);
+      op.pack(p, c);
+    }
   }
-  for (int64_t i = np * W + first; i < n; i += step) op.one(i, channel_of(i, C, S, nhwc));
+  if (np * W + first < n) {
+    detail::ChannelWalk w(np * W + first, step, C, S);
+    for (int64_t i = np * W + first; i < n; i += step, w.advance()) op.one(i, w.c);
+  }
 }
 
 template <typename T>
@@ -278,17 +228,6 @@ void check_geom(const BatchNormGeom& g, const char* op) {
   RT_CHECK(g.N >= 1 && g.C >= 1 && g.S >= 1, op, ": bad geometry N=", g.N, " C=", g.C, " S=", g.S);
 }
 
-template <typename A, typename F, typename Out>
-void channel_reduce(const BatchNormGeom& g, F f, Out out, cudaStream_t s) {
-  if (g.nhwc) {
-    const int64_t blocks = (g.C + kColX - 1) / kColX;
-    channel_reduce_nhwc<A><<<unsigned(blocks), dim3(kColX, kColY), 0, s>>>(g.N * g.S, g.C, f, out);
-  } else {
-    channel_reduce_nchw<A><<<unsigned(g.C), kThreads, 0, s>>>(g.N, g.C, g.S, f, out);
-  }
-  CUDA_CHECK_LAUNCH();
-}
-
 // Runs an elementwise op over the tensor, in 16-byte packs when every pointer allows.
 template <typename T, typename Op>
 void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void*> ptrs, Op op, cudaStream_t s) {
@@ -297,7 +236,7 @@ void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void
   for (const void* p : ptrs) vec = vec && detail::aligned16(p);
   const int64_t n = g.N * g.C * g.S;
   const int64_t work = vec ? std::max<int64_t>(n / W, n % W) : n;
-  channel_map_kernel<T><<<detail::grid_for(work, kThreads), kThreads, 0, s>>>(n, g.C, g.S, g.nhwc, vec, op);
+  channel_map_kernel<T><<<detail::grid_for(work, kThreads), kThreads, 0, s>>>(n, g.C, g.nhwc ? 1 : g.S, vec, op);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -332,10 +271,13 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y
     auto pm = static_cast<const A*>(mean);
     auto coef = static_cast<A*>(workspace);
     auto pdres = py ? static_cast<T*>(dres) : nullptr;
-    channel_reduce<A>(g, SumDy<T, A>{px, pdy, py, pm, pdres},
-                      BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma), training,
-                                          A(g.N * g.S), static_cast<T*>(dgamma), static_cast<T*>(dbeta), coef, g.C},
-                      s);
+    const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
+    auto part = reinterpret_cast<detail::SumState<A>*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
+    detail::channel_reduce<T>(plan, BackwardFold<T>{px, pdy, py, pm, pdres},
+                              BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma),
+                                                  training, A(g.N * g.S), static_cast<T*>(dgamma),
+                                                  static_cast<T*>(dbeta), coef, g.C},
+                              part, s);
     if (!dx) return;
     if (pdres) {  // dz is in dres now
       pdy = pdres;
@@ -348,25 +290,44 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y
 
 }  // namespace
 
+size_t batch_norm_stats_workspace_bytes(const BatchNormGeom& g, DType t) {
+  check_geom(g, "batch_norm_stats");
+  size_t bytes = 0;
+  detail::dispatch_floating(t, "batch_norm_stats", [&](auto z) {
+    using A = acc_t<decltype(z)>;
+    bytes = detail::channel_partials_bytes<detail::WelfordState<A>>(detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc));
+  });
+  return bytes;
+}
+
+size_t batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t) {
+  check_geom(g, "batch_norm_backward");
+  size_t bytes = 0;
+  detail::dispatch_floating(t, "batch_norm_backward", [&](auto z) {
+    using A = acc_t<decltype(z)>;
+    bytes = coef_bytes<A>(g.C) +
+            detail::channel_partials_bytes<detail::SumState<A>>(detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc));
+  });
+  return bytes;
+}
+
 void batch_norm_stats(const BatchNormGeom& g, DType t, const void* x, double eps, void* mean, void* invstd, DType rt,
-                      void* running_mean, void* running_var, double momentum, cudaStream_t s) {
+                      void* running_mean, void* running_var, double momentum, void* workspace, cudaStream_t s) {
   check_geom(g, "batch_norm_stats");
   RT_CHECK(g.N * g.S > 1, "batch_norm_stats: needs more than one value per channel");
-  RT_CHECK(x && mean && invstd, "batch_norm_stats: null pointer");
+  RT_CHECK(x && mean && invstd && workspace, "batch_norm_stats: null pointer");
   RT_CHECK((running_mean == nullptr) == (running_var == nullptr), "batch_norm_stats: running_mean and running_var go together");
   detail::dispatch_floating(t, "batch_norm_stats", [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    auto px = static_cast<const T*>(x);
-    auto pm = static_cast<A*>(mean);
-    const A M = A(g.N * g.S);
-    channel_reduce<A>(g, SumX<T, A>{px}, WriteMean<A>{pm, M}, s);
+    const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
+    auto part = static_cast<detail::WelfordState<A>*>(workspace);
     detail::dispatch_floating(rt, "batch_norm running stats", [&](auto zr) {
       using R = decltype(zr);
-      channel_reduce<A>(g, SumSqDev<T, A>{px, pm},
-                        WriteInvstd<A, R>{static_cast<A*>(invstd), M, A(eps), pm, static_cast<R*>(running_mean),
-                                          static_cast<R*>(running_var), momentum},
-                        s);
+      detail::channel_reduce<T>(plan, StatsFold<T>{static_cast<const T*>(x)},
+                                WriteStats<A, R>{static_cast<A*>(mean), static_cast<A*>(invstd), A(eps),
+                                                 static_cast<R*>(running_mean), static_cast<R*>(running_var), momentum},
+                                part, s);
     });
   });
 }

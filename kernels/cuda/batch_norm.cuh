@@ -1,8 +1,9 @@
 // batch_norm on CUDA: the twin of kernels/cpu/batch_norm.h, with the per-channel statistics
-// kept on the device. mean/invstd/workspace hold the statistics type: f64 for f64 inputs,
+// kept on the device. mean/invstd hold the statistics type: f64 for f64 inputs,
 // f32 otherwise (fp32 accumulation for f32/bf16/f16). Readable by the host compiler.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 
 #include "engine/dtype.h"
@@ -17,12 +18,19 @@ struct BatchNormGeom {
 
 inline DType batch_norm_stat_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
-// Training statistics: mean[c] and invstd[c] = 1/sqrt(biased var + eps) (two passes: mean,
-// then sum((x - mean)^2)). When running_mean is non-null, also updates the running
-// statistics in their own dtype `rt`: r = (1 - momentum) r + momentum v with the unbiased
-// variance. Needs N*S > 1.
+// Device workspace (bytes) of batch_norm_stats and of batch_norm_backward(_relu) for this
+// geometry and input dtype: the per-row-block partials of the two-stage reduction (Note
+// [Two-stage channel reduction] in kernels/cuda/channel_reduce.cuh), and for the backward
+// the 3*C dx coefficients. 16-byte aligned storage.
+size_t batch_norm_stats_workspace_bytes(const BatchNormGeom& g, DType t);
+size_t batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t);
+
+// Training statistics: mean[c] and invstd[c] = 1/sqrt(biased var + eps), in one pass over x
+// (Welford states merged in a fixed order). When running_mean is non-null, also updates the
+// running statistics in their own dtype `rt`: r = (1 - momentum) r + momentum v with the
+// unbiased variance. Needs N*S > 1. `workspace`: batch_norm_stats_workspace_bytes.
 void batch_norm_stats(const BatchNormGeom& g, DType t, const void* x, double eps, void* mean, void* invstd, DType rt,
-                      void* running_mean, void* running_var, double momentum, cudaStream_t s);
+                      void* running_mean, void* running_var, double momentum, void* workspace, cudaStream_t s);
 
 // Eval statistics from the running ones: mean = running_mean, invstd = 1/sqrt(running_var + eps).
 void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const void* running_var, double eps,
@@ -33,7 +41,7 @@ void batch_norm_apply(const BatchNormGeom& g, DType t, const void* x, const void
                       const void* gamma, const void* beta, void* y, cudaStream_t s);
 
 // Backward, the formulas of kernels/cpu/batch_norm.cc. dx, dgamma, dbeta may be null.
-// `workspace`: 3*C values of the statistics type.
+// `workspace`: batch_norm_backward_workspace_bytes.
 void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const void* dy, const void* mean,
                          const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                          void* workspace, cudaStream_t s);
@@ -46,7 +54,7 @@ void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const
 
 // batch_norm_backward of dz = (y > 0 ? dy : 0), y the output of batch_norm_apply_relu, read
 // in place of dy (never stored); dresidual (may be null) receives dz. dx, dgamma, dbeta may
-// be null. `workspace`: 3*C values of the statistics type.
+// be null. `workspace`: batch_norm_backward_workspace_bytes.
 void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);

@@ -20,6 +20,7 @@
 #include <memory>
 #include <mutex>
 
+#include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/linear.cuh"
 
@@ -50,17 +51,30 @@ __global__ void add_bias_kernel(int64_t N, int64_t out, const T* __restrict__ b,
     y[i] = from_acc<T>(to_acc(y[i]) + to_acc(b[i % out]));
 }
 
-// db[c] = sum over rows r of dy[r, c], rows added in order 0..N-1 (deterministic; threads
-// of a warp read adjacent columns, so the loads coalesce).
+// db[c] = sum over rows r of dy[r, c]: the row-layout channel reduction (channels = the
+// out columns) in one stage, 32 columns x 8 row lanes per block (Note [Two-stage channel
+// reduction] in kernels/cuda/channel_reduce.cuh): deterministic, and ceil(out / 32) blocks
+// with 8 lanes each instead of one thread walking all N rows per column.
 template <typename T>
-__global__ void column_sum_kernel(int64_t N, int64_t out, const T* __restrict__ dy, T* __restrict__ db) {
+struct ColumnSumFold {
   using A = acc_t<T>;
-  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < out; c += int64_t(gridDim.x) * blockDim.x) {
-    A s = A(0);
-    for (int64_t r = 0; r < N; ++r) s += to_acc(dy[r * out + c]);
-    db[c] = from_acc<T>(s);
+  using State = detail::SumState<A>;
+  const T* dy;
+  template <int U>
+  __device__ void fold(State& st, int64_t, const int64_t (&idx)[U], int u) const {
+    A v[U] = {};
+#pragma unroll
+    for (int k = 0; k < U; ++k)
+      if (k < u) v[k] = to_acc(dy[idx[k]]);
+#pragma unroll
+    for (int k = 0; k < U; ++k) st.a += v[k];
   }
-}
+};
+template <typename T>
+struct WriteColumn {
+  T* db;
+  __device__ void operator()(int64_t c, const detail::SumState<acc_t<T>>& st) const { db[c] = from_acc<T>(st.a); }
+};
 
 // ---- the handle cache --------------------------------------------------------------------
 
@@ -191,9 +205,13 @@ void linear_backward(DType t, int64_t N, int64_t in, int64_t out, const void* x,
   if (db != nullptr && out > 0) {
     detail::dispatch_floating(t, "linear_backward", [&](auto z) {
       using T = decltype(z);
-      column_sum_kernel<T><<<detail::grid_for(out, kThreads), kThreads, 0, s>>>(N, out, static_cast<const T*>(dy),
-                                                                              static_cast<T*>(db));
-      CUDA_CHECK_LAUNCH();
+      if (N == 0) {
+        CUDA_CHECK(cudaMemsetAsync(db, 0, size_t(out) * sizeof(T), s));
+        return;
+      }
+      detail::channel_reduce_single<T>(detail::plan_channel_reduce(N, out, 1, true, 1),
+                                       ColumnSumFold<T>{static_cast<const T*>(dy)}, WriteColumn<T>{static_cast<T*>(db)},
+                                       s);
     });
   }
 }

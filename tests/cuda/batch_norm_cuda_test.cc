@@ -27,11 +27,17 @@ struct Geom {
   bool nhwc;
 };
 // (N, C, S): S = H*W. Batch 1, one channel, odd sizes, C above 32 and not a multiple of it.
+// The last rows split every channel over several row blocks (Note [Two-stage channel
+// reduction]), with a short last block: NCHW with S above and below the 256-thread stride,
+// and the row layout with chunks that are not a multiple of the 8 row lanes.
 const std::vector<Geom> kGeoms = {
-    {1, 3, 15, false}, {1, 3, 15, true}, {2, 1, 9, false},  {2, 1, 9, true},   {4, 5, 49, false},
-    {4, 5, 49, true},  {8, 37, 1, true}, {3, 70, 25, false}, {3, 70, 25, true}, {16, 64, 64, false},
-    {16, 64, 64, true},
+    {1, 3, 15, false},   {1, 3, 15, true},    {2, 1, 9, false},   {2, 1, 9, true},    {4, 5, 49, false},
+    {4, 5, 49, true},    {8, 37, 1, true},    {3, 70, 25, false}, {3, 70, 25, true},  {16, 64, 64, false},
+    {16, 64, 64, true},  {3, 2, 4099, false}, {300, 2, 49, false}, {6, 37, 97, true}, {1001, 3, 1, false},
 };
+
+// A device workspace of `bytes`, every byte 0xFF (NaN in any float view).
+Tensor workspace(size_t bytes) { return Tensor::full({int64_t(bytes)}, 255.0, DType::u8).to(gpu()); }
 
 std::string glabel(const char* what, DType t, const Geom& g) {
   return std::string(what) + " " + dtype_name(t) + " N=" + std::to_string(g.N) + " C=" + std::to_string(g.C) +
@@ -42,7 +48,7 @@ TEST_CASE("batch_norm launchers reject bad arguments on the host (runs without a
   const cuda::BatchNormGeom one{1, 4, 1, true};
   float dummy[8];
   CHECK_THROWS_WITH_AS(cuda::batch_norm_stats(one, DType::f32, dummy, 1e-5, dummy, dummy, DType::f32, nullptr, nullptr,
-                                              0.1, nullptr),
+                                              0.1, dummy, nullptr),
                        doctest::Contains("more than one value per channel"), Error);
   const cuda::BatchNormGeom g{2, 4, 1, true};
   CHECK_THROWS_WITH_AS(cuda::batch_norm_apply(g, DType::i64, dummy, dummy, dummy, nullptr, nullptr, dummy, nullptr),
@@ -50,6 +56,13 @@ TEST_CASE("batch_norm launchers reject bad arguments on the host (runs without a
   CHECK_THROWS_WITH_AS(cuda::batch_norm_backward(g, DType::f32, dummy, dummy, dummy, dummy, nullptr, true, dummy,
                                                  nullptr, nullptr, nullptr, nullptr),
                        doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_stats(g, DType::f32, dummy, 1e-5, dummy, dummy, DType::f32, nullptr, nullptr,
+                                              0.1, nullptr, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  // The workspace grows with the row blocks: one channel of 2^20 rows needs many partials.
+  CHECK(cuda::batch_norm_stats_workspace_bytes({1024, 1, 1024, false}, DType::f32) >
+        cuda::batch_norm_stats_workspace_bytes({2, 1, 4, false}, DType::f32));
+  CHECK(cuda::batch_norm_backward_workspace_bytes({2, 5, 4, true}, DType::f64) >= 3 * 5 * sizeof(double));
   CHECK(cuda::batch_norm_stat_dtype(DType::bf16) == DType::f32);
   CHECK(cuda::batch_norm_stat_dtype(DType::f64) == DType::f64);
 }
@@ -88,8 +101,9 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
       // Statistics + running update on the GPU (running stats kept in f32).
       Tensor gm = poisoned({ge.C}, st), gi = poisoned({ge.C}, st);
       Tensor grm = rm64.to(DType::f32).to(gpu()), grv = rv64.to(DType::f32).to(gpu());
+      const Tensor sws = workspace(cuda::batch_norm_stats_workspace_bytes(g, t));
       cuda::batch_norm_stats(g, t, x.raw_data(), eps, gm.raw_data(), gi.raw_data(), DType::f32, grm.raw_data(),
-                             grv.raw_data(), momentum, stream());
+                             grv.raw_data(), momentum, sws.raw_data(), stream());
       check_close(gm.to_vector<double>(), mean, stat_tol, glabel("mean", t, ge));
       check_close(gi.to_vector<double>(), invstd, stat_tol, glabel("invstd", t, ge));
       check_close(grm.to_vector<double>(), rm, kTolF32, glabel("running_mean", t, ge));
@@ -125,7 +139,7 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
         for (bool training : {true, false}) {
           const std::string tag = std::string(training ? " training" : " eval") + (affine ? " affine" : "");
           Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t);
-          Tensor ws = poisoned({3 * ge.C}, st);
+          Tensor ws = workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
           cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
                                     affine ? gamma.raw_data() : nullptr, training, dx.raw_data(), dg.raw_data(),
                                     db.raw_data(), ws.raw_data(), stream());
@@ -299,8 +313,9 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
       });
       for (int64_t c = 0; c < ge.C; ++c) invstd[size_t(c)] = 1.0 / std::sqrt(var[size_t(c)] + eps);
       Tensor gm = poisoned({ge.C}, st), gi = poisoned({ge.C}, st);
+      const Tensor sws = workspace(cuda::batch_norm_stats_workspace_bytes(g, t));
       cuda::batch_norm_stats(g, t, x.raw_data(), eps, gm.raw_data(), gi.raw_data(), st, nullptr, nullptr, 0.1,
-                             stream());
+                             sws.raw_data(), stream());
 
       for (bool affine : {true, false})
         for (bool res : {true, false}) {
@@ -329,7 +344,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
           for (bool training : {true, false}) {
             const std::string btag = tag + (training ? " training" : " eval");
             Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t), dr = poisoned({n}, t);
-            Tensor ws = poisoned({3 * ge.C}, st);
+            Tensor ws = workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
             cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
                                            gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, dx.raw_data(),
                                            dg.raw_data(), db.raw_data(), res ? dr.raw_data() : nullptr, ws.raw_data(),

@@ -162,6 +162,14 @@ TEST_CASE("large: batch_norm training forward and backward on [256, 64, 64, 64],
     // Sums over M = 2^20 rows: errors grow like sqrt(M).
     check_close(w.dev.grad(), w.ref.grad(), kTolF32, what + " dweight", std::sqrt(double(M)));
     check_close(b.dev.grad(), b.ref.grad(), kTolF32, what + " dbias", std::sqrt(double(M)));
+    // Deterministic (Note [Two-stage channel reduction]): a second run gives the same bits.
+    Tensor rm2 = Tensor::zeros({C}, DType::f32, gpu()), rv2 = Tensor::full({C}, 1.0, DType::f32, gpu());
+    const Tensor w2 = w.dev.detach().set_requires_grad(true);
+    batch_norm(x.dev.detach(), w2, b.dev.detach(), rm2, rv2, true, 0.1, 1e-5).backward(g.dev);
+    CHECK_MESSAGE(rm2.to_vector<float>() == rmd.to_vector<float>(), what, " running_mean bits differ run to run");
+    CHECK_MESSAGE(rv2.to_vector<float>() == rvd.to_vector<float>(), what, " running_var bits differ run to run");
+    CHECK_MESSAGE(w2.grad().to_vector<float>() == w.dev.grad().to_vector<float>(), what,
+                  " dweight bits differ run to run");
   }
 }
 
