@@ -307,19 +307,21 @@ std::string port_holder(int port) {
   return "";
 }
 
-Io send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
-  auto p = static_cast<const uint8_t*>(data);
+namespace {
+
+// send() or recv() until n bytes have moved, waiting in poll() for the socket to be ready.
+Io transfer(int fd, uint8_t* p, size_t n, Clock::time_point deadline, bool sending) {
   while (n > 0) {
-    const ssize_t k = ::send(fd, p, n, MSG_NOSIGNAL);
+    const ssize_t k = sending ? ::send(fd, p, n, MSG_NOSIGNAL) : ::recv(fd, p, n, 0);
     if (k > 0) {
       p += k;
       n -= static_cast<size_t>(k);
       continue;
     }
+    if ((k == 0 && !sending) || errno == EPIPE || errno == ECONNRESET) return Io::closed;
     if (errno == EINTR) continue;
-    if (errno == EPIPE || errno == ECONNRESET) return Io::closed;
     if (errno != EAGAIN && errno != EWOULDBLOCK) return Io::failed;
-    pollfd pf{fd, POLLOUT, 0};
+    pollfd pf{fd, short(sending ? POLLOUT : POLLIN), 0};
     const int rc = ::poll(&pf, 1, poll_ms(deadline));
     if (rc == 0) return Io::timed_out;
     if (rc < 0 && errno != EINTR) return Io::failed;
@@ -327,24 +329,15 @@ Io send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
   return Io::ok;
 }
 
+}  // namespace
+
+Io send_all(int fd, const void* data, size_t n, Clock::time_point deadline) {
+  // transfer() only reads through the pointer when sending.
+  return transfer(fd, static_cast<uint8_t*>(const_cast<void*>(data)), n, deadline, true);
+}
+
 Io recv_all(int fd, void* data, size_t n, Clock::time_point deadline) {
-  auto p = static_cast<uint8_t*>(data);
-  while (n > 0) {
-    const ssize_t k = ::recv(fd, p, n, 0);
-    if (k > 0) {
-      p += k;
-      n -= static_cast<size_t>(k);
-      continue;
-    }
-    if (k == 0 || errno == ECONNRESET) return Io::closed;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN && errno != EWOULDBLOCK) return Io::failed;
-    pollfd pf{fd, POLLIN, 0};
-    const int rc = ::poll(&pf, 1, poll_ms(deadline));
-    if (rc == 0) return Io::timed_out;
-    if (rc < 0 && errno != EINTR) return Io::failed;
-  }
-  return Io::ok;
+  return transfer(fd, static_cast<uint8_t*>(data), n, deadline, false);
 }
 
 std::string describe(Io r, int err) {

@@ -10,20 +10,14 @@
 #include "dist/rendezvous.h"
 #include "engine/error.h"
 #include "tests/dist/launch.h"
+#include "tests/dist/test_errors.h"
 
 namespace rt::dist {
 namespace {
 
 using namespace std::chrono_literals;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using testing::error_of;
 
 TEST_CASE("rendezvous: 3 processes meet, twice, and share the store") {
   const auto r = testing::launch(3, [](int rank) {

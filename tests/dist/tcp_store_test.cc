@@ -15,24 +15,17 @@
 #include "dist/tcp_store.h"
 #include "engine/error.h"
 #include "tests/dist/launch.h"
+#include "tests/dist/test_errors.h"
 
 namespace rt::dist {
 namespace {
 
 using namespace std::chrono_literals;
 using Clock = std::chrono::steady_clock;
+using testing::error_of;
 
 Bytes bytes(const std::string& s) { return Bytes(s.begin(), s.end()); }
 std::string text(const Bytes& b) { return std::string(b.begin(), b.end()); }
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 int env_int(const char* name) { return std::atoi(std::getenv(name)); }
 
