@@ -155,8 +155,7 @@ RendezvousStore connect_store(const LaunchEnv& env, Millis timeout) {
   try {
     rs.store = std::make_unique<TcpStore>(addr, port, timeout);
   } catch (const Error& e) {
-    RT_FAIL("rendezvous (rank ", env.rank, " of ", env.world_size, "): rank 0, which hosts the store, did not answer: ",
-            e.what());
+    RT_FAIL("rendezvous (rank ", env.rank, " of ", env.world_size, "): ", e.what());
   }
   const auto left = std::max(Millis(0), timeout - std::chrono::duration_cast<Millis>(Clock::now() - start));
   join(*rs.store, env.rank, env.world_size, left);

@@ -358,7 +358,7 @@ std::vector<uint8_t> TcpStore::request(const char* op, net::FrameWriter& req, Mi
     const auto missing = read_keys(r);
     RT_FAIL("TcpStore ", op, ": ", missing_keys(missing), " not set within ", net::seconds(Clock::now() - start),
             " (store ", where,
-            "). The rank that sets it has not got there: check that every rank started and none failed first (their "
+            "). Whichever rank sets ", missing.size() == 1 ? "it" : "them", " has not got there: check that every rank started and none failed first (their "
             "logs), that all ranks have the same MASTER_ADDR, MASTER_PORT and WORLD_SIZE, or raise the timeout for a "
             "slow rank");
   }

@@ -60,6 +60,22 @@ TEST_CASE("store: set, get, wait, add and check on one server") {
   all.get();
 }
 
+TEST_CASE("store: 32 clients parked at once are all answered by one set") {
+  TcpStoreServer server("127.0.0.1", 0);
+  std::vector<std::unique_ptr<TcpStore>> clients;
+  std::vector<std::future<std::string>> waits;
+  for (int i = 0; i < 32; ++i) {
+    clients.push_back(std::make_unique<TcpStore>("127.0.0.1", server.port(), 2s));
+    TcpStore* c = clients.back().get();
+    waits.push_back(std::async(std::launch::async, [c] { return text(c->get("go", 5s)); }));
+  }
+  std::this_thread::sleep_for(100ms);
+  const auto start = Clock::now();
+  TcpStore("127.0.0.1", server.port(), 2s).set("go", bytes("now"));
+  for (auto& w : waits) CHECK(w.get() == "now");
+  CHECK(Clock::now() - start < 1s);
+}
+
 TEST_CASE("store: a timeout names the missing keys and the time waited") {
   TcpStoreServer server("127.0.0.1", 0);
   TcpStore s("127.0.0.1", server.port(), 2s);
