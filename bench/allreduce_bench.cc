@@ -1,0 +1,261 @@
+// All-reduce bandwidth and latency of the communicator's three algorithms side by side
+// (library, ring, tree), with nccl-tests' definitions:
+//   algbw = bytes / time;   busbw = algbw * 2(N-1)/N   (what each link carries for a ring;
+//   comparable across world sizes and with the hardware's bandwidth).
+// Sizes 4 KiB .. 256 MiB (x4), f32 sum, in place. Each (size, algorithm) cell: warm-up, then
+// `rounds` timed rounds of back-to-back calls (each waited for); the cell reports the best
+// round's mean time per call (the least disturbed by other processes on a shared machine).
+//
+//   allreduce_bench --nproc 4                    # Gloo, 4 local processes (forked here)
+//   torchrun --nproc-per-node 8 allreduce_bench --backend nccl   # one process per GPU
+// Without --nproc, the process is one rank of a job described by torchrun's (or Slurm's)
+// environment (dist/launch_env.h). Rank 0 prints the table (and --json lines).
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <netinet/in.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "bench/bench_util.h"
+#include "dist/communicator.h"
+#include "dist/gloo_communicator.h"
+#include "dist/launch_env.h"
+#include "dist/nccl_communicator.h"
+#include "dist/tcp_store.h"
+#include "engine/device.h"
+#include "engine/tensor.h"
+
+namespace rt::bench {
+namespace {
+
+using dist::AllReduceAlgo;
+
+struct Args {
+  std::string backend = "gloo";  // gloo (CPU tensors) or nccl (CUDA tensors)
+  int nproc = 0;                 // > 0: fork this many local ranks
+  int64_t min_bytes = 4 << 10, max_bytes = int64_t(256) << 20;
+  int rounds = 3;
+  double round_s = 0.2;  // target time per round (at least 2 calls)
+  size_t slice_bytes = 0;  // 0: CommOptions' default
+  std::vector<AllReduceAlgo> algos = {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree};
+  bool json = false;
+};
+
+const char* kUsage =
+    "usage: allreduce_bench [--backend gloo|nccl] [--nproc N] [--min-bytes B] [--max-bytes B]\n"
+    "                       [--rounds R] [--round-seconds S] [--slice-bytes B]\n"
+    "                       [--algos library,ring,tree] [--json]\n"
+    "  --nproc N: start N local ranks (Gloo on 127.0.0.1); without it, run as one rank of a\n"
+    "             torchrun/srun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).\n"
+    "  sizes run from --min-bytes (4096) to --max-bytes (268435456) by factors of 4.\n";
+
+int64_t parse_bytes(const std::string& flag, const std::string& v) {
+  size_t used = 0;
+  long long r = 0;
+  try {
+    r = std::stoll(v, &used);
+  } catch (const std::exception&) {
+    used = 0;
+  }
+  if (used != v.size() || r < 4) throw UsageError(flag + " wants a byte count >= 4, got '" + v + "'");
+  return r;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    const std::string f = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) throw UsageError(f + " needs a value");
+      return argv[++i];
+    };
+    if (f == "--backend") {
+      a.backend = value();
+      if (a.backend != "gloo" && a.backend != "nccl")
+        throw UsageError("--backend is gloo or nccl, got '" + a.backend + "'");
+    } else if (f == "--nproc") a.nproc = parse_int(f, value(), 1);
+    else if (f == "--min-bytes") a.min_bytes = parse_bytes(f, value());
+    else if (f == "--max-bytes") a.max_bytes = parse_bytes(f, value());
+    else if (f == "--rounds") a.rounds = parse_int(f, value(), 1);
+    else if (f == "--round-seconds") a.round_s = std::stod(value());
+    else if (f == "--slice-bytes") a.slice_bytes = size_t(parse_bytes(f, value()));
+    else if (f == "--json") a.json = true;
+    else if (f == "--algos") {
+      a.algos.clear();
+      std::string list = value();
+      for (size_t b = 0; b <= list.size();) {
+        const size_t e = std::min(list.find(',', b), list.size());
+        a.algos.push_back(dist::parse_allreduce_algo(list.substr(b, e - b)));
+        b = e + 1;
+      }
+    } else if (f == "-h" || f == "--help") {
+      std::fputs(kUsage, stdout);
+      std::exit(0);
+    } else {
+      throw UsageError("unknown argument '" + f + "'");
+    }
+  }
+  if (a.nproc > 0 && a.backend == "nccl")
+    throw UsageError("--nproc starts CPU ranks; start NCCL ranks with torchrun (one per GPU)");
+  return a;
+}
+
+struct Cell {
+  int64_t bytes;
+  AllReduceAlgo algo;
+  double seconds;  // per call, best round
+};
+
+// Times `algo` on `x`: the best round's mean seconds per call. Every rank runs the same
+// number of calls (rank 0's estimate is broadcast).
+double time_cell(dist::Communicator& c, const Tensor& x, AllReduceAlgo algo, const Args& a) {
+  for (int w = 0; w < 2; ++w) c.all_reduce(x, dist::ReduceOp::sum, algo).wait();  // warm-up
+  auto t0 = Clock::now();
+  c.all_reduce(x, dist::ReduceOp::sum, algo).wait();
+  Tensor calls = Tensor::full({1}, std::clamp(a.round_s / std::max(1e-6, s_between(t0, Clock::now())), 2.0, 1000.0),
+                              DType::f64, c.device());
+  c.broadcast(calls, 0).wait();
+  const int n = int(calls.item());
+  double best = 1e30;
+  for (int r = 0; r < a.rounds; ++r) {
+    c.barrier().wait();
+    t0 = Clock::now();
+    for (int k = 0; k < n; ++k) c.all_reduce(x, dist::ReduceOp::sum, algo).wait();
+    best = std::min(best, s_between(t0, Clock::now()) / n);
+  }
+  return best;
+}
+
+std::string size_name(int64_t b) {
+  if (b >= (1 << 20)) return std::to_string(b >> 20) + " MiB";
+  if (b >= (1 << 10)) return std::to_string(b >> 10) + " KiB";
+  return std::to_string(b) + " B";
+}
+
+int run_rank(const Args& a) {
+  const dist::LaunchEnv env = dist::launch_env_from_process();
+  std::unique_ptr<dist::TcpStoreServer> server;
+  if (env.rank == 0) server = std::make_unique<dist::TcpStoreServer>(env.master_addr, env.master_port);
+  dist::TcpStore store(env.master_addr, server ? server->port() : env.master_port);
+  dist::CommOptions o;
+  o.timeout = std::chrono::minutes(5);
+  if (a.slice_bytes) o.slice_bytes = a.slice_bytes;
+  std::unique_ptr<dist::Communicator> comm;
+  if (a.backend == "nccl") comm = std::make_unique<dist::NcclCommunicator>(store, env.rank, env.world_size, env.local_rank, o);
+  else comm = std::make_unique<dist::GlooCommunicator>(store, env.rank, env.world_size, o);
+  dist::Communicator& c = *comm;
+  const int N = c.world_size();
+
+  std::vector<Cell> cells;
+  const auto start = sample_cpu();
+  for (int64_t bytes = a.min_bytes; bytes <= a.max_bytes; bytes *= 4) {
+    Tensor x = Tensor::full({bytes / 4}, 1.0, DType::f32, c.device());
+    for (AllReduceAlgo algo : a.algos) cells.push_back({bytes, algo, time_cell(c, x, algo, a)});
+  }
+  const auto end = sample_cpu();
+  c.barrier().wait();  // rank 0's store serves until everyone is done
+  if (env.rank != 0) return 0;
+
+  std::printf("all_reduce f32 sum, %s, %d ranks (%s), best of %d rounds\n", c.backend(), N, env.describe().c_str(),
+              a.rounds);
+  std::printf("| size |");
+  for (AllReduceAlgo algo : a.algos) std::printf(" %s time | %s algbw | %s busbw |", dist::algo_name(algo),
+                                                 dist::algo_name(algo), dist::algo_name(algo));
+  std::printf("\n| --- |");
+  for (size_t k = 0; k < a.algos.size(); ++k) std::printf(" --- | --- | --- |");
+  std::printf("\n");
+  const double bus = N > 1 ? 2.0 * (N - 1) / N : 1.0;
+  for (size_t i = 0; i < cells.size(); i += a.algos.size()) {
+    std::printf("| %s |", size_name(cells[i].bytes).c_str());
+    for (size_t k = 0; k < a.algos.size(); ++k) {
+      const Cell& cl = cells[i + k];
+      const double algbw = double(cl.bytes) / cl.seconds / 1e9;
+      std::printf(" %.1f us | %.3f GB/s | %.3f GB/s |", cl.seconds * 1e6, algbw, algbw * bus);
+    }
+    std::printf("\n");
+  }
+  const double others = others_cpu_share(start, end);
+  if (others > kBusyShare) std::printf("note: other processes used %.0f%% of the CPUs during the run\n", 100 * others);
+  if (a.json)
+    for (const Cell& cl : cells)
+      std::printf("{\"backend\": %s, \"world\": %d, \"algo\": %s, \"bytes\": %lld, \"seconds\": %s, "
+                  "\"algbw_GBps\": %s, \"busbw_GBps\": %s}\n",
+                  json_str(c.backend()).c_str(), N, json_str(dist::algo_name(cl.algo)).c_str(),
+                  static_cast<long long>(cl.bytes), num(cl.seconds).c_str(), num(double(cl.bytes) / cl.seconds / 1e9).c_str(),
+                  num(double(cl.bytes) / cl.seconds / 1e9 * bus).c_str());
+  return 0;
+}
+
+// A TCP port on 127.0.0.1 that nothing listens on now.
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+      getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0)
+    throw std::runtime_error("cannot find a free port on 127.0.0.1");
+  ::close(fd);
+  return ntohs(a.sin_port);
+}
+
+// Forks a.nproc ranks with torchrun's environment; the exit status is the worst rank's.
+int spawn(const Args& a) {
+  const std::string port = std::to_string(free_port()), world = std::to_string(a.nproc);
+  std::fflush(stdout);
+  std::vector<pid_t> pids;
+  for (int r = 0; r < a.nproc; ++r) {
+    const pid_t pid = fork();
+    if (pid < 0) throw std::runtime_error("fork failed");
+    if (pid == 0) {
+      const std::string rank = std::to_string(r);
+      setenv("MASTER_ADDR", "127.0.0.1", 1);
+      setenv("MASTER_PORT", port.c_str(), 1);
+      setenv("RANK", rank.c_str(), 1);
+      setenv("LOCAL_RANK", rank.c_str(), 1);
+      setenv("WORLD_SIZE", world.c_str(), 1);
+      setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+      int code = 1;
+      try {
+        code = run_rank(a);
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "allreduce_bench rank %d: %s\n", r, e.what());
+      }
+      std::fflush(stdout);
+      _exit(code);
+    }
+    pids.push_back(pid);
+  }
+  int worst = 0;
+  for (pid_t p : pids) {
+    int status = 0;
+    waitpid(p, &status, 0);
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) worst = 1;
+  }
+  return worst;
+}
+
+}  // namespace
+}  // namespace rt::bench
+
+int main(int argc, char** argv) {
+  using namespace rt::bench;
+  try {
+    const Args a = parse(argc, argv);
+    return a.nproc > 0 ? spawn(a) : run_rank(a);
+  } catch (const UsageError& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n%s", e.what(), kUsage);
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
+    return 1;
+  }
+}

@@ -1,0 +1,451 @@
+#include "dist/nccl_communicator.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "dist/allreduce_algos.h"
+#include "dist/communicator_liveness.h"
+#include "dist/nccl_check.h"
+#include "dist/reduce_kernel.h"
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/runtime.h"
+
+namespace rt::dist {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType t) {
+  switch (t) {
+    case DType::f32: return ncclFloat32;
+    case DType::f64: return ncclFloat64;
+    case DType::bf16: return ncclBfloat16;
+    case DType::f16: return ncclFloat16;
+    default: RT_FAIL("NCCL reduces f32, f64, bf16 and f16, not ", dtype_name(t));
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::sum: return ncclSum;
+    case ReduceOp::avg: return ncclAvg;
+    case ReduceOp::max: return ncclMax;
+  }
+  RT_FAIL("unknown ReduceOp ", int(op));
+}
+
+// A CUDA event, destroyed when its last holder lets go (CUDA frees a pending event's
+// resources once it completes).
+using EventPtr = std::shared_ptr<void>;
+EventPtr make_event(int device) { return EventPtr(cuda::event_create(device), [](void* e) { cuda::event_destroy(e); }); }
+
+// Sets the current CUDA device for a scope (NCCL enqueues on the current device).
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device) {
+    CUDA_CHECK(cudaGetDevice(&prev_));
+    CUDA_CHECK(cudaSetDevice(device));
+  }
+  ~DeviceGuard() { CUDA_WARN(cudaSetDevice(prev_)); }
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int prev_ = 0;
+};
+
+// One call's completion, shared by its Work and the watchdog.
+struct State {
+  std::mutex mu;
+  std::condition_variable cv;
+  bool done = false;
+  std::string error;  // "" on success
+  void finish(std::string e) {
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      if (done) return;
+      done = true;
+      error = std::move(e);
+    }
+    cv.notify_all();
+  }
+};
+
+}  // namespace
+
+struct NcclCommunicator::Impl {
+  Impl(NcclCommunicator& self, Store& store, int device);
+  ~Impl();
+
+  // A call queued on the stream, until the watchdog sees it complete.
+  struct Entry {
+    std::string what;
+    Clock::time_point start;  // issue, or when the call before it completed if later
+    Millis timeout;
+    EventPtr done;
+    std::shared_ptr<State> state;
+    std::vector<Tensor> keep;  // alive until the stream has passed the call
+  };
+
+  void enqueue(const Call& c, std::vector<Tensor>& keep);
+  // After a call that may answer ncclInProgress: waits until NCCL has set it up.
+  void wait_ready(const std::string& what, Clock::time_point deadline);
+  void watchdog();
+  // Fails every call in flight with `why` after aborting NCCL; the communicator is broken.
+  void abort(const std::string& why);  // needs mu
+  std::string describe(const Entry& e, const std::string& why) const;
+
+  class StepP2P;  // the algorithms' P2P on this communicator
+
+  const int rank, world, device;
+  const CommOptions opts;
+  std::unique_ptr<PeerLiveness> liveness;
+  ncclComm_t comm = nullptr;
+  Stream stream;
+  Tensor scratch;      // ring/tree receive slots, grown on demand
+  Tensor barrier_buf;  // one f32 the barrier all-reduces
+
+  std::mutex issue_mu;  // one call issued at a time
+  std::mutex mu;        // the fields below
+  std::condition_variable cv;
+  std::deque<Entry> inflight;
+  std::string broken;  // the failure that broke the communicator; "" while it works
+  std::atomic<bool> aborting{false};
+  bool stopping = false;
+  std::thread thread;  // the watchdog; last
+};
+
+// The algorithms' P2P on NCCL: each step is one ncclGroupStart/End of ncclSend/ncclRecv on
+// the communication stream, the reductions our kernel on the same stream. Stream order does
+// the waiting, so finish() has nothing to do.
+class NcclCommunicator::Impl::StepP2P final : public P2P {
+ public:
+  StepP2P(Impl& m, const std::string& what, Clock::time_point deadline)
+      : m_(m), what_(what), deadline_(deadline), s_(static_cast<cudaStream_t>(m.stream.handle())) {}
+
+  void start(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs) override {
+    if (sends.empty() && recvs.empty()) return;
+    // A pair's transfers meet in the order they are issued: order both sides by tag.
+    auto by_peer_tag = [](const Transfer& a, const Transfer& b) {
+      return a.peer != b.peer ? a.peer < b.peer : a.tag < b.tag;
+    };
+    std::vector<Transfer> s = sends, r = recvs;
+    std::sort(s.begin(), s.end(), by_peer_tag);
+    std::sort(r.begin(), r.end(), by_peer_tag);
+    NCCL_CHECK(ncclGroupStart());
+    for (const Transfer& t : s) NCCL_CHECK(ncclSend(t.ptr, t.bytes, ncclInt8, t.peer, m_.comm, s_));
+    for (const Transfer& t : r) NCCL_CHECK(ncclRecv(t.ptr, t.bytes, ncclInt8, t.peer, m_.comm, s_));
+    NCCL_CHECK(ncclGroupEnd());
+    m_.wait_ready(what_, deadline_);
+  }
+  void finish() override {}
+  void reduce(ReduceOp op, DType t, int64_t n, const void* in, void* inout) override {
+    reduce_cuda(op, t, n, in, inout, s_);
+  }
+  void scale(DType t, int64_t n, void* x, double s) override { scale_cuda(t, n, x, s, s_); }
+  void* scratch(size_t bytes) override {
+    if (!m_.scratch.defined() || m_.scratch.nbytes() < bytes)
+      m_.scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(m_.device));
+    return m_.scratch.raw_data();
+  }
+
+ private:
+  Impl& m_;
+  const std::string& what_;
+  Clock::time_point deadline_;
+  cudaStream_t s_;
+};
+
+namespace {
+
+// The address this rank's liveness links listen on (see GlooCommunicator's).
+std::string listen_host(const CommOptions& o) {
+  if (!o.host.empty()) return o.host;
+  const char* master = std::getenv("MASTER_ADDR");
+  return master && *master ? local_address_toward(master) : "127.0.0.1";
+}
+
+}  // namespace
+
+NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
+    : rank(self.rank()), world(self.world_size()), device(dev), opts(self.options()) {
+  const auto deadline = Clock::now() + opts.timeout;
+  liveness = std::make_unique<PeerLiveness>(store, opts.prefix, rank, world, listen_host(opts), opts.timeout);
+  DeviceGuard guard(device);
+  ncclUniqueId id;
+  const std::string key = opts.prefix + "/nccl/id";
+  if (rank == 0) {
+    NCCL_CHECK(ncclGetUniqueId(&id));
+    store.set(key, Bytes(reinterpret_cast<const uint8_t*>(&id), reinterpret_cast<const uint8_t*>(&id) + sizeof id));
+  } else {
+    const Bytes b = store.get(key, std::chrono::ceil<Millis>(deadline - Clock::now()));
+    RT_CHECK(b.size() == sizeof id, "rank ", rank, ": NCCL's unique id in the store (", key, ") has ", b.size(),
+             " bytes, expected ", sizeof id, ": another program uses the same keys? Give this communicator its ",
+             "own CommOptions::prefix");
+    std::memcpy(&id, b.data(), sizeof id);
+  }
+  // Non-blocking: NCCL's setup (and every later call) can be watched against a deadline.
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;
+  NCCL_CHECK(ncclCommInitRankConfig(&comm, world, id, rank, &config));
+  wait_ready(detail::cat("rank ", rank, ": NCCL's communicator setup"), deadline);
+  stream = Stream::create(Device::cuda(device));
+  barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(device));
+  thread = std::thread([this] { watchdog(); });
+}
+
+NcclCommunicator::Impl::~Impl() {
+  {
+    std::unique_lock<std::mutex> lock(mu);
+    cv.wait(lock, [&] { return inflight.empty(); });  // each call ends by its timeout at the latest
+    stopping = true;
+  }
+  cv.notify_all();
+  if (thread.joinable()) thread.join();
+  if (!comm) return;
+  if (!broken.empty()) return;  // aborted: NCCL freed it
+  // Finalize (flushes NCCL's own work), then destroy; abort if that does not end in time.
+  const auto deadline = Clock::now() + opts.timeout;
+  ncclResult_t st = ncclCommFinalize(comm);
+  while (st == ncclInProgress && Clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::microseconds(100));
+    if (ncclCommGetAsyncError(comm, &st) != ncclSuccess) break;
+  }
+  if (st == ncclSuccess) NCCL_WARN(ncclCommDestroy(comm));
+  else NCCL_WARN(ncclCommAbort(comm));
+}
+
+void NcclCommunicator::Impl::wait_ready(const std::string& what, Clock::time_point deadline) {
+  for (;;) {
+    ncclResult_t st = ncclSuccess;
+    NCCL_CHECK(ncclCommGetAsyncError(comm, &st));
+    if (st == ncclSuccess) return;
+    if (st != ncclInProgress)
+      RT_FAIL(what, ": NCCL failed: ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")");
+    if (Clock::now() >= deadline) {
+      NCCL_WARN(ncclCommAbort(comm));
+      comm = nullptr;
+      const std::string lost = liveness->describe_lost();
+      RT_FAIL(what, ": NCCL did not finish setting up within the timeout",
+              lost.empty() ? std::string(" (every peer's process is alive: check NCCL_DEBUG=INFO's network "
+                                         "and topology lines)")
+                           : "; lost " + lost);
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+std::string NcclCommunicator::Impl::describe(const Entry& e, const std::string& why) const {
+  return detail::cat("rank ", rank, " of ", world, ": ", e.what, " failed after ", net::seconds(Clock::now() - e.start),
+                     ": ", why, ". This communicator is unusable from now on; restart the job");
+}
+
+void NcclCommunicator::Impl::abort(const std::string& why) {
+  // Calls that completed before the abort succeeded; the abort makes the rest "complete".
+  while (!inflight.empty() && cuda::event_query(inflight.front().done.get())) {
+    inflight.front().state->finish("");
+    inflight.pop_front();
+  }
+  aborting = true;
+  if (comm) NCCL_WARN(ncclCommAbort(comm));
+  comm = nullptr;
+  broken = inflight.empty() ? why : describe(inflight.front(), why);
+  for (size_t i = 0; i < inflight.size(); ++i)
+    inflight[i].state->finish(i == 0 ? broken : inflight[i].what + " not run: " + broken);
+  inflight.clear();
+  cv.notify_all();
+}
+
+void NcclCommunicator::Impl::watchdog() {
+  auto last_liveness = Clock::now();
+  std::unique_lock<std::mutex> lock(mu);
+  for (;;) {
+    cv.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping || !inflight.empty(); });
+    if (stopping) return;
+    if (inflight.empty() || !broken.empty()) continue;
+    try {
+      // Release what completed, in order.
+      bool released = false;
+      while (!inflight.empty() && cuda::event_query(inflight.front().done.get())) {
+        inflight.front().state->finish("");
+        inflight.pop_front();
+        released = true;
+      }
+      if (inflight.empty()) {
+        cv.notify_all();
+        continue;
+      }
+      Entry& head = inflight.front();
+      const auto now = Clock::now();
+      if (released) head.start = std::max(head.start, now);
+      ncclResult_t st = ncclSuccess;
+      NCCL_CHECK(ncclCommGetAsyncError(comm, &st));
+      if (st != ncclSuccess && st != ncclInProgress) {
+        abort(detail::cat("NCCL reported ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")"));
+        continue;
+      }
+      std::string lost;
+      if (now - last_liveness > std::chrono::milliseconds(10)) {
+        lost = liveness->describe_lost();
+        last_liveness = now;
+      }
+      if (!lost.empty()) abort("lost " + lost);
+      else if (now - head.start > head.timeout)
+        abort(detail::cat("timed out (timeout ", net::seconds(head.timeout), "); NCCL does not say which peer ",
+                          "it waited for. Every peer's process is alive (their liveness links are open), so some ",
+                          "rank did not take part: check that every rank issues the same calls in the same ",
+                          "order, or raise the timeout"));
+    } catch (const std::exception& e) {
+      abort(e.what());
+    }
+  }
+}
+
+void NcclCommunicator::Impl::enqueue(const Call& c, std::vector<Tensor>& keep) {
+  cudaStream_t s = static_cast<cudaStream_t>(stream.handle());
+  const Clock::time_point deadline = Clock::now() + c.timeout;
+  switch (c.kind) {
+    case Kind::all_reduce: {
+      const int64_t n = c.a.numel();
+      if (n == 0) return;
+      if (c.algo == AllReduceAlgo::library) {
+        NCCL_CHECK(ncclAllReduce(c.a.raw_data(), c.a.raw_data(), size_t(n), nccl_type(c.a.dtype()), nccl_op(c.op),
+                                 comm, s));
+        return wait_ready(c.what, deadline);
+      }
+      StepP2P p(*this, c.what, deadline);
+      const AlgoShape shape{rank, world, c.a.dtype(), n, opts.slice_bytes};
+      if (c.algo == AllReduceAlgo::ring) ring_all_reduce(p, shape, c.a.raw_data(), c.op);
+      else tree_all_reduce(p, shape, c.a.raw_data(), c.op);
+      if (scratch.defined()) keep.push_back(scratch);
+      return;
+    }
+    case Kind::broadcast:
+      if (c.a.nbytes() == 0) return;
+      NCCL_CHECK(ncclBroadcast(c.a.raw_data(), c.a.raw_data(), c.a.nbytes(), ncclInt8, c.root, comm, s));
+      return wait_ready(c.what, deadline);
+    case Kind::all_gather:
+      if (c.b.nbytes() == 0) return;
+      NCCL_CHECK(ncclAllGather(c.b.raw_data(), c.a.raw_data(), c.b.nbytes(), ncclInt8, comm, s));
+      return wait_ready(c.what, deadline);
+    case Kind::reduce_scatter:
+      if (c.a.numel() == 0) return;
+      NCCL_CHECK(ncclReduceScatter(c.b.raw_data(), c.a.raw_data(), size_t(c.a.numel()), nccl_type(c.a.dtype()),
+                                   nccl_op(c.op), comm, s));
+      return wait_ready(c.what, deadline);
+    case Kind::barrier:
+      NCCL_CHECK(ncclAllReduce(barrier_buf.raw_data(), barrier_buf.raw_data(), 1, ncclFloat32, ncclSum, comm, s));
+      return wait_ready(c.what, deadline);
+    case Kind::p2p: {
+      std::vector<Transfer> sends, recvs;
+      if (c.a.defined() && c.a.nbytes() > 0) sends.push_back({c.dst, c.a.raw_data(), c.a.nbytes(), 0});
+      if (c.b.defined() && c.b.nbytes() > 0) recvs.push_back({c.src, c.b.raw_data(), c.b.nbytes(), 0});
+      StepP2P(*this, c.what, deadline).start(sends, recvs);
+      return;
+    }
+  }
+}
+
+namespace {
+
+class NcclWork final : public WorkImpl {
+ public:
+  NcclWork(std::shared_ptr<State> s, EventPtr done, const std::atomic<bool>* aborting)
+      : s_(std::move(s)), done_(std::move(done)), aborting_(aborting) {}
+
+  void wait() override {
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (s_->done) return rethrow();
+    }
+    // The event completes when the call does, or when an abort ended it: only the watchdog
+    // can tell which, so after an abort the answer is its verdict.
+    if (done_) cuda::event_synchronize(done_.get());
+    if (!done_ || aborting_->load()) {
+      std::unique_lock<std::mutex> lock(s_->mu);
+      s_->cv.wait(lock, [&] { return s_->done; });
+      return rethrow();
+    }
+  }
+  bool done() override {
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (s_->done) return true;
+    }
+    return done_ && !aborting_->load() && cuda::event_query(done_.get());
+  }
+  void block_stream(const Stream& s) override {
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (s_->done && !s_->error.empty()) throw Error(s_->error);
+    }
+    if (done_) cuda::stream_wait_event(s.handle(), done_.get());
+  }
+
+ private:
+  void rethrow() {
+    if (!s_->error.empty()) throw Error(s_->error);
+  }
+  std::shared_ptr<State> s_;
+  EventPtr done_;  // null: the call failed before it was queued
+  const std::atomic<bool>* aborting_;
+};
+
+}  // namespace
+
+NcclCommunicator::NcclCommunicator(Store& store, int rank, int world, int device, CommOptions opts)
+    : Communicator(rank, world, Device::cuda(device), std::move(opts)),
+      impl_(std::make_unique<Impl>(*this, store, device)) {}
+
+NcclCommunicator::~NcclCommunicator() = default;
+
+const Stream& NcclCommunicator::stream() const { return impl_->stream; }
+
+void NcclCommunicator::check_reducible(DType, const std::string&) const {}  // every floating dtype
+
+Work NcclCommunicator::run(Call call) {
+  Impl& m = *impl_;
+  std::lock_guard<std::mutex> issue(m.issue_mu);
+  auto state = std::make_shared<State>();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.broken.empty()) {
+      state->finish(call.what + " not run: this communicator failed earlier: " + m.broken);
+      return Work(std::make_shared<NcclWork>(state, nullptr, &m.aborting));
+    }
+  }
+  DeviceGuard guard(m.device);
+  // Note [Communication stream]: after everything the caller queued so far.
+  EventPtr ready = make_event(m.device);
+  cuda::event_record(ready.get(), Stream::current(device()).handle());
+  cuda::stream_wait_event(m.stream.handle(), ready.get());
+
+  Impl::Entry e{call.what, Clock::now(), call.timeout, make_event(m.device), state, {}};
+  for (const Tensor* t : {&call.a, &call.b})
+    if (t->defined()) e.keep.push_back(*t);
+  try {
+    m.enqueue(call, e.keep);
+  } catch (const std::exception& x) {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (m.broken.empty()) m.abort(x.what());
+    throw;
+  }
+  cuda::event_record(e.done.get(), m.stream.handle());
+  Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting));
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    m.inflight.push_back(std::move(e));
+  }
+  m.cv.notify_all();
+  return w;
+}
+
+}  // namespace rt::dist

@@ -1,0 +1,70 @@
+// Helpers for the communicator tests: one rank's job (the store rank 0 hosts, a Gloo
+// communicator) built from the environment tests/dist/launch.h gives each process, checks
+// that throw rt::Error naming the first difference (a rank's failure is its exit code and
+// message), and the deterministic inputs every rank can compute for every other rank.
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/gloo_communicator.h"
+#include "dist/launch_env.h"
+#include "dist/tcp_store.h"
+#include "engine/error.h"
+#include "engine/tensor.h"
+
+namespace rt::dist::testing {
+
+class GlooRank {
+ public:
+  explicit GlooRank(CommOptions opts = {}) {
+    const LaunchEnv env = launch_env_from_process();
+    if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.master_addr, env.master_port);
+    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, opts.timeout);
+    if (opts.host.empty()) opts.host = "127.0.0.1";
+    comm_ = std::make_unique<GlooCommunicator>(*store_, env.rank, env.world_size, opts);
+  }
+  // Every rank's calls are done: a barrier, so rank 0's store outlives the others' use.
+  ~GlooRank() {
+    try {
+      if (comm_->world_size() > 1) comm_->barrier().wait();
+    } catch (const std::exception&) {  // a test that broke the communicator on purpose
+    }
+  }
+  GlooRank(const GlooRank&) = delete;
+  GlooRank& operator=(const GlooRank&) = delete;
+
+  Communicator& comm() { return *comm_; }
+
+ private:
+  std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
+  std::unique_ptr<TcpStore> store_;
+  std::unique_ptr<GlooCommunicator> comm_;
+};
+
+// An integer-valued input, different per rank and element, small enough that sums over 8
+// ranks are exact in every float type.
+inline double int_value(int rank, int64_t i) { return double((rank * 31 + i * 7) % 23) - 11.0; }
+
+inline Tensor int_tensor(int rank, int64_t n, DType t) {
+  std::vector<double> v(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) v[size_t(i)] = int_value(rank, i);
+  return Tensor::from_vector(v, {n}).to(t);
+}
+
+// Throws naming the first element that differs (exact comparison).
+inline void expect_equal(const std::vector<double>& got, const std::vector<double>& want, const std::string& what) {
+  RT_CHECK(got.size() == want.size(), what, ": ", got.size(), " elements, expected ", want.size());
+  for (size_t i = 0; i < got.size(); ++i)
+    RT_CHECK(got[i] == want[i] || (std::isnan(got[i]) && std::isnan(want[i])), what, ": element ", i, " of ",
+             got.size(), " is ", got[i], ", expected ", want[i]);
+}
+
+inline void expect_equal(const Tensor& got, const std::vector<double>& want, const std::string& what) {
+  expect_equal(got.to_vector<double>(), want, what);
+}
+
+}  // namespace rt::dist::testing
