@@ -41,10 +41,11 @@ Precision resolve_precision(const std::string& flag, Device device) {
   return Precision::bf16;
 }
 
-void set_cuda_math(Precision p, bool cudnn_benchmark) {
+void set_cuda_math(Precision p, bool cudnn_benchmark, bool cudnn_benchmark_runtime_compiled) {
   cuda::set_allow_tf32(p == Precision::tf32);
   cuda::set_cudnn_allow_tf32(p == Precision::tf32);
   cuda::set_cudnn_benchmark(cudnn_benchmark);
+  cuda::set_cudnn_benchmark_runtime_compiled(cudnn_benchmark_runtime_compiled);
 }
 
 MixedPrecisionOptions mixed_precision_options(Precision p) {

@@ -33,8 +33,9 @@ Precision resolve_precision(const std::string& flag, Device device);
 std::string auto_precision_reason(Device device);
 
 // The process-wide CUDA math switches for `p`: TF32 in cuBLAS and cuDNN on for tf32 and
-// explicitly off otherwise; cuDNN's benchmark mode as given.
-void set_cuda_math(Precision p, bool cudnn_benchmark);
+// explicitly off otherwise; cuDNN's benchmark mode, and whether it times runtime-compiled
+// engines too (Note [Conv numerics], kernels/cuda/cudnn_conv.cu), as given.
+void set_cuda_math(Precision p, bool cudnn_benchmark, bool cudnn_benchmark_runtime_compiled = false);
 
 struct MixedPrecisionOptions {
   // The dtype of convolutions, linear layers and activations. The parameters' dtype means

@@ -173,6 +173,9 @@ void validate_flags(const cli::Flags& f) {
     throw cli::UsageError("--checkpoint and --init-weights both give the weights to evaluate; pass one of them");
   if (f.boolean("init-weights-non-strict") && f.str("init-weights").empty())
     throw cli::UsageError("--init-weights-non-strict applies to --init-weights, which is not given");
+  if (f.has("cudnn-benchmark-runtime-compiled") && f.boolean("cudnn-benchmark-runtime-compiled") &&
+      !f.boolean("cudnn-benchmark"))
+    throw cli::UsageError("--cudnn-benchmark-runtime-compiled applies to --cudnn-benchmark, which is not given");
 }
 
 std::vector<Flag> train_flags() {
@@ -211,6 +214,9 @@ std::vector<Flag> train_flags() {
        "the loss stays on the device and a NaN/Inf is found at the next --print-freq step or checkpoint)", {}},
       {"cudnn-benchmark", FlagType::boolean, "false",
        "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored on the CPU)", {}},
+      {"cudnn-benchmark-runtime-compiled", FlagType::boolean, "false",
+       "with --cudnn-benchmark: also time the engines cuDNN compiles at run time (each compiles when first tried, "
+       "which can take seconds per shape; without this flag they are skipped unless nothing else fits)", {}},
   };
   f.insert(f.end(), more.begin(), more.end());
   return f;

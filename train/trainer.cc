@@ -73,10 +73,12 @@ Device pick_device(const std::string& s) {
 Precision pick_precision(const cli::Flags& f, Device device) {
   const Precision p = resolve_precision(f.str("precision"), device);
   const bool benchmark = f.has("cudnn-benchmark") && f.boolean("cudnn-benchmark");
+  const bool runtime_compiled =  // validate_flags allows it only with --cudnn-benchmark
+      f.has("cudnn-benchmark-runtime-compiled") && f.boolean("cudnn-benchmark-runtime-compiled");
   if (f.str("precision") == "auto")
     std::printf("precision auto: %s (%s)\n", precision_name(p), auto_precision_reason(device).c_str());
   if (device.is_cuda()) {
-    set_cuda_math(p, benchmark);
+    set_cuda_math(p, benchmark, runtime_compiled);
   } else {
     if (p == Precision::tf32) std::printf("precision tf32: the CPU has no TF32; it computes in fp32\n");
     if (benchmark) std::printf("--cudnn-benchmark ignored on the CPU\n");

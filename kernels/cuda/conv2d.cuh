@@ -4,9 +4,10 @@
 // Note [Conv plans]: a ConvKey names everything a cuDNN execution plan depends on (op kind,
 // geometry, dtype, layout, pointer alignment, TF32, device). conv_plan() builds the plan
 // once (operation graph -> mode-A heuristics -> the first engine config that finalizes and
-// passes our numerical filter) and caches it per key; later calls are cache hits. The
-// workspace is the caller's (the engine keeps one device-allocator buffer per device and
-// grows it when a plan needs more), so this library never allocates device memory.
+// passes our numerical filter, strict tier first: Note [Conv numerics] in cudnn_conv.cu) and
+// caches it per key; later calls are cache hits. The workspace is the caller's (the engine
+// keeps one device-allocator buffer per device and grows it when a plan needs more), so
+// this library never allocates device memory.
 //
 // One tensor convention for all three ops (unique ids X=1, W=2, Y=3):
 //   forward:         y  = conv(x, w)        x, w read; y written
@@ -88,11 +89,17 @@ int pointer_alignment(std::initializer_list<const void*> ptrs);
 void set_cudnn_allow_tf32(bool on);
 bool cudnn_allow_tf32();
 
-// Benchmark mode (later the CLI's --cudnn-benchmark; off by default): a key's plan is the
+// Benchmark mode (the CLI's --cudnn-benchmark; off by default): a key's plan is the
 // fastest of the heuristic's first few candidates, timed on the first call's data, instead
 // of the heuristic's first choice.
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
+// Whether benchmarking also times engines cuDNN compiles at run time (the CLI's
+// --cudnn-benchmark-runtime-compiled; off by default: each costs a compilation, Note [Conv
+// numerics] in cudnn_conv.cu). Read when a key's plan is built, so set it before the first
+// convolution: plans already cached keep their engine.
+void set_cudnn_benchmark_runtime_compiled(bool on);
+bool cudnn_benchmark_runtime_compiled();
 
 struct ConvPlan;  // opaque: the cuDNN execution plan and what it needs
 

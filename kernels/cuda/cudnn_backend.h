@@ -9,6 +9,7 @@
 
 #include <cudnn.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <string>
@@ -91,5 +92,16 @@ class Desc {
   }
   cudnnBackendDescriptor_t d_ = nullptr;
 };
+
+// The values of the array attribute `name` of `d` (it holds at most `max`).
+template <typename T>
+std::vector<T> get_array(cudnnBackendDescriptor_t d, cudnnBackendAttributeName_t name,
+                         cudnnBackendAttributeType_t type, int64_t max) {
+  std::vector<T> v(static_cast<size_t>(max));
+  int64_t n = 0;
+  CUDNN_CHECK(cudnnBackendGetAttribute(d, name, type, max, &n, v.data()));
+  v.resize(size_t(std::min(n, max)));
+  return v;
+}
 
 }  // namespace rt::cuda::detail

@@ -3,10 +3,26 @@
 // that finalizes and passes the numerical filter, cached per ConvKey (Note [Conv plans]
 // in conv2d.cuh).
 //
-// Note [Conv numerics]: engines whose notes say they down-convert inputs or reduce in reduced
-// precision are never used (bf16/f16 accumulate in f32, like the rest of the backend);
-// for f32, tensor-core engines (TF32) only when cudnn_allow_tf32(); non-deterministic engines
-// only when no deterministic one exists for the key (runs then repeat bit for bit).
+// Note [Conv numerics]: the engines the heuristics offer are filtered by engine_rejection()
+// (cudnn_policy.h, tested on the CPU) in three tiers, and the first tier in which an engine
+// finalizes for the key gives its plan:
+//   strict            engines whose notes say they down-convert inputs or reduce in reduced
+//                     precision are refused (bf16/f16 accumulate in f32, like the rest of the
+//                     backend); for f32, tensor-core engines (TF32) only when
+//                     cudnn_allow_tf32(); deterministic engines only (runs repeat bit for bit).
+//   relaxed           bf16/f16 only: reduced-precision reduction allowed, for shapes no strict
+//                     engine takes (e.g. odd channel counts in NHWC). stderr says so once per
+//                     key. Never for f32/f64; down-converted inputs stay refused.
+//   nondeterministic  non-deterministic engines too, when no deterministic one exists.
+// When no tier has an engine, the error says how many configs were offered, how many did
+// not finalize and why the others were refused.
+// Runtime-compiled engines (behaviour note RUNTIME_COMPILATION: NVRTC compiles them when
+// their plan is built, which can take seconds) are left out of benchmarking, which would
+// compile every candidate, unless cudnn_benchmark_runtime_compiled()
+// (--cudnn-benchmark-runtime-compiled). Without benchmarking they are used like any other
+// engine when the heuristics rank them first, and when benchmarking finds nothing but
+// runtime-compiled engines in a tier, the first of them is used, untimed: compiling one
+// engine once is better than failing.
 //
 // Note [Leaked handles]: the cuDNN handles and the plan cache live until the process ends
 // and are never destroyed: destroying them from static destructors races the CUDA
@@ -21,6 +37,7 @@
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/cudnn_policy.h"
 
 namespace rt::cuda {
 
@@ -30,6 +47,7 @@ struct ConvPlan {
   ConvKey key;
   Desc plan;
   int64_t workspace = 0;
+  EngineNotes notes;  // the engine's (Note [Conv numerics])
   // The descriptors the plan was built from (tensors, convolution, operation, graph, engine
   // config), kept alive as long as the plan, as cudnn-frontend does.
   std::vector<Desc> sources;
@@ -39,6 +57,7 @@ namespace {
 
 std::atomic<bool> g_allow_tf32{false};
 std::atomic<bool> g_benchmark{false};
+std::atomic<bool> g_benchmark_runtime_compiled{false};
 constexpr int kMaxBenchmarkCandidates = 8;  // the heuristic's best few
 constexpr int kBenchmarkRuns = 3;
 
@@ -101,32 +120,38 @@ DeviceHandle& handle_for(int device) {
 
 // ---- plan building -----------------------------------------------------------------
 
-bool has_note(const std::vector<cudnnBackendNumericalNote_t>& notes, cudnnBackendNumericalNote_t n) {
-  for (auto v : notes)
-    if (v == n) return true;
-  return false;
-}
+// cudnn_policy.h's note enums are cuDNN's, value for value.
+static_assert(int(NumericalNote::tensor_core) == CUDNN_NUMERICAL_NOTE_TENSOR_CORE);
+static_assert(int(NumericalNote::down_convert_inputs) == CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS);
+static_assert(int(NumericalNote::reduced_precision_reduction) == CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION);
+static_assert(int(NumericalNote::fft) == CUDNN_NUMERICAL_NOTE_FFT);
+static_assert(int(NumericalNote::nondeterministic) == CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC);
+static_assert(int(NumericalNote::winograd) == CUDNN_NUMERICAL_NOTE_WINOGRAD);
+static_assert(int(NumericalNote::winograd_tile_4x4) == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_4x4);
+static_assert(int(NumericalNote::winograd_tile_6x6) == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_6x6);
+static_assert(int(NumericalNote::winograd_tile_13x13) == CUDNN_NUMERICAL_NOTE_WINOGRAD_TILE_13x13);
+static_assert(int(NumericalNote::strict_nan_prop) == CUDNN_NUMERICAL_NOTE_STRICT_NAN_PROP);
+static_assert(int(BehaviorNote::runtime_compilation) == CUDNN_BEHAVIOR_NOTE_RUNTIME_COMPILATION);
+static_assert(int(BehaviorNote::requires_filter_int8x32_reorder) ==
+              CUDNN_BEHAVIOR_NOTE_REQUIRES_FILTER_INT8x32_REORDER);
+static_assert(int(BehaviorNote::requires_bias_int8x32_reorder) == CUDNN_BEHAVIOR_NOTE_REQUIRES_BIAS_INT8x32_REORDER);
+static_assert(int(BehaviorNote::supports_cuda_graph_native_api) == CUDNN_BEHAVIOR_NOTE_SUPPORTS_CUDA_GRAPH_NATIVE_API);
+static_assert(int(BehaviorNote::cublaslt_dependency) == CUDNN_BEHAVIOR_NOTE_CUBLASLT_DEPENDENCY);
 
-std::vector<cudnnBackendNumericalNote_t> notes_of(cudnnBackendDescriptor_t cfg) {
+// The numerical and behaviour notes of the engine of `cfg`.
+EngineNotes notes_of(cudnnBackendDescriptor_t cfg) {
   Desc engine(CUDNN_BACKEND_ENGINE_DESCRIPTOR);
   cudnnBackendDescriptor_t e = engine.get();
   int64_t n = 0;
   CUDNN_CHECK(cudnnBackendGetAttribute(cfg, CUDNN_ATTR_ENGINECFG_ENGINE, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, &n, &e));
-  std::vector<cudnnBackendNumericalNote_t> notes(CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
-  CUDNN_CHECK(cudnnBackendGetAttribute(e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE,
-                                       int64_t(notes.size()), &n, notes.data()));
-  notes.resize(size_t(n));
+  const auto numerical = detail::get_array<cudnnBackendNumericalNote_t>(
+      e, CUDNN_ATTR_ENGINE_NUMERICAL_NOTE, CUDNN_TYPE_NUMERICAL_NOTE, CUDNN_NUMERICAL_NOTE_TYPE_COUNT);
+  const auto behavior = detail::get_array<cudnnBackendBehaviorNote_t>(
+      e, CUDNN_ATTR_ENGINE_BEHAVIOR_NOTE, CUDNN_TYPE_BEHAVIOR_NOTE, CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
+  EngineNotes notes;
+  for (auto v : numerical) notes.numerical.push_back(NumericalNote(v));
+  for (auto v : behavior) notes.behavior.push_back(BehaviorNote(v));
   return notes;
-}
-
-// Note [Conv numerics].
-bool acceptable(const ConvKey& k, const std::vector<cudnnBackendNumericalNote_t>& notes, bool allow_nondet) {
-  if (has_note(notes, CUDNN_NUMERICAL_NOTE_DOWN_CONVERT_INPUTS) ||
-      has_note(notes, CUDNN_NUMERICAL_NOTE_REDUCED_PRECISION_REDUCTION))
-    return false;
-  if (k.dtype == DType::f32 && !k.allow_tf32 && has_note(notes, CUDNN_NUMERICAL_NOTE_TENSOR_CORE)) return false;
-  if (!allow_nondet && has_note(notes, CUDNN_NUMERICAL_NOTE_NONDETERMINISTIC)) return false;
-  return true;
 }
 
 // The engine configs the heuristics of `mode` propose for `graph`, best first.
@@ -200,6 +225,80 @@ size_t fastest(const std::vector<std::unique_ptr<ConvPlan>>& cands, cudnnHandle_
   return best;
 }
 
+// One engine config the heuristics offered, and its engine's notes.
+struct Offer {
+  Desc cfg;
+  EngineNotes notes;
+  bool tried = false;  // its plan was built, or did not finalize, in an earlier pass
+};
+
+// Appends the plans of the untried offers that `tier` accepts, in order, until `cands`
+// holds `limit`. An offer whose plan does not finalize (the config does not fit the key)
+// is passed over.
+void collect(const ConvKey& k, cudnnHandle_t handle, std::vector<Offer>& offers, const EnginePolicy& policy,
+             EngineTier tier, size_t limit, std::vector<std::unique_ptr<ConvPlan>>& cands) {
+  for (Offer& o : offers) {
+    if (cands.size() >= limit) return;
+    if (o.tried || !engine_acceptable(policy, tier, o.notes)) continue;
+    o.tried = true;
+    auto p = std::make_unique<ConvPlan>();
+    p->key = k;
+    p->plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
+    p->plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle)
+        .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, o.cfg);
+    if (p->plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;
+    int64_t n = 0;
+    CUDNN_CHECK(cudnnBackendGetAttribute(p->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1,
+                                         &n, &p->workspace));
+    p->notes = o.notes;
+    p->sources.push_back(std::move(o.cfg));
+    cands.push_back(std::move(p));
+  }
+}
+
+struct Found {
+  std::vector<std::unique_ptr<ConvPlan>> cands;  // empty: no tier has a usable engine
+  EngineTier tier = EngineTier::strict;          // the tier they come from
+};
+
+// The candidates of the first tier that has any (Note [Conv numerics]): one plan, or up to
+// kMaxBenchmarkCandidates when benchmarking.
+Found search(const ConvKey& k, cudnnHandle_t handle, std::vector<Offer>& offers, const EnginePolicy& policy) {
+  EnginePolicy untimed = policy;
+  untimed.benchmark = false;
+  Found f;
+  for (EngineTier tier : kEngineTiers) {
+    f.tier = tier;
+    collect(k, handle, offers, policy, tier, policy.benchmark ? kMaxBenchmarkCandidates : 1, f.cands);
+    // Only runtime-compiled engines fit: the first of them, untimed, rather than a looser tier.
+    if (f.cands.empty() && policy.benchmark && !policy.benchmark_runtime_compiled)
+      collect(k, handle, offers, untimed, tier, 1, f.cands);
+    if (!f.cands.empty()) break;
+  }
+  return f;
+}
+
+// For the error when no tier has a usable engine: what the heuristics offered and what
+// became of it.
+std::string what_was_tried(const std::vector<Offer>& offers, const EnginePolicy& policy) {
+  if (offers.empty()) return " (the heuristics, mode A and the fallback list, offered no engine config)";
+  int unfit = 0, refused[kRejectionCount] = {};
+  for (const Offer& o : offers) {
+    if (o.tried)
+      ++unfit;
+    else
+      ++refused[int(engine_rejection(policy, EngineTier::nondeterministic, o.notes))];
+  }
+  std::ostringstream os;
+  os << " (tried the " << offers.size() << " engine configs of heuristics mode A and the fallback list under the";
+  for (EngineTier t : kEngineTiers) os << (t == EngineTier::strict ? " " : ", ") << engine_tier_name(t);
+  os << " rules: " << unfit << " did not finalize for this key";
+  for (int r = 1; r < kRejectionCount; ++r)
+    if (refused[r] > 0) os << ", " << refused[r] << " refused for " << rejection_name(Rejection(r));
+  os << ")";
+  return os.str();
+}
+
 std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, const ConvBenchArgs* bench) {
   const int64_t HO = conv_out_size(k.H, k.KH, k.sh, k.ph, k.dh), WO = conv_out_size(k.W, k.KW, k.sw, k.pw, k.dw);
   RT_CHECK(!k.benchmark || bench, "conv2d: benchmarking ", k.str(), " needs its data (ConvBenchArgs)");
@@ -257,37 +356,31 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
   graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op).set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle);
   graph.finalize();
 
-  // Mode A first, then the fallback list; deterministic engines first (Note [Conv numerics]).
-  // Without benchmarking the first plan that finalizes wins; with it, every candidate of the
-  // first pass that has any is built, and the fastest on the caller's data wins.
-  std::vector<std::unique_ptr<ConvPlan>> cands;
-  for (bool allow_nondet : {false, true}) {
-    for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK}) {
-      for (Desc& cfg : engine_configs(graph, mode)) {
-        if (!acceptable(k, notes_of(cfg.get()), allow_nondet)) continue;
-        auto p = std::make_unique<ConvPlan>();
-        p->key = k;
-        p->plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-        p->plan.set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, handle)
-            .set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
-        if (p->plan.try_finalize() != CUDNN_STATUS_SUCCESS) continue;  // this config does not fit the key
-        int64_t n = 0;
-        CUDNN_CHECK(cudnnBackendGetAttribute(p->plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64,
-                                             1, &n, &p->workspace));
-        p->sources.push_back(std::move(cfg));
-        cands.push_back(std::move(p));
-        if (!k.benchmark || int(cands.size()) >= kMaxBenchmarkCandidates) break;
-      }
-      if (!cands.empty() && (!k.benchmark || int(cands.size()) >= kMaxBenchmarkCandidates)) break;
+  // Mode A first, then the fallback list, in tiers (Note [Conv numerics]). Without
+  // benchmarking the first plan that finalizes wins; with it, up to kMaxBenchmarkCandidates
+  // plans of the first tier that has any are built, and the fastest on the caller's data wins.
+  std::vector<Offer> offers;
+  for (cudnnBackendHeurMode_t mode : {CUDNN_HEUR_MODE_A, CUDNN_HEUR_MODE_FALLBACK})
+    for (Desc& cfg : engine_configs(graph, mode)) {
+      EngineNotes notes = notes_of(cfg.get());
+      offers.push_back({std::move(cfg), std::move(notes)});
     }
-    if (!cands.empty()) break;
-  }
+  const EnginePolicy policy{k.dtype, k.allow_tf32, k.benchmark, cudnn_benchmark_runtime_compiled()};
+  auto [cands, tier] = search(k, handle, offers, policy);
   RT_CHECK(
       !cands.empty(), "conv2d: cuDNN offers no usable engine for ", k.str(),
       k.dtype == DType::f64 ? " (cuDNN has few double-precision engines: convert to f32)" : "",
-      k.dtype == DType::f32 && !k.allow_tf32 ? " (TF32 engines are excluded: cuda::set_cudnn_allow_tf32(true))" : "");
+      k.dtype == DType::f32 && !k.allow_tf32 ? " (TF32 engines are excluded: cuda::set_cudnn_allow_tf32(true))" : "",
+      what_was_tried(offers, policy));
   const size_t best = k.benchmark && cands.size() > 1 ? fastest(cands, handle, *bench) : 0;
   std::unique_ptr<ConvPlan> p = std::move(cands[best]);
+  static OncePerKey relaxed_reported;
+  if (tier != EngineTier::strict && has_note(p->notes, NumericalNote::reduced_precision_reduction) &&
+      relaxed_reported.first(k.str()))
+    fprintf(stderr,
+            "conv2d: cuDNN has no strict engine for %s; using one whose reductions may be in reduced precision "
+            "(printed once per shape)\n",
+            k.str().c_str());
   for (Desc* d : {&x, &w, &y, &conv, &op, &graph}) p->sources.push_back(std::move(*d));
   return p;
 }
@@ -342,6 +435,8 @@ void set_cudnn_allow_tf32(bool on) { g_allow_tf32.store(on); }
 bool cudnn_allow_tf32() { return g_allow_tf32.load(); }
 void set_cudnn_benchmark(bool on) { g_benchmark.store(on); }
 bool cudnn_benchmark() { return g_benchmark.load(); }
+void set_cudnn_benchmark_runtime_compiled(bool on) { g_benchmark_runtime_compiled.store(on); }
+bool cudnn_benchmark_runtime_compiled() { return g_benchmark_runtime_compiled.load(); }
 
 const ConvPlan& conv_plan(const ConvKey& k, const ConvBenchArgs* bench) {
   PlanCache& c = cache();

@@ -41,7 +41,8 @@ Result run(const Case& k, const Tensor& x0, const Tensor& w0, const Tensor& b0, 
   return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
 }
 
-void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed) {
+// `loosen` multiplies the dtype's tolerance (1 unless the caller says why).
+void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed, double loosen = 1) {
   const std::string what = case_name(k, t, f);
   const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, seed), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, seed + 1),
                b64 = rnd({k.O}, seed + 2);
@@ -55,7 +56,7 @@ void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed) {
 
   // Each output is a sum: y over C/g*KH*KW products, dx over about O/g*KH*KW/stride^2,
   // dw and db over N*HO*WO; scale the absolute tolerance by the root of the term count.
-  const Tol tol = tol_for(t);
+  const Tol tol{tol_for(t).atol * loosen, tol_for(t).rtol * loosen};
   const double ky = std::sqrt(double(k.C / k.p.groups * k.KH * k.KW));
   const double kx = std::sqrt(double(k.O / k.p.groups * k.KH * k.KW));
   const double kw = std::sqrt(double(k.N * HO * WO));
@@ -67,6 +68,14 @@ void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed) {
   CHECK_MESSAGE(got.dx.format() == f, what, ": dx not in x's format");
   CHECK_MESSAGE(got.dw.format() == f, what, ": dw not in the weight's format");
 }
+
+// cuDNN's benchmark mode for a scope, off again however the scope ends.
+struct BenchmarkOn {
+  BenchmarkOn() { cuda::set_cudnn_benchmark(true); }
+  ~BenchmarkOn() { cuda::set_cudnn_benchmark(false); }
+  BenchmarkOn(const BenchmarkOn&) = delete;
+  BenchmarkOn& operator=(const BenchmarkOn&) = delete;
+};
 
 TEST_CASE("conv plan keys tell every parameter apart (runs without a GPU)") {
   cuda::ConvKey a;
@@ -123,6 +132,7 @@ TEST_CASE("pointer alignment and output sizes (runs without a GPU)") {
   CHECK(cuda::conv_out_size(9, 3, 1, 2, 2) == 9);
   CHECK_FALSE(cuda::cudnn_allow_tf32());  // off by default: f32 results match the CPU backend
   CHECK_FALSE(cuda::cudnn_benchmark());
+  CHECK_FALSE(cuda::cudnn_benchmark_runtime_compiled());
 }
 
 TEST_CASE("conv2d on CUDA matches the CPU: forward and gradients, both layouts, f32/bf16/f16") {
@@ -170,18 +180,29 @@ TEST_CASE("conv2d with a weight in the other layout than x") {
 
 TEST_CASE("conv2d in benchmark mode: the fastest plan still matches the CPU") {
   if (!have_gpu("conv2d in benchmark mode")) return;
-  cuda::set_cudnn_benchmark(true);
   const cuda::ConvCacheStats before = cuda::conv_cache_stats();
-  uint64_t seed = 500;
-  try {
+  {
+    const BenchmarkOn on;
+    uint64_t seed = 500;
     for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last})
       for (int i : {0, 4, 6}) check_case(test::conv_cases()[i], DType::f32, f, seed += 10);
-  } catch (...) {
-    cuda::set_cudnn_benchmark(false);
-    throw;
   }
-  cuda::set_cudnn_benchmark(false);
   CHECK(cuda::conv_cache_stats().misses > before.misses);  // benchmarked plans are keyed apart
+}
+
+// Odd channel counts in NHWC may have no strict 16-bit engine; the relaxed tier then gives
+// one (Note [Conv numerics]) instead of "no usable engine", once per key on stderr.
+TEST_CASE("conv2d in bf16/f16 NHWC with odd channels plans and matches the CPU") {
+  if (!have_gpu("conv2d in bf16/f16 NHWC with odd channels")) return;
+  const Case k{2, 3, 6, 5, 5, 3, 3, Conv2dParams::make(1, 1), true};
+  // A relaxed-tier engine may sum in bf16/f16: a rounding per addition instead of one at
+  // the end. Over dw's 60 terms that random walk reaches about 2x the usual tolerance (f16)
+  // and 1.5x (bf16); 4x leaves room.
+  const double loosen = 4;
+  uint64_t seed = 700;
+  for (DType t : {DType::bf16, DType::f16}) check_case(k, t, MemoryFormat::channels_last, seed += 10, loosen);
+  const BenchmarkOn on;  // the same through the benchmarking path (other keys)
+  for (DType t : {DType::bf16, DType::f16}) check_case(k, t, MemoryFormat::channels_last, seed += 10, loosen);
 }
 
 TEST_CASE("conv2d plans are built once per key and then reused") {

@@ -60,6 +60,7 @@ TEST_CASE("train: each bad value is a UsageError naming its flag") {
       {{"--small-stem", "false", "--stem-stride", "2"}, "--stem-stride 2 needs the small stem"},
       {{"--init-weights", "a.safetensors", "--resume", "b/checkpoint.safetensors"}, "pass one of them"},
       {{"--init-weights-non-strict"}, "--init-weights-non-strict applies to --init-weights"},
+      {{"--cudnn-benchmark-runtime-compiled"}, "--cudnn-benchmark-runtime-compiled applies to --cudnn-benchmark"},
   };
   for (const Bad& c : cases) {
     std::string joined;
@@ -75,6 +76,7 @@ TEST_CASE("train: the defaults and sensible values pass") {
                                   "--label-smoothing", "1", "--momentum", "0", "--workers", "0", "--width", "4",
                                   "--dataset", "synthetic", "--synthetic-size", "8x1x8x8"});
   validate(train::train_flags(), {"--init-weights", "w.safetensors", "--init-weights-non-strict"});
+  validate(train::train_flags(), {"--cudnn-benchmark", "--cudnn-benchmark-runtime-compiled"});
   // The schedule flags of another schedule are not looked at (torchvision ignores them too).
   validate(train::train_flags(), {"--lr-scheduler", "cosine", "--lr-step-size", "0", "--lr-milestones", "x"});
 }
