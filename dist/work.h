@@ -9,7 +9,9 @@
 // pending calls fail with the first failure's message.
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 
 namespace rt {
 class Stream;
@@ -29,6 +31,9 @@ class WorkImpl {
   // Makes `s` wait for the call's completion without blocking the host (CUDA: an event the
   // stream waits on). Where that is not possible (CPU) it is wait().
   virtual void block_stream(const Stream& s) = 0;
+  // When the call finished (host steady clock), once done(); nullopt where the backend does
+  // not know it (a CUDA call completes on the device). For timelines (the reducer's overlap).
+  virtual std::optional<std::chrono::steady_clock::time_point> finished_at() { return std::nullopt; }
 };
 
 class Work {
@@ -42,6 +47,9 @@ class Work {
   bool done() const { return !impl_ || impl_->done(); }
   void block_stream(const Stream& s) const {
     if (impl_) impl_->block_stream(s);
+  }
+  std::optional<std::chrono::steady_clock::time_point> finished_at() const {
+    return impl_ ? impl_->finished_at() : std::nullopt;
   }
 
  private:

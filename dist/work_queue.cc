@@ -11,6 +11,7 @@ struct WorkQueue::State {
   std::condition_variable cv;
   bool done = false;
   std::string error;  // "" on success
+  std::chrono::steady_clock::time_point finished;  // when done became true
 };
 
 class WorkQueue::HostWork final : public WorkImpl {
@@ -26,6 +27,11 @@ class WorkQueue::HostWork final : public WorkImpl {
     return s_->done;
   }
   void block_stream(const Stream&) override { wait(); }  // the host is the only "stream" here
+  std::optional<std::chrono::steady_clock::time_point> finished_at() override {
+    std::lock_guard<std::mutex> lock(s_->mu);
+    if (!s_->done) return std::nullopt;
+    return s_->finished;
+  }
 
  private:
   std::shared_ptr<State> s_;
@@ -62,6 +68,7 @@ void WorkQueue::finish(State& s, std::string error) noexcept {
   {
     std::lock_guard<std::mutex> lock(s.mu);
     s.done = true;
+    s.finished = std::chrono::steady_clock::now();
     s.error = std::move(error);
   }
   s.cv.notify_all();

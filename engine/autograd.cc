@@ -72,7 +72,34 @@ Tensor Tensor::grad() const {
 
 void Tensor::set_grad(const Tensor& g) {
   if (g.defined()) check_grad_matches(g, shape(), "set_grad");
-  impl().autograd.grad = g.defined() ? g.impl_ptr() : nullptr;
+  auto& meta = impl().autograd;
+  if (g.defined() && meta.grad_buffer) {
+    if (g.impl_ptr() != meta.grad_buffer) Tensor(meta.grad_buffer).copy_(g);
+    meta.grad = meta.grad_buffer;
+    return;
+  }
+  meta.grad = g.defined() ? g.impl_ptr() : nullptr;
+}
+
+void Tensor::set_grad_buffer(const Tensor& buffer) {
+  auto& meta = impl().autograd;
+  if (!buffer.defined()) {
+    if (meta.grad && meta.grad == meta.grad_buffer) meta.grad = Tensor(meta.grad_buffer).clone().impl_ptr();
+    meta.grad_buffer = nullptr;
+    return;
+  }
+  RT_CHECK(is_leaf() && requires_grad(), "set_grad_buffer: ", str(), " is not a leaf that requires grad");
+  RT_CHECK(buffer.shape() == shape() && buffer.dtype() == dtype() && buffer.device() == device() &&
+               buffer.format() == format(),
+           "set_grad_buffer: buffer ", buffer.str(), " does not match the parameter ", str());
+  if (meta.grad && meta.grad != buffer.impl_ptr()) Tensor(buffer).copy_(Tensor(meta.grad));
+  meta.grad_buffer = buffer.impl_ptr();
+  if (meta.grad) meta.grad = meta.grad_buffer;
+}
+
+Tensor Tensor::grad_buffer() const {
+  const auto& b = impl().autograd.grad_buffer;
+  return b ? Tensor(b) : Tensor();
 }
 
 void Tensor::zero_grad() const { impl().autograd.grad = nullptr; }
@@ -93,9 +120,11 @@ void finish_leaf(const std::shared_ptr<TensorImpl>& leaf, const Tensor& g) {
     if (leaf->autograd.grad) {
       add_(Tensor(leaf->autograd.grad), g);
     } else {
-      // A fresh copy in the leaf's own layout: `g` may alias a gradient that flows on
-      // elsewhere (add's backward hands the same tensor to both inputs).
-      Tensor own = Tensor::empty(leaf->shape, leaf->dtype, leaf->storage->device, leaf->format);
+      // A copy in the leaf's own layout (its buffer, or a fresh tensor): `g` may alias a
+      // gradient that flows on elsewhere (add's backward hands the same tensor to both inputs).
+      Tensor own = leaf->autograd.grad_buffer
+                       ? Tensor(leaf->autograd.grad_buffer)
+                       : Tensor::empty(leaf->shape, leaf->dtype, leaf->storage->device, leaf->format);
       own.copy_(g);
       leaf->autograd.grad = own.impl_ptr();
     }

@@ -395,6 +395,22 @@ Tensor Tensor::slice_batch(int64_t begin, int64_t end) const {
   return Tensor(std::move(impl));
 }
 
+Tensor Tensor::subview(int64_t offset, const Shape& shape, MemoryFormat format) const {
+  RT_CHECK(this->format() == MemoryFormat::contiguous, "subview of ", str(), ": needs a contiguous tensor");
+  RT_CHECK(format == MemoryFormat::contiguous || shape.size() == 4, "subview: ", format_name(format),
+           " needs a 4-D shape, got ", shape_str(shape));
+  const int64_t n = shape_numel(shape);
+  RT_CHECK(offset >= 0 && offset <= numel() && n <= numel() - offset, "subview: elements [", offset, ", ",
+           offset + n, ") are not within the ", numel(), " of ", str());
+  auto impl = std::make_shared<TensorImpl>();
+  impl->storage = impl_->storage;
+  impl->offset = impl_->offset + offset;
+  impl->shape = shape;
+  impl->dtype = dtype();
+  impl->format = format;
+  return Tensor(std::move(impl));
+}
+
 Tensor Tensor::detach() const {
   auto impl = std::make_shared<TensorImpl>();
   impl->storage = impl_->storage;

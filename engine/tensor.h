@@ -52,6 +52,9 @@ using GradReadyHook = std::function<void(const Tensor& param)>;
 struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<struct TensorImpl> grad;  // accumulated gradient of a leaf
+  // Where a leaf's gradient is written (Note [Gradient buffers] in engine/autograd.h); null:
+  // a fresh tensor per backward.
+  std::shared_ptr<struct TensorImpl> grad_buffer;
   std::shared_ptr<Node> grad_fn;             // the op that produced this value (null for leaves)
   std::vector<GradReadyHook> ready_hooks;    // fired when this leaf's gradient is final
 };
@@ -133,14 +136,23 @@ class Tensor {
   // Not differentiable: use rt::reshape in models.
   Tensor view(const Shape& shape) const;
   Tensor slice_batch(int64_t begin, int64_t end) const;  // rows [begin, end) of dim 0; a view
+  // A view of numel(shape) elements of this contiguous tensor's memory, from its element
+  // `offset` (in memory order), laid out as `shape` in `format`: a parameter's slot in a
+  // flat buffer. Not differentiable.
+  Tensor subview(int64_t offset, const Shape& shape, MemoryFormat format = MemoryFormat::contiguous) const;
 
   // ---- autograd -------------------------------------------------------------------
   bool requires_grad() const { return impl().autograd.requires_grad; }
   Tensor& set_requires_grad(bool r);  // leaves only
   bool is_leaf() const { return impl().autograd.grad_fn == nullptr; }
   Tensor grad() const;                // undefined until a backward reached this leaf
-  void set_grad(const Tensor& g);
+  void set_grad(const Tensor& g);        // with a gradient buffer: copied into it
   void zero_grad() const;                 // drops the gradient (next backward writes it anew)
+  // Gives this leaf a preallocated gradient buffer (same shape, dtype, device and format):
+  // from now on backward writes the gradient there (Note [Gradient buffers]). A gradient
+  // already held is copied in. An undefined `buffer` goes back to fresh tensors.
+  void set_grad_buffer(const Tensor& buffer);
+  Tensor grad_buffer() const;
   // Reverse-mode from this tensor. A non-scalar needs `seed` (the gradient of some scalar
   // with respect to this tensor). retain_graph keeps saved tensors for another backward.
   void backward(const Tensor& seed = Tensor(), bool retain_graph = false) const;

@@ -1,0 +1,283 @@
+#include "dist/reducer.h"
+
+#include <algorithm>
+#include <memory>
+#include <sstream>
+
+#include "engine/error.h"
+#include "engine/stream.h"
+
+namespace rt::dist {
+
+struct Reducer::Slot {
+  std::string name;
+  Tensor param;
+  size_t bucket = 0;
+  int64_t offset = 0;  // elements into the bucket
+  bool ready = false;  // its gradient is final this step
+};
+
+struct Reducer::Bucket {
+  Tensor flat;                // (numel,) the gradients of its slots, back to back
+  std::vector<size_t> slots;  // reverse registration order
+  size_t pending = 0;         // slots not yet ready this step
+  bool launched = false;
+  Work work;
+};
+
+namespace {
+
+// FNV-1a over a string: a parameter's fingerprint, compared across ranks.
+int64_t fingerprint(const std::string &s) {
+  uint64_t h = 1469598103934665603ull;
+  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+  return int64_t(h >> 1);  // non-negative: exact in the int64 tensors exchanged
+}
+
+std::string describe(const Reducer::Param &p) {
+  return p.first + " " + dtype_name(p.second.dtype()) + shape_str(p.second.shape());
+}
+
+// Every rank's `mine` (the same count on each), gathered in rank order.
+std::vector<int64_t> gather(Communicator &comm, const std::vector<int64_t> &mine, Millis timeout) {
+  const int64_t n = int64_t(mine.size());
+  Tensor in = Tensor::from_vector(mine, {n}).to(comm.device());
+  Tensor out = Tensor::empty({n * comm.world_size()}, DType::i64, comm.device());
+  comm.all_gather(out, in, timeout).wait();
+  return out.to_vector<int64_t>();
+}
+
+// Note [Same model on every rank]: a rank with another model (or another --arch
+// or
+// --num-classes) would all-reduce mismatched buckets into garbage or hang; the
+// parameter lists are compared before the first step, count first, then one
+// fingerprint each.
+void check_same_params(Communicator &comm, const std::vector<Reducer::Param> &params, Millis timeout) {
+  const int W = comm.world_size();
+  if (W == 1) return;
+  const std::vector<int64_t> counts = gather(comm, {int64_t(params.size())}, timeout);
+  for (int r = 0; r < W; ++r)
+    RT_CHECK(counts[size_t(r)] == counts[0], "data parallel: rank ", r, " has ", counts[size_t(r)],
+             " parameters, rank 0 has ", counts[0],
+             ": every rank must build the same model (same --arch, "
+             "--num-classes and model flags)");
+  std::vector<int64_t> mine;
+  for (const auto &p : params) mine.push_back(fingerprint(describe(p)));
+  const std::vector<int64_t> all = gather(comm, mine, timeout);
+  for (int r = 1; r < W; ++r)
+    for (size_t i = 0; i < params.size(); ++i)
+      RT_CHECK(all[size_t(r) * params.size() + i] == all[i], "data parallel: parameter ", i,
+               " differs between rank 0 and rank ", r,
+               comm.rank() == 0 || comm.rank() == r ? " (here: " + describe(params[i]) + ")" : std::string(),
+               ": every rank must build the same model (same --arch, "
+               "--num-classes and model flags)");
+}
+
+}  // namespace
+
+Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions opts) : comm_(comm), opts_(opts) {
+  RT_CHECK(opts_.first_bucket_bytes > 0 && opts_.bucket_bytes > 0, "Reducer: bucket caps must be positive");
+  check_same_params(comm_, params, opts_.timeout);
+  for (auto &[name, p] : params) {
+    RT_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "Reducer: parameter ", name,
+             " is not a leaf that requires grad");
+    RT_CHECK(p.device() == comm_.device(), "Reducer: parameter ", name, " is on ", p.device().str(),
+             ", the communicator on ", comm_.device().str());
+    slots_.push_back(Slot{name, p, 0, 0, false});
+  }
+  // Note [Gradient buckets]: reverse registration order, caps, one dtype per
+  // bucket.
+  std::vector<std::vector<size_t>> groups;
+  std::vector<size_t> bytes;
+  for (size_t k = slots_.size(); k-- > 0;) {
+    const Tensor &p = slots_[k].param;
+    const size_t cap = groups.size() == 1 ? opts_.first_bucket_bytes : opts_.bucket_bytes;  // the open bucket's
+    const bool fits =
+        !groups.empty() && slots_[groups.back().front()].param.dtype() == p.dtype() && bytes.back() + p.nbytes() <= cap;
+    if (!fits) {
+      groups.emplace_back();
+      bytes.push_back(0);
+    }
+    groups.back().push_back(k);
+    bytes.back() += p.nbytes();
+  }
+  for (const auto &g : groups) {
+    Bucket b;
+    int64_t n = 0;
+    for (size_t k : g) {
+      slots_[k].bucket = buckets_.size();
+      slots_[k].offset = n;
+      n += slots_[k].param.numel();
+    }
+    b.flat = Tensor::zeros({n}, slots_[g.front()].param.dtype(), comm_.device());
+    b.slots = g;
+    buckets_.push_back(std::move(b));
+  }
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Slot &s = slots_[k];
+    s.param.set_grad_buffer(buckets_[s.bucket].flat.subview(s.offset, s.param.shape(), s.param.format()));
+  }
+  auto self = std::make_shared<Reducer *>(this);
+  alive_ = self;
+  for (size_t k = 0; k < slots_.size(); ++k)
+    slots_[k].param.register_grad_ready_hook([self, k](const Tensor &) {
+      if (*self) (*self)->on_ready(k);
+    });
+}
+
+Reducer::~Reducer() {
+  if (alive_) *alive_ = nullptr;  // hooks outlive the reducer: they do nothing from now on
+  for (Slot &s : slots_) {
+    try {
+      s.param.set_grad_buffer(Tensor());  // the gradient, if any, moves to a tensor of its own
+    } catch (...) {
+    }
+  }
+}
+
+double Reducer::now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
+
+void Reducer::prepare(bool communicate) {
+  armed_ = communicate;
+  if (!communicate) return;
+  for (Slot &s : slots_) s.ready = false;
+  for (Bucket &b : buckets_) {
+    b.pending = b.slots.size();
+    b.launched = false;
+    b.work = Work();
+  }
+  next_launch_ = 0;
+  t0_ = std::chrono::steady_clock::now();
+  timeline_ = StepTimeline{};
+  timeline_.buckets.assign(buckets_.size(), StepTimeline::Bucket{});
+}
+
+void Reducer::on_ready(size_t k) {
+  if (!armed_) return;  // an accumulation micro-step: the gradient stays in its bucket
+  Slot &s = slots_[k];
+  if (s.ready) return;  // a second backward through the same graph before finish()
+  s.ready = true;
+  if (--buckets_[s.bucket].pending == 0) launch_ready();
+}
+
+// Note [Bucket launch order].
+void Reducer::launch_ready() {
+  while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
+}
+
+void Reducer::launch(size_t b) {
+  Bucket &bk = buckets_[b];
+  bk.work = comm_.all_reduce(bk.flat, ReduceOp::avg, opts_.algo, opts_.timeout);
+  bk.launched = true;
+  ++collectives_;
+  timeline_.buckets[b].launched = now();
+}
+
+void Reducer::finish() {
+  if (!armed_) return;
+  armed_ = false;
+  timeline_.backward_end = now();
+  std::vector<std::string> unused;
+  for (Bucket &b : buckets_)
+    for (size_t k : b.slots)
+      if (!slots_[k].ready) unused.push_back(slots_[k].name);
+  if (!unused.empty()) {
+    if (!opts_.find_unused) {
+      std::ostringstream m;
+      m << "data parallel: rank " << comm_.rank() << ": " << unused.size()
+        << " parameter(s) got no gradient in this step: ";
+      for (size_t i = 0; i < unused.size() && i < 8; ++i) m << (i ? ", " : "") << unused[i];
+      if (unused.size() > 8) m << ", ...";
+      m << ". Their buckets would never be all-reduced; if the model leaves "
+           "parameters unused on purpose, "
+           "pass --find-unused-parameters (their gradients are then reduced as "
+           "zeros)";
+      RT_FAIL(m.str());
+    }
+    // Zeros in their place (another rank may have used them), then the buckets
+    // in order.
+    for (Bucket &b : buckets_)
+      for (size_t k : b.slots)
+        if (!slots_[k].ready) {
+          Slot &s = slots_[k];
+          s.param.grad_buffer().fill_(0.0);
+          s.param.set_grad(s.param.grad_buffer());
+          s.ready = true;
+          --b.pending;
+        }
+    launch_ready();
+  }
+  RT_CHECK(next_launch_ == buckets_.size(), "Reducer: ", buckets_.size() - next_launch_,
+           " bucket(s) not launched at the end of backward (a bug: every slot "
+           "is ready)");
+  if (buckets_.empty()) return;
+  // Issue order (Note [Issue order] in dist/work.h): the last bucket done means
+  // all are.
+  buckets_.back().work.block_stream(Stream::current(comm_.device()));
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    const auto end = buckets_[b].work.finished_at();
+    if (end) timeline_.buckets[b].completed = std::chrono::duration<double>(*end - t0_).count();
+  }
+}
+
+std::vector<Reducer::BucketInfo> Reducer::buckets() const {
+  std::vector<BucketInfo> v;
+  for (const Bucket &b : buckets_) {
+    BucketInfo info{b.flat.dtype(), b.flat.numel(), {}};
+    for (size_t k : b.slots) info.params.push_back(slots_[k].name);
+    v.push_back(std::move(info));
+  }
+  return v;
+}
+
+// ---- the timeline
+// ----------------------------------------------------------------------
+
+namespace {
+// Length of the union of intervals [a, b), each clipped to end at `limit`.
+double union_length(std::vector<std::pair<double, double>> iv, double limit) {
+  for (auto &[a, b] : iv) b = std::min(b, limit);
+  std::sort(iv.begin(), iv.end());
+  double total = 0, cur_a = 0, cur_b = -1;
+  bool open = false;
+  for (const auto &[a, b] : iv) {
+    if (b <= a) continue;
+    if (open && a <= cur_b) {
+      cur_b = std::max(cur_b, b);
+    } else {
+      if (open) total += cur_b - cur_a;
+      cur_a = a, cur_b = b, open = true;
+    }
+  }
+  if (open) total += cur_b - cur_a;
+  return total;
+}
+}  // namespace
+
+double StepTimeline::comm_seconds() const {
+  std::vector<std::pair<double, double>> iv;
+  for (const Bucket &b : buckets) {
+    if (b.launched < 0) continue;
+    if (b.completed < 0) return -1;
+    iv.emplace_back(b.launched, b.completed);
+  }
+  return iv.empty() ? -1 : union_length(iv, 1e300);
+}
+
+double StepTimeline::overlap() const {
+  const double total = comm_seconds();
+  if (total <= 0) return total < 0 ? -1 : 1;
+  std::vector<std::pair<double, double>> iv;
+  for (const Bucket &b : buckets)
+    if (b.launched >= 0) iv.emplace_back(b.launched, b.completed);
+  return union_length(iv, backward_end) / total;
+}
+
+void broadcast_from_rank0(Communicator &comm, const std::vector<Tensor> &tensors, Millis timeout) {
+  if (comm.world_size() == 1) return;
+  std::vector<Work> works;
+  for (const Tensor &t : tensors) works.push_back(comm.broadcast(t, 0, timeout));
+  for (const Work &w : works) w.wait();
+}
+
+}  // namespace rt::dist
