@@ -44,6 +44,34 @@ TEST_CASE("a leaf's gradient does not alias gradients flowing elsewhere") {
   CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
 }
 
+TEST_CASE("a gradient buffer receives the gradient in place (Note [Gradient buffers])") {
+  // Two parameters in one flat buffer, the second channels_last: views at their offsets.
+  Tensor flat = Tensor::full({3 + 2 * 2 * 1 * 2}, -7.0, DType::f64);
+  Tensor a = vec({1, 2, 3});
+  Tensor w = test::leaf(Tensor::full({2, 2, 1, 2}, 1.0, DType::f64).to(MemoryFormat::channels_last));
+  a.set_grad_buffer(flat.subview(0, {3}));
+  w.set_grad_buffer(flat.subview(3, {2, 2, 1, 2}, MemoryFormat::channels_last));
+  CHECK_FALSE(a.grad().defined());  // a buffer is not a gradient until backward writes it
+  sum(mul(a, a)).backward();
+  sum(mul(w, 3.0)).backward();
+  CHECK(a.grad().impl_ptr() == a.grad_buffer().impl_ptr());
+  CHECK(flat.to_vector<double>() == std::vector<double>{2, 4, 6, 3, 3, 3, 3, 3, 3, 3, 3});
+  sum(mul(a, a)).backward();  // accumulates in place
+  CHECK(flat.to_vector<double>()[1] == 8);
+  a.zero_grad();  // forgets, does not clear: the next backward overwrites the stale values
+  CHECK_FALSE(a.grad().defined());
+  sum(a).backward();
+  CHECK(flat.to_vector<double>()[0] == 1);
+  // set_grad copies into the buffer; an undefined buffer moves the gradient out.
+  a.set_grad(Tensor::from_vector(std::vector<double>{5, 6, 7}, {3}));
+  CHECK(flat.to_vector<double>()[2] == 7);
+  a.set_grad_buffer(Tensor());
+  flat.fill_(0.0);
+  CHECK(a.grad().to_vector<double>() == std::vector<double>{5, 6, 7});
+  CHECK_THROWS_WITH_AS(w.set_grad_buffer(flat.subview(0, {2, 2, 1, 2})), doctest::Contains("does not match"), Error);
+  CHECK_THROWS_WITH_AS(flat.subview(5, {2, 2, 1, 2}), doctest::Contains("are not within the 11"), Error);
+}
+
 TEST_CASE("no-grad records nothing") {
   Tensor x = vec({1, 2});
   {
