@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "engine/error.h"
+#include "engine/io/safetensors.h"
 
 namespace rt::train {
 namespace {
@@ -70,6 +71,8 @@ void set_save_in_progress(const std::string& tmp_path) {
   std::memcpy(g_tmp, tmp_path.c_str(), tmp_path.size() + 1);
   g_tmp_set = true;
 }
+
+SaveInProgress::SaveInProgress(const std::string& path) { set_save_in_progress(save_temp_path(path)); }
 
 const char* signal_name(int sig) { return sig == SIGINT ? "SIGINT" : sig == SIGTERM ? "SIGTERM" : "a signal"; }
 

@@ -27,6 +27,16 @@ class InterruptHandler {
 // The temporary file being written now, for the second signal to remove ("" = none).
 void set_save_in_progress(const std::string& tmp_path);
 
+// For its lifetime, the save of `path` (to save_temp_path(path), engine/io/safetensors.h)
+// is the one in progress.
+class SaveInProgress {
+ public:
+  explicit SaveInProgress(const std::string& path);
+  ~SaveInProgress() { set_save_in_progress(""); }
+  SaveInProgress(const SaveInProgress&) = delete;
+  SaveInProgress& operator=(const SaveInProgress&) = delete;
+};
+
 // "SIGINT", "SIGTERM".
 const char* signal_name(int sig);
 

@@ -6,6 +6,7 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <ctime>
 #include <filesystem>
 
 #include "cli/flags.h"
@@ -52,6 +53,14 @@ void remove_stale_temp_files(const fs::path& dir) {
   }
 }
 
+// "20240131-235959", local time.
+std::string timestamp() {
+  char stamp[32];
+  const std::time_t t = std::time(nullptr);
+  std::strftime(stamp, sizeof stamp, "%Y%m%d-%H%M%S", std::localtime(&t));
+  return stamp;
+}
+
 }  // namespace
 
 void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
@@ -78,6 +87,14 @@ void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
                             "out --output-dir) or into an empty one");
   }
   remove_stale_temp_files(dir);
+}
+
+fs::path open_output_dir(const OutputConfig& out, const std::string& run_name) {
+  std::string dir = out.output_dir;
+  if (dir.empty())
+    dir = out.resume.empty() ? "runs/" + run_name + "-" + timestamp() : fs::path(out.resume).parent_path().string();
+  prepare_output_dir(dir, out.resume);
+  return dir.empty() ? fs::path(".") : fs::path(dir);
 }
 
 }  // namespace rt::train

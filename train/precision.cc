@@ -28,17 +28,27 @@ std::string auto_precision_reason(Device device) {
   return "compute capability " + std::to_string(p.cc_major) + "." + std::to_string(p.cc_minor);
 }
 
-Precision resolve_precision(const std::string& flag, Device device) {
-  if (flag == "auto") return has_bf16(device) ? Precision::bf16 : Precision::fp32;
-  if (flag == "fp32") return Precision::fp32;
-  if (flag == "tf32") return Precision::tf32;
-  RT_CHECK(flag == "bf16" || flag == "fp16", "--precision takes fp32, tf32, bf16, fp16 or auto, got '", flag, "'");
-  RT_CHECK(device.is_cuda(), "--precision ", flag, " needs a GPU: the CPU backend computes in f32/f64. Use --precision ",
-           "fp32 (or auto), or train on a GPU (--device cuda)");
-  if (flag == "fp16") return Precision::fp16;
+std::optional<Precision> parse_precision(const std::string& flag) {
+  if (flag == "auto") return std::nullopt;
+  for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16})
+    if (flag == precision_name(p)) return p;
+  RT_FAIL("--precision takes fp32, tf32, bf16, fp16 or auto, got '", flag, "'");
+}
+
+Precision resolve_precision(std::optional<Precision> requested, Device device) {
+  if (!requested) return has_bf16(device) ? Precision::bf16 : Precision::fp32;
+  const Precision p = *requested;
+  if (p == Precision::fp32 || p == Precision::tf32) return p;
+  RT_CHECK(device.is_cuda(), "--precision ", precision_name(p), " needs a GPU: the CPU backend computes in f32/f64. ",
+           "Use --precision fp32 (or auto), or train on a GPU (--device cuda)");
+  if (p == Precision::fp16) return p;
   RT_CHECK(has_bf16(device), "--precision bf16 needs a GPU of compute capability 8.0 or newer; ", device.str(), " has ",
            auto_precision_reason(device), ". Use --precision fp16 or fp32");
-  return Precision::bf16;
+  return p;
+}
+
+Precision resolve_precision(const std::string& flag, Device device) {
+  return resolve_precision(parse_precision(flag), device);
 }
 
 void set_cuda_math(Precision p, bool cudnn_benchmark, bool cudnn_benchmark_runtime_compiled) {

@@ -26,8 +26,13 @@ namespace rt::train {
 enum class Precision : uint8_t { fp32, tf32, bf16, fp16 };
 const char* precision_name(Precision p);
 
-// --precision's value (fp32, tf32, bf16, fp16 or auto) on `device`. bf16/fp16 on the CPU
-// and bf16 on a GPU older than compute capability 8.0 are errors saying what to use.
+// --precision's value: fp32, tf32, bf16, fp16, or auto (nullopt). Anything else is an
+// error listing them.
+std::optional<Precision> parse_precision(const std::string& flag);
+// The precision to use on `device`: the requested one, or auto's choice (nullopt). bf16/fp16
+// on the CPU and bf16 on a GPU older than compute capability 8.0 are errors saying what to use.
+Precision resolve_precision(std::optional<Precision> requested, Device device);
+// The same from --precision's text.
 Precision resolve_precision(const std::string& flag, Device device);
 // Why auto chose what it chose ("compute capability 9.0", "CPU"), for the log.
 std::string auto_precision_reason(Device device);

@@ -18,8 +18,9 @@ std::vector<cli::Flag> eval_flags();
 // Every check of flag values that parsing alone cannot do: ranges (--batch-size > 0,
 // --label-smoothing in [0, 1], --threads <= 1024, ...) and combinations (--nesterov needs
 // --momentum, --init-weights with --resume). Throws cli::UsageError naming the flag, the
-// value and what it accepts (the CLI exits with status 2). run_train and run_eval call it
-// first, so the trainer itself does not re-check these values.
+// value and what it accepts (the CLI exits with status 2). parse_train_config and
+// parse_eval_config (train/train_config.h) call it first, so nothing after them re-checks
+// these values.
 void validate_flags(const cli::Flags& flags);
 
 // --synthetic-size "NxCxHxW" -> {N, C, H, W}; nullopt unless four positive integers.

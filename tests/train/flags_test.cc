@@ -1,21 +1,29 @@
-// validate_flags: every out-of-range value and bad combination of `ringtape train` and
-// `ringtape eval` is a cli::UsageError (exit status 2) naming the flag. The exit status
-// itself is checked on the binary in cli_process_test.
+// validate_flags, through the parsers that run it (parse_train_config, parse_eval_config):
+// every out-of-range value and bad combination of `ringtape train` and `ringtape eval` is a
+// cli::UsageError (exit status 2) naming the flag. The exit status itself is checked on the
+// binary in cli_process_test; the typed values in train_config_test.
 #include <doctest/doctest.h>
 
 #include <string>
 #include <vector>
 
 #include "cli/flags.h"
+#include "train/train_config.h"
 #include "train/train_flags.h"
 
 namespace rt {
 namespace {
 
-void validate(const std::vector<cli::Flag>& table, const std::vector<std::string>& args) {
-  cli::Flags f(table);
+void validate_train(const std::vector<std::string>& args) {
+  cli::Flags f(train::train_flags());
   f.parse(args);
-  train::validate_flags(f);
+  train::parse_train_config(f);
+}
+
+void validate_eval(const std::vector<std::string>& args) {
+  cli::Flags f(train::eval_flags());
+  f.parse(args);
+  train::parse_eval_config(f);
 }
 
 struct Bad {
@@ -66,29 +74,29 @@ TEST_CASE("train: each bad value is a UsageError naming its flag") {
     std::string joined;
     for (const auto& a : c.args) joined += a + " ";
     CAPTURE(joined);
-    CHECK_THROWS_WITH_AS(validate(train::train_flags(), c.args), doctest::Contains(c.names.c_str()), cli::UsageError);
+    CHECK_THROWS_WITH_AS(validate_train(c.args), doctest::Contains(c.names.c_str()), cli::UsageError);
   }
 }
 
 TEST_CASE("train: the defaults and sensible values pass") {
-  validate(train::train_flags(), {});
-  validate(train::train_flags(), {"--batch-size", "1", "--lr", "0", "--threads", "1024", "--num-classes", "1000000",
+  validate_train({});
+  validate_train({"--batch-size", "1", "--lr", "0", "--threads", "1024", "--num-classes", "1000000",
                                   "--label-smoothing", "1", "--momentum", "0", "--workers", "0", "--width", "4",
                                   "--dataset", "synthetic", "--synthetic-size", "8x1x8x8"});
-  validate(train::train_flags(), {"--init-weights", "w.safetensors", "--init-weights-non-strict"});
-  validate(train::train_flags(), {"--cudnn-benchmark", "--cudnn-benchmark-runtime-compiled"});
+  validate_train({"--init-weights", "w.safetensors", "--init-weights-non-strict"});
+  validate_train({"--cudnn-benchmark", "--cudnn-benchmark-runtime-compiled"});
   // The schedule flags of another schedule are not looked at (torchvision ignores them too).
-  validate(train::train_flags(), {"--lr-scheduler", "cosine", "--lr-step-size", "0", "--lr-milestones", "x"});
+  validate_train({"--lr-scheduler", "cosine", "--lr-step-size", "0", "--lr-milestones", "x"});
 }
 
 TEST_CASE("eval: its flags are checked the same way") {
-  CHECK_THROWS_WITH_AS(validate(train::eval_flags(), {"--batch-size", "0"}), doctest::Contains("--batch-size"),
+  CHECK_THROWS_WITH_AS(validate_eval({"--batch-size", "0"}), doctest::Contains("--batch-size"),
                        cli::UsageError);
-  CHECK_THROWS_WITH_AS(validate(train::eval_flags(), {"--label-smoothing", "2"}),
+  CHECK_THROWS_WITH_AS(validate_eval({"--label-smoothing", "2"}),
                        doctest::Contains("--label-smoothing"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(validate(train::eval_flags(), {"--checkpoint", "c.safetensors", "--init-weights", "w"}),
+  CHECK_THROWS_WITH_AS(validate_eval({"--checkpoint", "c.safetensors", "--init-weights", "w"}),
                        doctest::Contains("pass one of them"), cli::UsageError);
-  validate(train::eval_flags(), {"--checkpoint", "c.safetensors"});
+  validate_eval({"--checkpoint", "c.safetensors"});
 }
 
 TEST_CASE("parse_synthetic_size") {

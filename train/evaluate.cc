@@ -1,0 +1,50 @@
+#include "train/evaluate.h"
+
+#include <algorithm>
+
+#include "engine/autograd.h"
+#include "engine/ops.h"
+#include "train/metrics.h"
+
+namespace rt::train {
+
+EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg, ParallelContext& par,
+                    const InterruptHandler* interrupt) {
+  NoGradGuard ng;
+  nn::Module& model = *s.model;
+  model.eval();
+  data::SamplerOptions so;
+  so.shuffle = false;
+  data::Loader loader(*s.test_set, data::Sampler(s.test_set->size(), cfg.loader.batch_size, so),
+                      loader_options(cfg.loader, s.device));
+  data::DeviceFeeder feed(loader, s.device, s.format, mp.input_dtype());
+  EvalResult r;
+  EvalCounts c;
+  feed.start_epoch(0, 0);
+  while (auto b = feed.next()) {
+    if (interrupt && interrupt->signal()) {
+      r.interrupted = true;
+      break;
+    }
+    const Tensor logits = mp.forward(b->input);
+    const int64_t n = b->input.size(0);
+    c.loss_sum += cross_entropy(logits, b->labels, cfg.label_smoothing).item() * double(n);
+    const Tensor host = logits.to(Device::cpu()).to(DType::f32);
+    topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &c.top1, &c.top5, &c.nonfinite);
+    c.n += n;
+  }
+  c.skipped = loader.skipped_in_epoch();
+  model.train();
+  if (r.interrupted) return r;
+  par.sum_eval_counts(c);
+  const double n = double(std::max<int64_t>(c.n, 1));
+  r.loss = c.loss_sum / n;
+  r.top1 = 100.0 * double(c.top1) / n;
+  r.top5 = 100.0 * double(c.top5) / n;
+  r.n = c.n;
+  r.skipped = c.skipped;
+  r.nonfinite = c.nonfinite;
+  return r;
+}
+
+}  // namespace rt::train

@@ -1,0 +1,115 @@
+#include "train/logging.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+namespace rt::train {
+namespace {
+
+std::string fmt_eta(double s) {
+  char b[32];
+  const long t = long(s);
+  std::snprintf(b, sizeof b, "%ld:%02ld:%02ld", t / 3600, (t / 60) % 60, t % 60);
+  return b;
+}
+
+// "2.3017"; a NaN as `nan_word` ("n/a" for a log window whose steps were all skipped).
+std::string fmt_loss(double l, const char* nan_word = "nan") {
+  char b[32];
+  std::snprintf(b, sizeof b, "%.4f", l);
+  return std::isnan(l) ? nan_word : b;
+}
+
+// ", 3 with NaN/Inf logits (counted as wrong)" when there are some.
+std::string nonfinite_note(int64_t n) {
+  return n == 0 ? "" : ", " + std::to_string(n) + " with NaN/Inf logits (counted as wrong)";
+}
+
+double seconds(std::chrono::steady_clock::duration d) { return std::chrono::duration<double>(d).count(); }
+
+}  // namespace
+
+double LogWindow::mean_loss() const { return steps > skipped ? loss_sum / double(steps - skipped) : NAN; }
+
+TrainLog::TrainLog(const std::string& metrics_path, bool logging_rank, int64_t start_step, int64_t max_steps,
+                   bool skip_nonfinite)
+    : start_step_(start_step), max_steps_(max_steps), skip_nonfinite_(skip_nonfinite) {
+  if (logging_rank) metrics_.emplace(metrics_path);
+}
+
+void TrainLog::start(Device device, int64_t images, int64_t steps_per_epoch, int64_t epochs,
+                     const std::string& schedule, const std::string& output_dir) {
+  if (metrics_)
+    std::printf("training on %s: %ld images, %ld steps per epoch, %ld epochs, %s; output %s\n", device.str().c_str(),
+                images, steps_per_epoch, epochs, schedule.c_str(), output_dir.c_str());
+  t_start_ = t_log_ = Clock::now();
+}
+
+void TrainLog::train(const Progress& p, double lr, const LogWindow& w, const MixedPrecision& mp) {
+  const auto now = Clock::now();
+  const double ips = double(w.samples) / std::max(seconds(now - t_log_), 1e-9);
+  const double eta = seconds(now - t_start_) / double(p.step - start_step_) * double(max_steps_ - p.step);
+  t_log_ = now;
+  if (!metrics_) return;
+  const double mean_loss = w.mean_loss();
+  std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps_,
+              fmt_loss(mean_loss, "n/a").c_str(), lr, ips, fmt_eta(eta).c_str());
+  if (w.skipped > 0) std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
+  if (mp.loss_scaling())
+    std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
+  std::printf("\n");
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "train");
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("loss", mean_loss);  // null when every step was skipped
+  m.set("lr", lr);
+  m.set("img_per_s", ips);
+  m.set("eta_s", eta);
+  if (skip_nonfinite_) m.set("skipped_steps", w.skipped);
+  if (mp.loss_scaling()) {
+    m.set("loss_scale", mp.loss_scale());
+    m.set("overflow_skips", w.overflow_skips);
+  }
+  metrics_->write(m);
+}
+
+void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_train) {
+  if (!metrics_) return;
+  std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
+              fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
+  if (skipped_train > 0 || e.skipped > 0)
+    std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
+                "(named on stderr; --strict-images makes them errors)\n",
+                p.epoch, skipped_train, e.skipped);
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "eval");
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("loss", e.loss);  // null when NaN
+  m.set("top1", e.top1);
+  m.set("top5", e.top5);
+  m.set("nonfinite_logits", e.nonfinite);
+  m.set("skipped_train_images", skipped_train);
+  m.set("skipped_eval_images", e.skipped);
+  metrics_->write(m);
+}
+
+void TrainLog::done(int64_t steps, int64_t skipped_steps, const std::string& weights_path) {
+  if (!metrics_) return;
+  std::printf("done: %ld steps in %.1f s", steps, seconds(Clock::now() - t_start_));
+  if (skipped_steps > 0) std::printf(" (%ld skipped on NaN/Inf by --skip-nonfinite)", skipped_steps);
+  std::printf("; weights in %s\n", weights_path.c_str());
+}
+
+void print_eval(const std::string& model, const std::string& dataset, const EvalResult& e, double seconds) {
+  std::printf("eval %s on %s: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s, %.1f img/s)\n", model.c_str(),
+              dataset.c_str(), fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str(),
+              double(e.n) / seconds);
+  if (e.skipped > 0) std::printf("%ld unreadable image(s) skipped and replaced (named on stderr)\n", e.skipped);
+}
+
+}  // namespace rt::train

@@ -1,0 +1,51 @@
+// Set-up: from a configuration to the objects a run works with. The model, datasets, device
+// and precision are shared by `ringtape train` and `ringtape eval`; the optimizer and the
+// training data feed are training's. Resuming is in train/resume.h.
+#pragma once
+
+#include <memory>
+
+#include "data/dataset.h"
+#include "data/device_feeder.h"
+#include "data/loader.h"
+#include "engine/nn/module.h"
+#include "optim/optimizer.h"
+#include "train/parallel_context.h"
+#include "train/precision.h"
+#include "train/train_config.h"
+
+namespace rt::train {
+
+struct Setup {
+  std::unique_ptr<data::Dataset> train_set;  // training only
+  std::unique_ptr<data::Dataset> test_set;
+  std::shared_ptr<nn::Module> model;  // on the CPU, initialised (from the seed when training)
+  Device device;
+  Precision precision = Precision::fp32;
+  MemoryFormat format = MemoryFormat::channels_last;
+};
+
+// Sets the CPU thread count, resolves the device and precision (printing what auto chose),
+// opens the datasets (the training set only when `training`), checks their labels against
+// the model's classes, and builds the model, whose architecture follows the training image
+// size. Prints one line describing the model.
+Setup set_up(const CommonConfig& cfg, bool training);
+
+// --init-weights into `model`, when given.
+void load_init_weights(const CommonConfig& cfg, nn::Module& model);
+
+data::LoaderOptions loader_options(const LoaderConfig& cfg, Device device);
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, const nn::Module& model);
+
+// The training batches: this process's shard of each epoch (`par`), full batches only
+// (batch-norm statistics, Note [Exact resume]), on the device in the input dtype.
+struct TrainData {
+  std::unique_ptr<data::Loader> loader;
+  std::unique_ptr<data::DeviceFeeder> feed;
+  int64_t batches_per_epoch = 0;
+  int64_t steps_per_epoch = 0;  // batches per epoch / --accum-steps
+};
+// A training set smaller than one optimizer step is a cli::UsageError.
+TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dtype, const ParallelContext& par);
+
+}  // namespace rt::train

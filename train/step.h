@@ -1,0 +1,67 @@
+// One optimizer step: --accum-steps micro-batches, each forward -> loss -> backward, then the
+// update, through MixedPrecision (Note [Precision], train/precision.h). The loss stays on the
+// device (Note [Loss on the device], train/loss_meter.h); a step whose loss, gradients or
+// update is NaN/Inf stops training or, with --skip-nonfinite, is undone (Note [Non-finite
+// steps], train/nonfinite.h). The ParallelContext's phases are where data parallelism
+// attaches (Note [Data-parallel attach points]).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "data/device_feeder.h"
+#include "engine/nn/module.h"
+#include "optim/optimizer.h"
+#include "train/checkpoint.h"
+#include "train/loss_meter.h"
+#include "train/nonfinite.h"
+#include "train/parallel_context.h"
+#include "train/precision.h"
+#include "train/train_config.h"
+
+namespace rt::train {
+
+struct StepOutcome {
+  bool complete = false;    // false: the epoch ran out of batches within the step (dropped, like drop_last)
+  int64_t samples = 0;      // images read, also those of a dropped step
+  bool skipped = false;     // --skip-nonfinite undid the step (the reason is on stderr)
+  bool overflow = false;    // fp16's loss scaler skipped the update on inf/NaN gradients
+};
+
+class TrainStep {
+ public:
+  // `model`, `opt`, `mp` and `par` must outlive the step. Takes the --skip-nonfinite
+  // snapshot of the state now, so construct it after resuming.
+  TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp, ParallelContext& par,
+            const LoopConfig& loop, double label_smoothing, Device device);
+
+  // The step after `p` (p.step + 1), from the feed's next batches, at the optimizer's lr.
+  StepOutcome run(data::DeviceFeeder& feed, const Progress& p);
+
+  // The sum of the losses of the steps that stood since the last reset (reads the device).
+  // A NaN/Inf kept on the device stops training here, naming steps first_step..p.step.
+  double window_loss(int64_t first_step, const Progress& p) const;
+  void reset_window() { losses_.reset_window(); }
+
+ private:
+  // Why the step must be skipped ("" = it stands so far): a NaN/Inf loss (an error without
+  // --skip-nonfinite), gradient, or state after the update (which then becomes the good one).
+  std::string nonfinite_loss(double loss, const Tensor& input, const Progress& p) const;
+  std::string nonfinite_gradients() const;
+  std::string nonfinite_update();
+
+  nn::Module& model_;
+  optim::Optimizer& opt_;
+  MixedPrecision& mp_;
+  ParallelContext& par_;
+  int64_t accum_;
+  double label_smoothing_;
+  bool skip_nonfinite_;
+  bool loss_on_device_;  // Note [Loss on the device]: CUDA without --skip-nonfinite
+  LossMeter losses_;
+  bool stepped_ = false;  // a step has run in this process (for the cause of a NaN loss)
+  std::optional<TrainState> good_;  // --skip-nonfinite: the state after the last step that stood
+};
+
+}  // namespace rt::train

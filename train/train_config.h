@@ -1,0 +1,147 @@
+// The configuration of `ringtape train` and `ringtape eval`, typed. The flags are parsed and
+// checked once, here (parse_train_config, parse_eval_config); nothing after that looks a flag
+// up by its name. Every field's default is its flag's default (train_config_test checks
+// that parsing no flags gives TrainConfig{} and EvalConfig{}); "auto" and "none" are
+// nullopt or 0, as each field says.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "cli/flags.h"
+#include "engine/device.h"
+#include "engine/tensor.h"
+#include "optim/schedule.h"
+#include "train/precision.h"
+
+namespace rt::train {
+
+// --dataset; data::open_dataset takes dataset_name() of it.
+enum class DatasetKind : uint8_t { fashion_mnist, cifar10, imagenet, synthetic, tensors };
+const char* dataset_name(DatasetKind d);
+
+enum class OptimizerKind : uint8_t { sgd, adamw };
+
+struct ModelConfig {
+  std::string name = "resnet18";  // a models/registry.h name (the registry is the closed set)
+  int64_t width = 0;              // channels of the first stage; 0 = auto: 64 for images over 64 px, else 16
+  std::optional<bool> small_stem;  // nullopt = auto: on for images of 64 px or less
+  int stem_stride = 0;            // the small stem's stride; 0 = auto: 2 for images of 28 px or less, else 1
+  int64_t num_classes = 0;        // classifier outputs; 0 = the dataset's class count
+  MemoryFormat memory_format = MemoryFormat::channels_last;  // what --memory-format auto means
+  bool zero_init_residual = false;  // training only
+
+  bool operator==(const ModelConfig&) const = default;
+};
+
+struct DataConfig {
+  DatasetKind dataset = DatasetKind::fashion_mnist;
+  std::string data_path;  // "" = the dataset's default location
+  std::array<int64_t, 4> synthetic_size = {1024, 3, 32, 32};  // N, C, H, W of --dataset synthetic
+  int64_t train_crop_size = 224;  // imagenet: RandomResizedCrop output
+  int64_t val_resize_size = 256;  // imagenet: evaluation resizes the shorter side to this
+  int64_t val_crop_size = 224;    // imagenet: then centre-crops this square
+  std::string cache_dir;          // "" = $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or ~/.cache/ringtape
+  bool augment = false;           // training only: random crop and flip of small images
+
+  bool operator==(const DataConfig&) const = default;
+};
+
+struct LoaderConfig {
+  int64_t batch_size = 128;  // images per step, per process
+  int workers = 2;           // loading threads; 0 = load in the training thread
+  bool strict_images = false;  // an unreadable image is an error instead of skipped and counted
+
+  bool operator==(const LoaderConfig&) const = default;
+};
+
+// Where the math runs and in what.
+struct ComputeConfig {
+  std::optional<Device> device;        // nullopt = auto: cuda:0 when a GPU is present, else the CPU
+  std::optional<Precision> precision;  // nullopt = auto: bf16 on a GPU of compute capability 8.0+, else fp32
+  int threads = 0;                     // CPU threads for the math; 0 = all cores
+  bool cudnn_benchmark = false;        // training only, like the next one
+  bool cudnn_benchmark_runtime_compiled = false;
+
+  bool operator==(const ComputeConfig&) const = default;
+};
+
+// What `ringtape train` and `ringtape eval` share.
+struct CommonConfig {
+  ModelConfig model;
+  DataConfig data;
+  LoaderConfig loader;
+  ComputeConfig compute;
+  std::string init_weights;        // "" = none (training: initialise from the seed)
+  bool init_weights_strict = true;  // false: --init-weights-non-strict
+  double label_smoothing = 0;      // of the training loss, and of the loss evaluation reports
+  uint64_t seed = 0;               // initialisation, data order, augmentation, synthetic data
+
+  bool operator==(const CommonConfig&) const = default;
+};
+
+struct OptimizerConfig {
+  OptimizerKind kind = OptimizerKind::sgd;
+  double lr = 0.1;  // the peak learning rate (the schedule's base)
+  double momentum = 0.9;  // SGD
+  bool nesterov = false;  // SGD
+  double weight_decay = 5e-4;  // SGD: L2 added to the gradient; AdamW: decoupled
+  bool no_bn_bias_decay = false;  // no weight decay for 1-D parameters
+
+  bool operator==(const OptimizerConfig&) const = default;
+};
+
+// How long training runs and what a step is.
+struct LoopConfig {
+  int64_t epochs = 5;
+  int64_t max_steps = 0;    // --steps: optimizer steps in total; 0 = epochs x steps per epoch
+  int64_t accum_steps = 1;  // micro-batches per optimizer step
+  bool shuffle = true;      // false: --no-shuffle
+  bool skip_nonfinite = false;  // Note [Non-finite steps]
+
+  bool operator==(const LoopConfig&) const = default;
+};
+
+struct OutputConfig {
+  std::string output_dir;  // "" = the --resume checkpoint's directory, else runs/<dataset>-<model>-<time>
+  std::string resume;      // a checkpoint to continue from; "" = a new run
+  int64_t checkpoint_every = 0;  // also checkpoint every N optimizer steps; 0 = once per epoch
+  int64_t print_freq = 50;       // a log line every N optimizer steps
+
+  bool operator==(const OutputConfig&) const = default;
+};
+
+// --lr-scheduler cosine. LrScheduleOptions' other defaults are the flags' too; its milestones
+// are read only with the multistep schedule (where --lr-milestones' default is 30,60,80).
+inline optim::LrScheduleOptions default_lr_schedule() {
+  optim::LrScheduleOptions o;
+  o.kind = optim::LrScheduleKind::cosine;
+  return o;
+}
+
+struct TrainConfig : CommonConfig {
+  OptimizerConfig optimizer;
+  optim::LrScheduleOptions lr_schedule = default_lr_schedule();
+  LoopConfig loop;
+  OutputConfig output;
+  // Every flag's value as given or defaulted, as typed: the checkpoint records it and
+  // --resume compares its trajectory flags (train/resume.h).
+  std::map<std::string, std::string> recorded_flags;
+};
+
+struct EvalConfig : CommonConfig {
+  std::string checkpoint;  // the weights: this checkpoint's model part; "" = init_weights
+
+  bool operator==(const EvalConfig&) const = default;
+};
+
+// The flags of train_flags() / eval_flags(), checked (validate_flags, and eval's need for
+// weights) and typed. Throws cli::UsageError naming the flag and what it accepts; a --device
+// that is not cpu, cuda or cuda:N is an rt::Error (whether it exists is checked at set-up).
+TrainConfig parse_train_config(const cli::Flags& flags);
+EvalConfig parse_eval_config(const cli::Flags& flags);
+
+}  // namespace rt::train
