@@ -28,7 +28,7 @@
 #include "dist/gloo_communicator.h"
 #include "dist/launch_env.h"
 #include "dist/nccl_communicator.h"
-#include "dist/tcp_store.h"
+#include "dist/rendezvous.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 
@@ -141,11 +141,10 @@ std::string size_name(int64_t b) {
 
 int run_rank(const Args& a) {
   const dist::LaunchEnv env = dist::launch_env_from_process();
-  std::unique_ptr<dist::TcpStoreServer> server;
-  if (env.rank == 0) server = std::make_unique<dist::TcpStoreServer>(env.master_addr, env.master_port);
-  dist::TcpStore store(env.master_addr, server ? server->port() : env.master_port);
   dist::CommOptions o;
   o.timeout = std::chrono::minutes(5);
+  dist::RendezvousStore rs = dist::connect_store(env, o.timeout);
+  dist::Store& store = *rs.store;
   if (a.slice_bytes) o.slice_bytes = a.slice_bytes;
   std::unique_ptr<dist::Communicator> comm;
   if (a.backend == "nccl") comm = std::make_unique<dist::NcclCommunicator>(store, env.rank, env.world_size, env.local_rank, o);

@@ -1,6 +1,7 @@
 #include "dist/allreduce_algos.h"
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <utility>
 
@@ -17,36 +18,29 @@ struct Reduction {
 struct Step {
   std::vector<Transfer> sends, recvs;
   std::vector<Reduction> reduces;  // after the transfers completed
-  void clear() {
-    sends.clear();
-    recvs.clear();
-    reduces.clear();
-  }
 };
 
-// Runs steps 0..n-1, each made by make(u, step), posting step u+1 before reducing step u
-// when `lookahead` (Note [Slices and look-ahead]).
-void run_steps(P2P& p, int64_t n, bool lookahead, ReduceOp op, DType t,
+// Steps in flight at most: enough to keep a slice on the wire in each direction while
+// others wait for their peer or are reduced.
+constexpr int64_t kMaxWindow = 4;
+
+// Runs steps 0..n-1, each made by make(u, step), with up to `window` steps in flight: step
+// u + window is posted once step u has completed and been reduced (Note [Slices and
+// look-ahead]).
+void run_steps(P2P& p, int64_t n, int64_t window, ReduceOp op, DType t,
                const std::function<void(int64_t, Step&)>& make) {
-  if (n == 0) return;
-  Step cur, next;
-  make(0, cur);
-  p.start(cur.sends, cur.recvs);
+  std::deque<Step> posted;
+  auto post = [&](int64_t u) {
+    posted.emplace_back();
+    make(u, posted.back());
+    p.start(posted.back().sends, posted.back().recvs);
+  };
+  for (int64_t u = 0; u < std::min(n, window); ++u) post(u);
   for (int64_t u = 0; u < n; ++u) {
-    const bool more = u + 1 < n;
-    if (more && lookahead) {
-      next.clear();
-      make(u + 1, next);
-      p.start(next.sends, next.recvs);
-    }
     p.finish();
-    for (const Reduction& r : cur.reduces) p.reduce(op, t, r.n, r.in, r.inout);
-    if (more && !lookahead) {
-      next.clear();
-      make(u + 1, next);
-      p.start(next.sends, next.recvs);
-    }
-    std::swap(cur, next);
+    for (const Reduction& r : posted.front().reduces) p.reduce(op, t, r.n, r.in, r.inout);
+    posted.pop_front();
+    if (u + window < n) post(u + window);
   }
 }
 
@@ -76,10 +70,10 @@ int mod(int64_t a, int n) { return int(((a % n) + n) % n); }
 //     (r-s-1+shift) from r-1 into scratch and reduce it into the data.
 //   all-gather step s (0..N-2): send chunk (r+1+shift-s) to r+1; receive chunk (r+shift-s)
 //     from r-1 straight into the data.
-// Steps are cut in S slices (unit u = (phase, step, slice)); with S >= 2 the look-ahead is
-// safe: unit u+1 sends either another slice than the one unit u reduces, or another chunk
-// (ring neighbours' chunks differ by one), and what unit u+1 receives into the data was
-// sent S >= 2 units earlier (complete: only one unit is ever outstanding before it).
+// Steps are cut in S slices (unit u = (phase, step, slice)), W = min(S, kMaxWindow) units
+// in flight. Units that touch the same slice of the data (in any chunk: slice j of every
+// chunk is its own memory) are a multiple of S >= W apart, so no two of them are ever in
+// flight together, and a slice is sent on only after its unit S earlier was reduced.
 void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool gather) {
   const int N = s.world, r = s.rank;
   if (N == 1 || s.count == 0) return;
@@ -87,7 +81,8 @@ void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool g
   const Split chunks{s.count, N};
   const int64_t S = slices_for(chunks.max_size(), elem, s.slice_bytes);
   const int64_t slice_max = ceil_div(chunks.max_size(), S);
-  char* scratch = static_cast<char*>(p.scratch(2 * size_t(slice_max) * elem));
+  const int64_t W = std::min(S, kMaxWindow);
+  char* scratch = static_cast<char*>(p.scratch(size_t(W) * size_t(slice_max) * elem));
   char* base = static_cast<char*>(data);
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
   const int64_t per_phase = int64_t(N - 1) * S;
@@ -106,7 +101,7 @@ void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool g
     if (reduce_phase) {
       char* src = slice(mod(r - step + shift, N), j, &n_send);
       char* dst = slice(mod(r - step - 1 + shift, N), j, &n_recv);
-      char* tmp = scratch + size_t(u % 2) * size_t(slice_max) * elem;
+      char* tmp = scratch + size_t(u % W) * size_t(slice_max) * elem;
       if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
       if (n_recv) {
         st.recvs.push_back({prev, tmp, size_t(n_recv) * elem, tag});
@@ -119,7 +114,7 @@ void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool g
       if (n_recv) st.recvs.push_back({prev, dst, size_t(n_recv) * elem, tag});
     }
   };
-  run_steps(p, gather ? 2 * per_phase : per_phase, S >= 2, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+  run_steps(p, gather ? 2 * per_phase : per_phase, W, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
 }
 
 // Builds the subtree of positions [lo, hi] (1-based) under `parent`; returns its root.
@@ -181,11 +176,11 @@ void ring_reduce_scatter(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
 //   down: receive slice t - L(D+d-1) from its parent (into the data) and send slice
 //         t - L(D+d) to its children.
 // A child's send and its parent's receive of a slice fall in the same step, so both sides
-// agree without negotiation. L is the lag between receiving a slice and passing it on: 1
-// (strict step order) for a single slice, 2 with look-ahead, so that step t+1, posted
-// before step t is reduced, only sends slices finished at step t-1 or earlier. A slice's
-// last upward send precedes its downward receive by L(2d-1) >= L steps. Steps in all:
-// K + L(2D-1); for one slice 2D, against the ring's 2(N-1).
+// agree without negotiation. L = min(K, kMaxWindow) is both the lag between receiving a
+// slice and passing it on and the number of steps in flight: every step that touches slice
+// k is k + L*m for some m, so two of them are never in flight together, and step t + L is
+// posted only after step t was reduced. Steps in all: K + L(2D-1); for one slice 2D, against
+// the ring's 2(N-1).
 void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
   const int N = s.world, r = s.rank;
   if (N == 1 || s.count == 0) return;
@@ -194,11 +189,11 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
   const int64_t D = trees[0].max_depth;  // both trees have the same shape
   const Split halves{s.count, 2};
   const int64_t K = slices_for(halves.max_size(), elem, s.slice_bytes);
-  const int64_t L = K >= 2 ? 2 : 1;
+  const int64_t L = std::min(K, kMaxWindow);
   const int64_t slice_max = ceil_div(halves.max_size(), K);
   const size_t slot_bytes = size_t(slice_max) * elem;
-  // Scratch slots: (step parity, tree, child) -> 2 x 2 x 2 slices.
-  char* scratch = static_cast<char*>(p.scratch(8 * slot_bytes));
+  // Scratch slots: (step mod L, tree, child) -> L x 2 x 2 slices.
+  char* scratch = static_cast<char*>(p.scratch(size_t(L) * 4 * slot_bytes));
   char* base = static_cast<char*>(data);
 
   auto make = [&](int64_t t, Step& st) {
@@ -215,7 +210,7 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
       int64_t n = 0;
       char* x = slice(t - L * (D - d - 1), &n);
       for (size_t ci = 0; ci < node.children.size() && n; ++ci) {
-        char* tmp = scratch + (size_t(t % 2) * 4 + size_t(w) * 2 + ci) * slot_bytes;
+        char* tmp = scratch + (size_t(t % L) * 4 + size_t(w) * 2 + ci) * slot_bytes;
         st.recvs.push_back({node.children[ci], tmp, size_t(n) * elem, up});
         st.reduces.push_back({tmp, x, n});
       }
@@ -230,7 +225,7 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
         st.sends.push_back({node.children[ci], x, size_t(n) * elem, down});
     }
   };
-  run_steps(p, K + L * (2 * D - 1), L == 2, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+  run_steps(p, K + L * (2 * D - 1), L, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
   if (op == ReduceOp::avg) p.scale(s.dtype, s.count, data, 1.0 / N);
 }
 

@@ -8,11 +8,12 @@
 // every step from (rank, world, count, slice size) alone, so the transfers of a step match
 // on both sides without any negotiation.
 //
-// Note [Slices and look-ahead]: data moves in slices of at most `slice_bytes`. When the
-// schedule allows it, step u+1 is posted before step u's received slices are reduced, so
-// the wire carries one slice while the previous one is reduced. A step's sends never read
-// data that the step before it is still reducing or receiving (each schedule's comment says
-// why); with a single slice per chunk (small messages) steps run strictly one after another.
+// Note [Slices and look-ahead]: data moves in slices of at most `slice_bytes`, and up to
+// four steps are in flight: step u + W is posted once step u has completed and its received
+// slices are reduced, so the wire carries some slices while others are reduced. Each
+// schedule is laid out so that steps touching the same memory are at least W apart (each
+// schedule's comment says why); with a single slice per piece (small messages) steps run
+// strictly one after another.
 #pragma once
 
 #include <cstddef>

@@ -27,6 +27,25 @@
 //            for small messages at N >= 4.
 // ring and tree are written once over the backend's point-to-point transfers and local
 // reduce, so they run on Gloo and on NCCL alike.
+//
+//   ring, N = 4: the data in 4 chunks c0..c3. Reduce-scatter step s: rank r sends chunk
+//   (r-s) mod 4 to rank r+1, which adds it into its own copy of that chunk.
+//     step 0:  r0 -c0-> r1 -c1-> r2 -c2-> r3 -c3-> r0
+//     step 1:  r0 -c3-> r1 -c0-> r2 -c1-> r3 -c2-> r0
+//     step 2:  r0 -c2-> r1 -c3-> r2 -c0-> r3 -c1-> r0   now rank r holds chunk r+1 reduced
+//   then 3 all-gather steps pass the reduced chunks on around the same ring.
+//
+//   tree, N = 8: each tree reduces its half of the data up to its root, which sends the
+//   result back down; the interior ranks of one tree are the leaves of the other.
+//     tree 0 (first half)          tree 1 (second half)
+//     7                            0
+//     `-- 3                        `-- 4
+//         |-- 1                        |-- 6
+//         |   |-- 0                    |   |-- 7
+//         |   `-- 2                    |   `-- 5
+//         `-- 5                        `-- 2
+//             |-- 4                        |-- 3
+//             `-- 6                        `-- 1
 #pragma once
 
 #include <chrono>

@@ -173,16 +173,20 @@ void PeerLiveness::loop() {
   }
 }
 
-std::vector<PeerLiveness::Loss> PeerLiveness::lost() {
+std::vector<PeerLiveness::Loss> PeerLiveness::lost(Millis grace) {
+  const auto deadline = Clock::now() + grace;
   std::lock_guard<std::mutex> lock(mu_);
   poll_peers(0);
+  while (lost_.empty() && Clock::now() < deadline)
+    poll_peers(int(std::chrono::ceil<Millis>(deadline - Clock::now()).count()));
   return lost_;
 }
 
-std::string PeerLiveness::describe_lost() {
+std::string PeerLiveness::describe_lost(Millis grace) {
   std::string out;
+  const std::vector<Loss> losses = lost(grace);
   const auto now = Clock::now();
-  for (const Loss& l : lost())
+  for (const Loss& l : losses)
     out += detail::cat(out.empty() ? "" : "; ", "rank ", l.rank, " (its connection closed ", net::seconds(now - l.when),
                        " ago: the process exited or was killed)");
   return out;

@@ -40,11 +40,13 @@ class PeerLiveness {
     Clock::time_point when;  // when the closed connection was noticed
   };
   // Peers whose connection closed without a goodbye, in the order noticed. Looks at the
-  // sockets first, so a death that just happened is included.
-  std::vector<Loss> lost();
+  // sockets first; when none is lost yet, keeps looking for up to `grace`: a process that
+  // dies closes its sockets one by one, so the connection an error came through can close
+  // a moment before this one.
+  std::vector<Loss> lost(Millis grace = Millis(0));
   // "rank 3 (its connection closed 0.1 s ago: the process exited or was killed)", one
   // clause per lost rank joined by "; ", or "" when every peer is alive.
-  std::string describe_lost();
+  std::string describe_lost(Millis grace = Millis(0));
 
  private:
   struct Peer {

@@ -190,11 +190,14 @@ std::string GlooCommunicator::Impl::describe(const std::string& what, Millis tim
   } catch (const std::exception& x) {
     cause = x.what();
   }
-  const std::string lost = liveness->describe_lost();
+  // An I/O error (not a timeout) is most often a peer that died: give the liveness links a
+  // moment to see its other sockets close.
+  const bool timeout_hit = timed_out(cause, ran, timeout);
+  const std::string lost = liveness->describe_lost(timeout_hit ? Millis(0) : Millis(250));
   std::string why;
   if (!lost.empty()) {
     why = "lost " + lost + "; Gloo reported: " + cause;
-  } else if (timed_out(cause, ran, timeout)) {
+  } else if (timeout_hit) {
     why = detail::cat("timed out (timeout ", net::seconds(timeout), ")",
                       peer >= 0 ? detail::cat(" waiting for rank ", peer, sending ? " to receive" : " to send") : "",
                       ". Every peer's process is alive (their liveness links are open), so some rank did not take ",

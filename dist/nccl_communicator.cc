@@ -13,7 +13,7 @@
 #include "dist/allreduce_algos.h"
 #include "dist/communicator_liveness.h"
 #include "dist/nccl_check.h"
-#include "dist/reduce_kernel.h"
+#include "dist/reduce_kernel_cuda.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/runtime.h"
 

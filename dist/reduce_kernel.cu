@@ -1,7 +1,7 @@
-// The CUDA side of dist/reduce_kernel.h: the all-reduce algorithms' local step on the
+// dist/reduce_kernel_cuda.h: the all-reduce algorithms' local step on the
 // communicator's stream. Sums and scales are the engine's elementwise kernels
 // (kernels/cuda/elementwise.cuh); the maximum is the one kernel of our own here.
-#include "dist/reduce_kernel.h"
+#include "dist/reduce_kernel_cuda.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 

@@ -1,5 +1,5 @@
-// Helpers for the communicator tests: one rank's job (the store rank 0 hosts, a Gloo
-// communicator) built from the environment tests/dist/launch.h gives each process, checks
+// Helpers for the communicator tests: one rank's job (the store rank 0 hosts, dist/
+// rendezvous.h, and a Gloo communicator) built from the environment tests/dist/launch.h gives each process, checks
 // that throw rt::Error naming the first difference (a rank's failure is its exit code and
 // message), and the deterministic inputs every rank can compute for every other rank.
 #pragma once
@@ -12,7 +12,7 @@
 
 #include "dist/gloo_communicator.h"
 #include "dist/launch_env.h"
-#include "dist/tcp_store.h"
+#include "dist/rendezvous.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
 
@@ -22,12 +22,12 @@ class GlooRank {
  public:
   explicit GlooRank(CommOptions opts = {}) {
     const LaunchEnv env = launch_env_from_process();
-    if (env.rank == 0) server_ = std::make_unique<TcpStoreServer>(env.master_addr, env.master_port);
-    store_ = std::make_unique<TcpStore>(env.master_addr, env.master_port, opts.timeout);
+    store_ = connect_store(env, opts.timeout);
     if (opts.host.empty()) opts.host = "127.0.0.1";
-    comm_ = std::make_unique<GlooCommunicator>(*store_, env.rank, env.world_size, opts);
+    comm_ = std::make_unique<GlooCommunicator>(*store_.store, env.rank, env.world_size, opts);
   }
-  // Every rank's calls are done: a barrier, so rank 0's store outlives the others' use.
+  // A barrier, so that rank 0's store outlives every rank's setup (the store is used only
+  // there); it fails at once on a communicator a test broke on purpose.
   ~GlooRank() {
     try {
       if (comm_->world_size() > 1) comm_->barrier().wait();
@@ -40,8 +40,7 @@ class GlooRank {
   Communicator& comm() { return *comm_; }
 
  private:
-  std::unique_ptr<TcpStoreServer> server_;  // rank 0 only
-  std::unique_ptr<TcpStore> store_;
+  RendezvousStore store_;
   std::unique_ptr<GlooCommunicator> comm_;
 };
 

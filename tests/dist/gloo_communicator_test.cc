@@ -70,7 +70,7 @@ std::string label(const char* op, AllReduceAlgo a, ReduceOp r, DType t, int64_t 
 int every_collective(int) {
   CommOptions o;
   o.timeout = 20s;
-  o.slice_bytes = 64;  // many slices even for small tensors: the pipelines' edges
+  o.slice_bytes = 256;  // several slices even for small tensors: the pipelines' edges
   testing::GlooRank g(o);
   Communicator& c = g.comm();
   const int rank = c.rank(), N = c.world_size();
@@ -78,7 +78,7 @@ int every_collective(int) {
   for (AllReduceAlgo a : kAlgos)
     for (DType t : kTypes)
       for (ReduceOp op : kOps)
-        for (int64_t n : {0, 1, 2, 5, 13, 100, 1031}) {
+        for (int64_t n : {0, 1, 13, 1031}) {
           Tensor x = int_tensor(rank, n, t);
           c.all_reduce(x, op, a).wait();
           expect_equal(x, reference(op, N, 0, n, t), label("all_reduce", a, op, t, n));
@@ -246,8 +246,9 @@ int any_world(int) {
   Communicator& c = g.comm();
   const int rank = c.rank(), N = c.world_size();
   for (AllReduceAlgo a : {AllReduceAlgo::ring, AllReduceAlgo::tree})
-    for (ReduceOp op : {ReduceOp::sum, ReduceOp::max})
-      for (int64_t n : {0, 1, 2, 3, 5, 7, 8, 13, 31, 97, 1009}) {
+    for (int64_t n : {0, 1, 2, 3, 7, 8, 13, 97, 1009})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::max}) {
+        if (op == ReduceOp::max && n != 1009) continue;  // sums cover the schedules; one max
         Tensor x = int_tensor(rank, n, DType::f32);
         c.all_reduce(x, op, a).wait();
         expect_equal(x, reference(op, N, 0, n, DType::f32), label("all_reduce", a, op, DType::f32, n));
@@ -268,16 +269,19 @@ int large(int) {
   Communicator& c = g.comm();
   const int rank = c.rank(), N = c.world_size();
   const int64_t n = (int64_t(1) << 25) + 3;  // 128 MiB of f32
+  std::vector<float> mine(static_cast<size_t>(n)), want(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    mine[size_t(i)] = float(int_value(rank, i));
+    double sum = 0;
+    for (int r = 0; r < N; ++r) sum += int_value(r, i);
+    want[size_t(i)] = float(sum);
+  }
   for (AllReduceAlgo a : kAlgos) {
-    Tensor x = Tensor::empty({n});
-    float* p = x.data<float>();
-    for (int64_t i = 0; i < n; ++i) p[i] = float(int_value(rank, i));
+    Tensor x = Tensor::from_vector(mine, {n});
     c.all_reduce(x, ReduceOp::sum, a).wait();
-    for (int64_t i = 0; i < n; ++i) {
-      double want = 0;
-      for (int r = 0; r < N; ++r) want += int_value(r, i);
-      RT_CHECK(p[i] == want, algo_name(a), " at element ", i, ": ", p[i], ", expected ", want);
-    }
+    const float* p = x.data<float>();
+    for (int64_t i = 0; i < n; ++i)
+      RT_CHECK(p[i] == want[size_t(i)], algo_name(a), " at element ", i, ": ", p[i], ", expected ", want[size_t(i)]);
   }
   return 0;
 }

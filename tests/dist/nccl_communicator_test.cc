@@ -1,0 +1,102 @@
+// The NCCL backend at world size 1 (NCCL refuses two ranks on one GPU: more ranks need a
+// machine with more GPUs; run bench/allreduce_bench under torchrun there). What one rank
+// can check: NCCL comes up through our store, every call and algorithm runs on the
+// communication stream after the caller's work and hands its result back to the caller's
+// stream (Work::block_stream) or the host (Work::wait), calls complete in issue order, and
+// a bad call fails with its name. Without a GPU each case prints "SKIPPED: no CUDA device".
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include "dist/nccl_communicator.h"
+#include "dist/rendezvous.h"
+#include "engine/stream.h"
+#include "kernels/cuda/runtime.h"
+#include "tests/dist/communicator_test_util.h"
+
+namespace rt::dist {
+namespace {
+
+bool have_gpu(const char* test) {
+  std::string why;
+  if (cuda::device_count(&why) > 0) return true;
+  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
+  return false;
+}
+
+// A world of one: its own store, its communicator on cuda:0.
+struct OneGpu {
+  RendezvousStore store = connect_store(LaunchEnv{}, std::chrono::seconds(30));
+  NcclCommunicator comm{*store.store, 0, 1, 0};
+};
+
+TEST_CASE("nccl: every call at world size 1 hands the caller's values back on the caller's stream") {
+  if (!have_gpu("NcclCommunicator, world 1")) return;
+  OneGpu one;
+  Communicator& c = one.comm;
+  const Stream caller = Stream::create(Device::cuda(0));
+  StreamGuard guard(caller);
+  for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16})
+    for (AllReduceAlgo a : {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree})
+      for (ReduceOp op : {ReduceOp::sum, ReduceOp::avg, ReduceOp::max}) {
+        const std::vector<double> want = testing::int_tensor(0, 1003, t).to_vector<double>();
+        // Written on the caller's stream just before the call: the call must wait for it.
+        Tensor x = Tensor::full({1003}, 5.0, t, Device::cuda(0));
+        x.copy_(testing::int_tensor(0, 1003, t));
+        Work w = c.all_reduce(x, op, a);
+        w.block_stream(caller);  // no host wait; to_vector reads on the caller's stream
+        testing::expect_equal(x, want, detail::cat("all_reduce ", algo_name(a), " ", reduce_op_name(op), " ",
+                                                   dtype_name(t)));
+        w.wait();
+        CHECK(w.done());
+      }
+  Tensor x = testing::int_tensor(0, 64, DType::f32).to(Device::cuda(0));
+  Tensor out = Tensor::zeros({64}, DType::f32, Device::cuda(0));
+  c.broadcast(x, 0).wait();
+  c.all_gather(out, x).wait();
+  testing::expect_equal(out, testing::int_tensor(0, 64, DType::f32).to_vector<double>(), "all_gather");
+  out.fill_(0);
+  c.reduce_scatter(out, x, ReduceOp::max).wait();
+  testing::expect_equal(out, testing::int_tensor(0, 64, DType::f32).to_vector<double>(), "reduce_scatter");
+  c.barrier().wait();
+}
+
+TEST_CASE("nccl: calls in flight complete in issue order") {
+  if (!have_gpu("NcclCommunicator issue order")) return;
+  OneGpu one;
+  std::vector<Tensor> ts;
+  std::vector<Work> works;
+  for (int k = 0; k < 32; ++k) {
+    ts.push_back(Tensor::full({k % 2 ? 1 << 22 : 7}, double(k), DType::f32, Device::cuda(0)));
+    works.push_back(one.comm.all_reduce(ts.back(), ReduceOp::sum, k % 3 ? AllReduceAlgo::ring : AllReduceAlgo::library));
+  }
+  while (!works.back().done()) {
+    bool seen_done = false;
+    for (size_t k = works.size(); k-- > 0;) {
+      const bool d = works[k].done();
+      REQUIRE_MESSAGE((d || !seen_done), "a call after call ", k, " completed before it");
+      seen_done = seen_done || d;
+    }
+  }
+  for (size_t k = 0; k < works.size(); ++k) {
+    works[k].wait();
+    CHECK(ts[k].to_vector<double>().back() == double(k));
+  }
+}
+
+TEST_CASE("nccl: a CPU tensor is refused, naming the device to move it to") {
+  if (!have_gpu("NcclCommunicator misuse")) return;
+  OneGpu one;
+  std::string msg;
+  try {
+    one.comm.all_reduce(Tensor::zeros({4})).wait();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.find("is on cpu but this nccl communicator works on cuda:0") != std::string::npos, msg);
+}
+
+}  // namespace
+}  // namespace rt::dist
