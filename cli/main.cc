@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/doctor.h"
 #include "cli/flags.h"
 #include "engine/device.h"
 #include "engine/error.h"
@@ -24,7 +25,8 @@ const char* kUsage =
     "commands:\n"
     "  train   train a model (with no flags: a small ResNet on Fashion-MNIST)\n"
     "  eval    evaluate weights or a checkpoint on a dataset's test split\n"
-    "  info    the devices ringtape sees, its CPU threads and instruction set\n\n"
+    "  info    the devices ringtape sees, its CPU threads and instruction set\n"
+    "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n\n"
     "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
@@ -63,6 +65,7 @@ int main(int argc, char** argv) {
   // 128 + N when training stopped on signal N (train/interrupt.h).
   try {
     if (cmd == "info") return cmd_info();
+    if (cmd == "doctor") return rt::cli::doctor_command(args);
     if (cmd == "train" || cmd == "eval") {
       rt::cli::Flags flags(cmd == "train" ? rt::train::train_flags() : rt::train::eval_flags());
       for (const auto& a : args)

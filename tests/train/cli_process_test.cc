@@ -233,5 +233,18 @@ TEST_CASE("SIGTERM exits 143 with a checkpoint; a second SIGINT quits at once wi
   CHECK(temp_files(out2).empty());
 }
 
+TEST_CASE("doctor: the exit status follows the verdict, --help documents it, a bad flag exits 2") {
+  const fs::path logs = tmpdir("doctor");
+  const int status = run({"doctor"}, logs, 60);
+  const std::string out = read(logs / "stdout.txt");
+  CAPTURE(out);
+  const bool usable = out.find("\nverdict: ready for ") != std::string::npos ||
+                      out.find("\nverdict: CPU only: ") != std::string::npos;
+  CHECK(status == (usable ? 0 : 1));
+  CHECK(run({"doctor", "--help"}, logs, 60) == 0);
+  CHECK(read(logs / "stdout.txt").find("exit status: 0 when the verdict is usable") != std::string::npos);
+  CHECK(run({"doctor", "--ports", "0"}, logs, 60) == 2);
+}
+
 }  // namespace
 }  // namespace rt
