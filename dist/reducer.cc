@@ -173,9 +173,10 @@ void Reducer::launch(size_t b) {
   timeline_.buckets[b].launched = now();
 }
 
-void Reducer::finish() {
+void Reducer::end_backward() {
   if (!armed_) return;
   armed_ = false;
+  waiting_ = true;
   timeline_.backward_end = now();
   std::vector<std::string> unused;
   for (Bucket &b : buckets_)

@@ -86,8 +86,16 @@ class Reducer {
   // the optimizer will consume (the last of an accumulation), false before the
   // others.
   void prepare(bool communicate);
-  // After backward (Note [Gradient buckets]); a no-op after prepare(false).
-  void finish();
+  // After backward: launches what is left (Note [Gradient buckets]) and records the end of
+  // backward in the timeline; then wait_for_gradients() before the optimizer step makes the
+  // caller's stream wait for the last all-reduce (CPU: waits for it). finish() is both.
+  // No-ops after prepare(false).
+  void end_backward();
+  void wait_for_gradients();
+  void finish() {
+    end_backward();
+    wait_for_gradients();
+  }
 
   struct BucketInfo {
     DType dtype;
