@@ -118,7 +118,8 @@ class Reducer {
   ReducerOptions opts_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
-  bool armed_ = false;      // between prepare(true) and finish()
+  bool armed_ = false;    // between prepare(true) and end_backward()
+  bool waiting_ = false;  // between end_backward() and wait_for_gradients()
   size_t next_launch_ = 0;  // the first bucket not yet launched this step
   int64_t collectives_ = 0;
   std::chrono::steady_clock::time_point t0_;
