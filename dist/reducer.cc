@@ -28,18 +28,18 @@ struct Reducer::Bucket {
 namespace {
 
 // FNV-1a over a string: a parameter's fingerprint, compared across ranks.
-int64_t fingerprint(const std::string &s) {
+int64_t fingerprint(const std::string& s) {
   uint64_t h = 1469598103934665603ull;
   for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
   return int64_t(h >> 1);  // non-negative: exact in the int64 tensors exchanged
 }
 
-std::string describe(const Reducer::Param &p) {
+std::string describe(const Reducer::Param& p) {
   return p.first + " " + dtype_name(p.second.dtype()) + shape_str(p.second.shape());
 }
 
 // Every rank's `mine` (the same count on each), gathered in rank order.
-std::vector<int64_t> gather(Communicator &comm, const std::vector<int64_t> &mine, Millis timeout) {
+std::vector<int64_t> gather(Communicator& comm, const std::vector<int64_t>& mine, Millis timeout) {
   const int64_t n = int64_t(mine.size());
   Tensor in = Tensor::from_vector(mine, {n}).to(comm.device());
   Tensor out = Tensor::empty({n * comm.world_size()}, DType::i64, comm.device());
@@ -47,12 +47,9 @@ std::vector<int64_t> gather(Communicator &comm, const std::vector<int64_t> &mine
   return out.to_vector<int64_t>();
 }
 
-// Note [Same model on every rank]: a rank with another model (or another --arch
-// or
-// --num-classes) would all-reduce mismatched buckets into garbage or hang; the
-// parameter lists are compared before the first step, count first, then one
-// fingerprint each.
-void check_same_params(Communicator &comm, const std::vector<Reducer::Param> &params, Millis timeout) {
+// Note [Same model on every rank]: a rank with another model (or another --arch or --num-classes) would all-reduce mismatched buckets into garbage or hang; the parameter lists are
+// compared before the first step, count first, then one fingerprint each.
+void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& params, Millis timeout) {
   const int W = comm.world_size();
   if (W == 1) return;
   const std::vector<int64_t> counts = gather(comm, {int64_t(params.size())}, timeout);
@@ -62,7 +59,7 @@ void check_same_params(Communicator &comm, const std::vector<Reducer::Param> &pa
              ": every rank must build the same model (same --arch, "
              "--num-classes and model flags)");
   std::vector<int64_t> mine;
-  for (const auto &p : params) mine.push_back(fingerprint(describe(p)));
+  for (const auto& p : params) mine.push_back(fingerprint(describe(p)));
   const std::vector<int64_t> all = gather(comm, mine, timeout);
   for (int r = 1; r < W; ++r)
     for (size_t i = 0; i < params.size(); ++i)
@@ -75,7 +72,7 @@ void check_same_params(Communicator &comm, const std::vector<Reducer::Param> &pa
 
 }  // namespace
 
-Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions opts) : comm_(comm), opts_(opts) {
+Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts) : comm_(comm), opts_(opts) {
   RT_CHECK(opts_.first_bucket_bytes > 0 && opts_.bucket_bytes > 0, "Reducer: bucket caps must be positive");
   check_same_params(comm_, params, opts_.timeout);
   for (auto &[name, p] : params) {
@@ -90,7 +87,7 @@ Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions o
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> bytes;
   for (size_t k = slots_.size(); k-- > 0;) {
-    const Tensor &p = slots_[k].param;
+    const Tensor& p = slots_[k].param;
     const size_t cap = groups.size() == 1 ? opts_.first_bucket_bytes : opts_.bucket_bytes;  // the open bucket's
     const bool fits =
         !groups.empty() && slots_[groups.back().front()].param.dtype() == p.dtype() && bytes.back() + p.nbytes() <= cap;
@@ -101,7 +98,7 @@ Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions o
     groups.back().push_back(k);
     bytes.back() += p.nbytes();
   }
-  for (const auto &g : groups) {
+  for (const auto& g : groups) {
     Bucket b;
     int64_t n = 0;
     for (size_t k : g) {
@@ -114,7 +111,7 @@ Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions o
     buckets_.push_back(std::move(b));
   }
   for (size_t k = 0; k < slots_.size(); ++k) {
-    Slot &s = slots_[k];
+    Slot& s = slots_[k];
     s.param.set_grad_buffer(buckets_[s.bucket].flat.subview(s.offset, s.param.shape(), s.param.format()));
   }
   auto self = std::make_shared<Reducer *>(this);
@@ -127,7 +124,7 @@ Reducer::Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions o
 
 Reducer::~Reducer() {
   if (alive_) *alive_ = nullptr;  // hooks outlive the reducer: they do nothing from now on
-  for (Slot &s : slots_) {
+  for (Slot& s : slots_) {
     try {
       s.param.set_grad_buffer(Tensor());  // the gradient, if any, moves to a tensor of its own
     } catch (...) {
@@ -140,8 +137,8 @@ double Reducer::now() const { return std::chrono::duration<double>(std::chrono::
 void Reducer::prepare(bool communicate) {
   armed_ = communicate;
   if (!communicate) return;
-  for (Slot &s : slots_) s.ready = false;
-  for (Bucket &b : buckets_) {
+  for (Slot& s : slots_) s.ready = false;
+  for (Bucket& b : buckets_) {
     b.pending = b.slots.size();
     b.launched = false;
     b.work = Work();
@@ -154,7 +151,7 @@ void Reducer::prepare(bool communicate) {
 
 void Reducer::on_ready(size_t k) {
   if (!armed_) return;  // an accumulation micro-step: the gradient stays in its bucket
-  Slot &s = slots_[k];
+  Slot& s = slots_[k];
   if (s.ready) return;  // a second backward through the same graph before finish()
   s.ready = true;
   if (--buckets_[s.bucket].pending == 0) launch_ready();
@@ -166,7 +163,7 @@ void Reducer::launch_ready() {
 }
 
 void Reducer::launch(size_t b) {
-  Bucket &bk = buckets_[b];
+  Bucket& bk = buckets_[b];
   bk.work = comm_.all_reduce(bk.flat, ReduceOp::avg, opts_.algo, opts_.timeout);
   bk.launched = true;
   ++collectives_;
@@ -179,7 +176,7 @@ void Reducer::end_backward() {
   waiting_ = true;
   timeline_.backward_end = now();
   std::vector<std::string> unused;
-  for (Bucket &b : buckets_)
+  for (Bucket& b : buckets_)
     for (size_t k : b.slots)
       if (!slots_[k].ready) unused.push_back(slots_[k].name);
   if (!unused.empty()) {
@@ -189,18 +186,15 @@ void Reducer::end_backward() {
         << " parameter(s) got no gradient in this step: ";
       for (size_t i = 0; i < unused.size() && i < 8; ++i) m << (i ? ", " : "") << unused[i];
       if (unused.size() > 8) m << ", ...";
-      m << ". Their buckets would never be all-reduced; if the model leaves "
-           "parameters unused on purpose, "
-           "pass --find-unused-parameters (their gradients are then reduced as "
-           "zeros)";
+      m << ". Their buckets would never be all-reduced; if the model leaves parameters unused on purpose, "
+           "pass --find-unused-parameters (their gradients are then reduced as zeros)";
       RT_FAIL(m.str());
     }
-    // Zeros in their place (another rank may have used them), then the buckets
-    // in order.
-    for (Bucket &b : buckets_)
+    // Zeros in their place (another rank may have used them), then the buckets in order.
+    for (Bucket& b : buckets_)
       for (size_t k : b.slots)
         if (!slots_[k].ready) {
-          Slot &s = slots_[k];
+          Slot& s = slots_[k];
           s.param.grad_buffer().fill_(0.0);
           s.param.set_grad(s.param.grad_buffer());
           s.ready = true;
@@ -209,11 +203,14 @@ void Reducer::end_backward() {
     launch_ready();
   }
   RT_CHECK(next_launch_ == buckets_.size(), "Reducer: ", buckets_.size() - next_launch_,
-           " bucket(s) not launched at the end of backward (a bug: every slot "
-           "is ready)");
+           " bucket(s) not launched at the end of backward (a bug: every slot is ready)");
+}
+
+void Reducer::wait_for_gradients() {
+  if (!waiting_) return;
+  waiting_ = false;
   if (buckets_.empty()) return;
-  // Issue order (Note [Issue order] in dist/work.h): the last bucket done means
-  // all are.
+  // Issue order (Note [Issue order] in dist/work.h): the last bucket done means all are.
   buckets_.back().work.block_stream(Stream::current(comm_.device()));
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const auto end = buckets_[b].work.finished_at();
@@ -223,7 +220,7 @@ void Reducer::end_backward() {
 
 std::vector<Reducer::BucketInfo> Reducer::buckets() const {
   std::vector<BucketInfo> v;
-  for (const Bucket &b : buckets_) {
+  for (const Bucket& b : buckets_) {
     BucketInfo info{b.flat.dtype(), b.flat.numel(), {}};
     for (size_t k : b.slots) info.params.push_back(slots_[k].name);
     v.push_back(std::move(info));
@@ -231,8 +228,7 @@ std::vector<Reducer::BucketInfo> Reducer::buckets() const {
   return v;
 }
 
-// ---- the timeline
-// ----------------------------------------------------------------------
+// ---- the timeline ----------------------------------------------------------------------
 
 namespace {
 // Length of the union of intervals [a, b), each clipped to end at `limit`.
@@ -257,7 +253,7 @@ double union_length(std::vector<std::pair<double, double>> iv, double limit) {
 
 double StepTimeline::comm_seconds() const {
   std::vector<std::pair<double, double>> iv;
-  for (const Bucket &b : buckets) {
+  for (const Bucket& b : buckets) {
     if (b.launched < 0) continue;
     if (b.completed < 0) return -1;
     iv.emplace_back(b.launched, b.completed);
@@ -269,16 +265,16 @@ double StepTimeline::overlap() const {
   const double total = comm_seconds();
   if (total <= 0) return total < 0 ? -1 : 1;
   std::vector<std::pair<double, double>> iv;
-  for (const Bucket &b : buckets)
+  for (const Bucket& b : buckets)
     if (b.launched >= 0) iv.emplace_back(b.launched, b.completed);
   return union_length(iv, backward_end) / total;
 }
 
-void broadcast_from_rank0(Communicator &comm, const std::vector<Tensor> &tensors, Millis timeout) {
+void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor>& tensors, Millis timeout) {
   if (comm.world_size() == 1) return;
   std::vector<Work> works;
-  for (const Tensor &t : tensors) works.push_back(comm.broadcast(t, 0, timeout));
-  for (const Work &w : works) w.wait();
+  for (const Tensor& t : tensors) works.push_back(comm.broadcast(t, 0, timeout));
+  for (const Work& w : works) w.wait();
 }
 
 }  // namespace rt::dist

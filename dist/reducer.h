@@ -1,33 +1,27 @@
-// Reducer: data-parallel gradient averaging, overlapped with backward (PyTorch
-// DDP's reducer, on the project's Communicator).
+// Reducer: data-parallel gradient averaging, overlapped with backward (PyTorch DDP's reducer, on the
+// project's Communicator).
 //
 // Note [Gradient buckets]
-// Parameters are assigned to flat buckets in reverse registration order (the
-// order backward produces their gradients), the first bucket capped at
-// first_bucket_bytes (1 MiB: the gradients of the last layers arrive first, and
-// a small bucket starts communication early), the others at bucket_bytes (25
-// MiB), a parameter larger than the cap alone in its bucket; a bucket holds one
-// dtype on one device. Every parameter's gradient is a view into its bucket
-// (Note [Gradient buffers] in engine/autograd.h): backward writes gradients in
+// Parameters are assigned to flat buckets in reverse registration order (the order backward produces their
+// gradients), the first bucket capped at first_bucket_bytes (1 MiB: the gradients of the last layers arrive
+// first, and a small bucket starts communication early), the others at bucket_bytes (25 MiB), a parameter
+// larger than the cap alone in its bucket; a bucket holds one dtype on one device. Every parameter's gradient
+// is a view into its bucket (Note [Gradient buffers] in engine/autograd.h): backward writes gradients in
 // place, and a bucket is all-reduced as one tensor, nothing copied in or out.
 //
 // Note [Bucket launch order]
-// A parameter's gradient-ready hook marks it ready; when a bucket's last
-// parameter is ready the bucket is launched, together with every later bucket
-// that is also complete, but never before the buckets ahead of it: every rank
-// issues the same collectives in the same order whatever order its hooks fired
-// in. On CUDA the all-reduce runs on the communicator's stream after an event
-// recorded on the compute stream; on CPU on the communicator's thread, so the
-// caller's backward continues meanwhile. The average's 1/N is the collective's
+// A parameter's gradient-ready hook marks it ready; when a bucket's last parameter is ready the bucket is
+// launched, together with every later bucket that is also complete, but never before the buckets ahead of it:
+// every rank issues the same collectives in the same order whatever order its hooks fired in. On CUDA the
+// all-reduce runs on the communicator's stream after an event recorded on the compute stream; on CPU on the
+// communicator's thread, so the caller's backward continues meanwhile. The average's 1/N is the collective's
 // (ReduceOp::avg).
 //
-// A step: prepare(communicate) before backward, finish() after it. finish()
-// launches what is left (buckets held back by a parameter that got no gradient:
-// an error naming the parameters and this rank unless find_unused, which
-// reduces zeros in their place), then makes the caller's stream wait for the
-// last all-reduce (CPU: waits for it): the optimizer may step right after. With
-// gradient accumulation, micro-steps before the last call prepare(false):
-// gradients accumulate in the buckets and nothing is communicated.
+// A step: prepare(communicate) before backward, end_backward() after it, wait_for_gradients() before the
+// optimizer step. end_backward() launches what is left (buckets held back by a parameter that got no
+// gradient: an error naming the parameters and this rank unless find_unused, which reduces zeros in their
+// place); wait_for_gradients() makes the caller's stream wait for the last all-reduce (CPU: waits for it). With gradient accumulation, micro-steps
+// before the last call prepare(false): gradients accumulate in the buckets and nothing is communicated.
 #pragma once
 
 #include <chrono>
@@ -50,8 +44,7 @@ struct ReducerOptions {
   Millis timeout = kDefaultTimeout;
 };
 
-// One step's timeline in seconds from prepare(): what the overlap is computed
-// from.
+// One step's timeline in seconds from prepare(): what the overlap is computed from.
 struct StepTimeline {
   double backward_end = 0;  // when finish() was called
   struct Bucket {
@@ -59,10 +52,9 @@ struct StepTimeline {
     double completed = -1;  // when it completed, where the backend reports it (-1: unknown)
   };
   std::vector<Bucket> buckets;
-  // The fraction of the all-reduce time hidden behind backward: the time the
-  // buckets' all-reduces ran before backward_end over their total time (both as
-  // a union of their intervals); -1 when no bucket reported its completion
-  // time.
+  // The fraction of the all-reduce time hidden behind backward: the time the buckets' all-reduces ran before
+  // backward_end over their total time (both as a union of their intervals); -1 when no bucket reported its
+  // completion time.
   double overlap() const;
   double comm_seconds() const;  // the union of the intervals' length (-1 as above)
 };
@@ -72,24 +64,20 @@ class Reducer {
   using Param = std::pair<std::string,
                           Tensor>;  // name (for messages), leaf requiring grad
 
-  // `params` in registration order (Module::named_parameters). Gives each one a
-  // gradient buffer in its bucket and a gradient-ready hook; the communicator
-  // must outlive the reducer. Checks with the other ranks that they hold the
-  // same parameters (count, names, shapes, dtypes): an rt::Error naming the
-  // first that differs.
-  Reducer(Communicator &comm, std::vector<Param> params, ReducerOptions opts = {});
+  // `params` in registration order (Module::named_parameters). Gives each one a gradient buffer in its bucket
+  // and a gradient-ready hook; the communicator must outlive the reducer. Checks with the other ranks that
+  // they hold the same parameters (count, names, shapes, dtypes): an rt::Error naming the first that differs.
+  Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts = {});
   ~Reducer();
   Reducer(const Reducer &) = delete;
-  Reducer &operator=(const Reducer &) = delete;
+  Reducer& operator=(const Reducer &) = delete;
 
-  // Before each backward: communicate = true on the micro-step whose gradients
-  // the optimizer will consume (the last of an accumulation), false before the
-  // others.
+  // Before each backward: communicate = true on the micro-step whose gradients the optimizer will consume
+  // (the last of an accumulation), false before the others.
   void prepare(bool communicate);
-  // After backward: launches what is left (Note [Gradient buckets]) and records the end of
-  // backward in the timeline; then wait_for_gradients() before the optimizer step makes the
-  // caller's stream wait for the last all-reduce (CPU: waits for it). finish() is both.
-  // No-ops after prepare(false).
+  // After backward: launches what is left (Note [Gradient buckets]) and records the end of backward in the
+  // timeline; then wait_for_gradients() before the optimizer step makes the caller's stream wait for the last
+  // all-reduce (CPU: waits for it). finish() is both. No-ops after prepare(false).
   void end_backward();
   void wait_for_gradients();
   void finish() {
@@ -104,7 +92,7 @@ class Reducer {
   };
   std::vector<BucketInfo> buckets() const;
   int64_t collectives() const { return collectives_; }  // all-reduces issued since construction
-  const StepTimeline &last_timeline() const { return timeline_; }
+  const StepTimeline& last_timeline() const { return timeline_; }
 
  private:
   struct Slot;
@@ -114,7 +102,7 @@ class Reducer {
   void launch(size_t b);
   double now() const;
 
-  Communicator &comm_;
+  Communicator& comm_;
   ReducerOptions opts_;
   std::vector<Slot> slots_;
   std::vector<Bucket> buckets_;
@@ -127,9 +115,8 @@ class Reducer {
   std::shared_ptr<Reducer *> alive_;  // what the gradient hooks see; null once destroyed
 };
 
-// Copies rank 0's values of every tensor into the others' (parameters and
-// buffers at the start of training: ranks started from different seeds then
-// train identically).
-void broadcast_from_rank0(Communicator &comm, const std::vector<Tensor> &tensors, Millis timeout = kDefaultTimeout);
+// Copies rank 0's values of every tensor into the others' (parameters and buffers at the start of training:
+// ranks started from different seeds then train identically).
+void broadcast_from_rank0(Communicator& comm, const std::vector<Tensor>& tensors, Millis timeout = kDefaultTimeout);
 
 }  // namespace rt::dist

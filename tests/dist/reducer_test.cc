@@ -1,14 +1,11 @@
-// The data-parallel reducer (dist/reducer.h) on the Gloo backend across real
-// processes. Each rank's loss is sum_k sum(x_k * w_k) over weights w_k of
-// various sizes, with rank-specific small-integer inputs x_k: d loss / d w_k =
-// x_k exactly, so every rank knows the averaged gradient mean_r x_k(r) (its f32
-// rounding included). Checked: averaged gradients against that reference for
-// tiny, default and huge bucket caps (one all-reduce per bucket per step,
-// buckets in reverse registration order, the first one capped at its own size);
-// accumulation communicates once per optimizer step; a parameter without a
-// gradient is an error naming it and the rank, or zeros with find_unused; a
-// bucket is all-reduced while backward still runs; broadcast_from_rank0; a rank
-// with another model is refused at construction.
+// The data-parallel reducer (dist/reducer.h) on the Gloo backend across real processes. Each rank's loss is
+// sum_k sum(x_k * w_k) over weights w_k of various sizes, with rank-specific small-integer inputs x_k: d loss
+// / d w_k = x_k exactly, so every rank knows the averaged gradient mean_r x_k(r) (its f32 rounding included).
+// Checked: averaged gradients against that reference for tiny, default and huge bucket caps (one all-reduce
+// per bucket per step, buckets in reverse registration order, the first one capped at its own size);
+// accumulation communicates once per optimizer step; a parameter without a gradient is an error naming it and
+// the rank, or zeros with find_unused; a bucket is all-reduced while backward still runs;
+// broadcast_from_rank0; a rank with another model is refused at construction.
 #include "dist/reducer.h"
 
 #include <doctest/doctest.h>
@@ -28,11 +25,11 @@ namespace {
 
 using namespace std::chrono_literals;
 
-// The chain's weights: K tensors of the given sizes, values 1 + (k + i) % 3
-// (same on every rank: the model is the same), leaves requiring grad.
+// The chain's weights: K tensors of the given sizes, values 1 + (k + i) % 3 (same on every rank: the model is
+// the same), leaves requiring grad.
 const std::vector<int64_t> kSizes = {5, 300, 7, 1024, 3, 2000, 11};
 
-std::vector<Reducer::Param> make_params(const std::vector<int64_t> &sizes) {
+std::vector<Reducer::Param> make_params(const std::vector<int64_t>& sizes) {
   std::vector<Reducer::Param> ps;
   for (size_t k = 0; k < sizes.size(); ++k) {
     std::vector<double> v(static_cast<size_t>(sizes[k]));
@@ -44,8 +41,7 @@ std::vector<Reducer::Param> make_params(const std::vector<int64_t> &sizes) {
   return ps;
 }
 
-// A rank's input to weight k (broadcast over the weight's size): small
-// integers.
+// A rank's input to weight k (broadcast over the weight's size): small integers.
 Tensor input(int rank, int64_t n, int step) {
   std::vector<double> v(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) v[size_t(i)] = double((rank * 5 + i * 3 + step) % 7) - 3.0;
@@ -53,7 +49,7 @@ Tensor input(int rank, int64_t n, int step) {
 }
 
 // loss = sum_k sum(x_k * w_k) over the `used` weights (x_k drawn for step + k).
-Tensor loss_of(const std::vector<Reducer::Param> &ps, int rank, int step, const std::vector<bool> &used) {
+Tensor loss_of(const std::vector<Reducer::Param>& ps, int rank, int step, const std::vector<bool>& used) {
   Tensor loss;
   for (size_t k = 0; k < ps.size(); ++k) {
     if (!used[k]) continue;
@@ -69,11 +65,11 @@ std::vector<double> mean_input(int world, int64_t n, int step, int k) {
     const std::vector<double> x = input(r, n, step + k).to_vector<double>();
     for (int64_t i = 0; i < n; ++i) m[size_t(i)] += x[size_t(i)];
   }
-  for (double &v : m) v = double(float(v) * float(1.0 / world));  // the f32 average
+  for (double& v : m) v = double(float(v) * float(1.0 / world));  // the f32 average
   return m;
 }
 
-void expect_close(const Tensor &got, const std::vector<double> &want, const std::string &what) {
+void expect_close(const Tensor& got, const std::vector<double>& want, const std::string& what) {
   const std::vector<double> g = got.to_vector<double>();
   RT_CHECK(g.size() == want.size(), what, ": size ", g.size(), " vs ", want.size());
   for (size_t i = 0; i < g.size(); ++i)
@@ -83,11 +79,10 @@ void expect_close(const Tensor &got, const std::vector<double> &want, const std:
 
 int buckets_and_values(int) {
   testing::GlooRank g;
-  Communicator &c = g.comm();
+  Communicator& c = g.comm();
   const int rank = c.rank(), W = c.world_size();
   const std::vector<bool> all(kSizes.size(), true);
-  // caps (first, rest) in bytes: tiny (one parameter per bucket), default, huge
-  // (one bucket).
+  // caps (first, rest) in bytes: tiny (one parameter per bucket), default, huge (one bucket).
   const std::vector<std::pair<size_t, size_t>> caps = {
       {4, 4}, {size_t(1) << 20, size_t(25) << 20}, {1 << 30, 1 << 30}, {5000, 9000}};
   for (auto [first, rest] : caps) {
@@ -99,7 +94,7 @@ int buckets_and_values(int) {
     const auto info = red.buckets();
     // Reverse registration order, every parameter once.
     std::vector<std::string> order;
-    for (const auto &b : info) order.insert(order.end(), b.params.begin(), b.params.end());
+    for (const auto& b : info) order.insert(order.end(), b.params.begin(), b.params.end());
     RT_CHECK(order.size() == ps.size(), "bucketed ", order.size(), " of ", ps.size());
     for (size_t i = 0; i < order.size(); ++i)
       RT_CHECK(order[i] == ps[ps.size() - 1 - i].first, "bucket order: position ", i, " holds ", order[i]);
@@ -138,7 +133,7 @@ TEST_CASE(
 
 int accumulation(int) {
   testing::GlooRank g;
-  Communicator &c = g.comm();
+  Communicator& c = g.comm();
   const int rank = c.rank(), W = c.world_size();
   auto ps = make_params(kSizes);
   ReducerOptions o;
@@ -162,7 +157,7 @@ int accumulation(int) {
         const std::vector<double> x = input(r, kSizes[k], m + int(k)).to_vector<double>();
         for (size_t i = 0; i < want.size(); ++i) want[i] += x[i];
       }
-    for (double &v : want) v = double(float(v) * float(1.0 / W));
+    for (double& v : want) v = double(float(v) * float(1.0 / W));
     expect_close(ps[k].second.grad(), want, "accumulated " + ps[k].first);
   }
   return 0;
@@ -176,7 +171,7 @@ TEST_CASE("reducer: accumulation communicates once per optimizer step") {
 
 int unused(int) {
   testing::GlooRank g;
-  Communicator &c = g.comm();
+  Communicator& c = g.comm();
   const int rank = c.rank(), W = c.world_size();
   std::vector<bool> used(kSizes.size(), true);
   used[2] = false;  // chain.2 unused on every rank
@@ -190,8 +185,7 @@ int unused(int) {
                  e.find("--find-unused-parameters") != std::string::npos,
              "unused parameter error: ", e);
   }
-  // With find_unused: rank 0 uses chain.4, the others do not; its average is
-  // rank 0's input / W.
+  // With find_unused: rank 0 uses chain.4, the others do not; its average is rank 0's input / W.
   auto ps = make_params(kSizes);
   ReducerOptions o;
   o.find_unused = true;
@@ -202,7 +196,7 @@ int unused(int) {
   loss_of(ps, rank, 0, mine).backward();
   red.finish();
   std::vector<double> want = input(0, kSizes[4], 4).to_vector<double>();
-  for (double &v : want) v = double(float(v) * float(1.0 / W));
+  for (double& v : want) v = double(float(v) * float(1.0 / W));
   expect_close(ps[4].second.grad(), want, "find_unused chain.4");
   return 0;
 }
@@ -215,11 +209,10 @@ TEST_CASE(
   CHECK(r.ok());
 }
 
-// A long chain: backward runs through many ops after the last weights'
-// gradients are final.
+// A long chain: backward runs through many ops after the last weights' gradients are final.
 int overlap(int) {
   testing::GlooRank g;
-  Communicator &c = g.comm();
+  Communicator& c = g.comm();
   const int rank = c.rank();
   const int64_t n = 1 << 16;
   std::vector<Reducer::Param> ps;
@@ -233,8 +226,7 @@ int overlap(int) {
   o.bucket_bytes = size_t(n) * 4;
   Reducer red(c, ps, o);
   red.prepare(true);
-  // h = x * w0 * w1 * ... * w7 with extra work between: the gradient of w7 is
-  // final first.
+  // h = x * w0 * w1 * ... * w7 with extra work between: the gradient of w7 is final first.
   Tensor h = input(rank, n, 0);
   for (auto &[name, w] : ps) {
     h = mul(h, w);
@@ -242,11 +234,11 @@ int overlap(int) {
   }
   sum(h).backward();
   red.finish();
-  const StepTimeline &t = red.last_timeline();
+  const StepTimeline& t = red.last_timeline();
   RT_CHECK(t.buckets.size() == 8, t.buckets.size(), " buckets");
   RT_CHECK(t.buckets[0].launched >= 0 && t.buckets[0].launched < t.backward_end, "the first bucket was launched at ",
            t.buckets[0].launched, " s, backward ended at ", t.backward_end, " s");
-  for (const auto &b : t.buckets) RT_CHECK(b.completed >= b.launched, "a bucket without its completion time");
+  for (const auto& b : t.buckets) RT_CHECK(b.completed >= b.launched, "a bucket without its completion time");
   const double ov = t.overlap();
   RT_CHECK(ov >= 0 && ov <= 1, "overlap ", ov);
   return 0;
@@ -262,7 +254,7 @@ TEST_CASE(
 
 int consistency(int) {
   testing::GlooRank g;
-  Communicator &c = g.comm();
+  Communicator& c = g.comm();
   const int rank = c.rank();
   // broadcast_from_rank0: rank-specific values become rank 0's.
   Tensor t = Tensor::full({1000}, double(rank + 1));
