@@ -31,6 +31,24 @@ void Communicator::check_peer(int peer, const char* op, const char* arg) const {
            " (ranks 0..", world_ - 1, ")");
 }
 
+void Communicator::check_reduction(DType t, const std::string& what) const {
+  RT_CHECK(is_floating(t), what, ": reduces floating tensors only (f32, f64, bf16, f16), got ", dtype_name(t),
+           ": convert with .to(DType::f64) (exact for integers below 2^53)");
+  check_reducible(t, what);
+}
+
+void Communicator::check_blocks(const Tensor& whole, const char* whole_name, const Tensor& block,
+                                const char* block_name, const std::string& what) const {
+  RT_CHECK(whole.dtype() == block.dtype(), what, ": ", whole_name, " is ", dtype_name(whole.dtype()), " but ",
+           block_name, " is ", dtype_name(block.dtype()));
+  RT_CHECK(whole.numel() == block.numel() * world_, what, ": ", whole_name, " has ", whole.numel(),
+           " elements; it needs world size (", world_, ") x ", block.numel(), " = ", block.numel() * world_);
+  RT_CHECK(whole.format() == MemoryFormat::contiguous && block.format() == MemoryFormat::contiguous, what,
+           ": needs contiguous tensors (call .contiguous())");
+  RT_CHECK(whole.impl().storage != block.impl().storage, what, ": ", whole_name, " and ", block_name,
+           " share storage; use separate tensors");
+}
+
 Communicator::Call Communicator::make_call(Kind kind, std::string what, Millis timeout) const {
   RT_CHECK(timeout == kDefaultTimeout || timeout.count() > 0, what, ": the timeout must be positive, got ",
            timeout.count(), " ms");
@@ -49,9 +67,7 @@ Work Communicator::all_reduce(const Tensor& t, ReduceOp op, AllReduceAlgo algo, 
   check_tensor(t, "all_reduce", "the tensor");
   const std::string what = detail::cat("all_reduce #", collectives_, " (", algo_name(algo), ", ",
                                        reduce_op_name(op), ", ", elems(t), ")");
-  RT_CHECK(is_floating(t.dtype()), what, ": reduces floating tensors only (f32, f64, bf16, f16), got ",
-           dtype_name(t.dtype()), ": convert with .to(DType::f64) (exact for integers below 2^53)");
-  check_reducible(t.dtype(), what);
+  check_reduction(t.dtype(), what);
   Call c = make_call(Kind::all_reduce, what, timeout);
   c.a = t;
   c.op = op;
@@ -75,14 +91,7 @@ Work Communicator::all_gather(const Tensor& out, const Tensor& in, Millis timeou
   check_tensor(out, "all_gather", "out");
   check_tensor(in, "all_gather", "in");
   const std::string what = detail::cat("all_gather #", collectives_, " (", elems(in), " per rank)");
-  RT_CHECK(out.dtype() == in.dtype(), what, ": out is ", dtype_name(out.dtype()), " but in is ",
-           dtype_name(in.dtype()));
-  RT_CHECK(out.numel() == in.numel() * world_, what, ": out has ", out.numel(), " elements; it needs world size (",
-           world_, ") x ", in.numel(), " = ", in.numel() * world_);
-  RT_CHECK(out.format() == MemoryFormat::contiguous && in.format() == MemoryFormat::contiguous, what,
-           ": needs contiguous tensors (call .contiguous())");
-  RT_CHECK(out.impl().storage != in.impl().storage, what,
-           ": out and in share storage; gather into a separate tensor");
+  check_blocks(out, "out", in, "in", what);
   Call c = make_call(Kind::all_gather, what, timeout);
   c.a = out;
   c.b = in;
@@ -95,15 +104,8 @@ Work Communicator::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
   check_tensor(in, "reduce_scatter", "in");
   const std::string what =
       detail::cat("reduce_scatter #", collectives_, " (", reduce_op_name(op), ", ", elems(out), " per rank)");
-  RT_CHECK(out.dtype() == in.dtype(), what, ": out is ", dtype_name(out.dtype()), " but in is ",
-           dtype_name(in.dtype()));
-  RT_CHECK(in.numel() == out.numel() * world_, what, ": in has ", in.numel(), " elements; it needs world size (",
-           world_, ") x ", out.numel(), " = ", out.numel() * world_);
-  RT_CHECK(out.format() == MemoryFormat::contiguous && in.format() == MemoryFormat::contiguous, what,
-           ": needs contiguous tensors (call .contiguous())");
-  RT_CHECK(is_floating(in.dtype()), what, ": reduces floating tensors only (f32, f64, bf16, f16), got ",
-           dtype_name(in.dtype()));
-  check_reducible(in.dtype(), what);
+  check_blocks(in, "in", out, "out", what);
+  check_reduction(in.dtype(), what);
   Call c = make_call(Kind::reduce_scatter, what, timeout);
   c.a = out;
   c.b = in;

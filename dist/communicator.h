@@ -133,6 +133,11 @@ class Communicator {
   Call make_call(Kind kind, std::string what, Millis timeout) const;
   void check_tensor(const Tensor& t, const char* op, const char* arg) const;
   void check_peer(int peer, const char* op, const char* arg) const;
+  // Floating, and reduced by the backend.
+  void check_reduction(DType t, const std::string& what) const;
+  // all_gather / reduce_scatter: `whole` is world blocks the size of `block`.
+  void check_blocks(const Tensor& whole, const char* whole_name, const Tensor& block, const char* block_name,
+                    const std::string& what) const;
 
   int rank_, world_;
   Device device_;

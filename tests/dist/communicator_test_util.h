@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cmath>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -15,6 +16,7 @@
 #include "dist/rendezvous.h"
 #include "engine/error.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/runtime.h"
 
 namespace rt::dist::testing {
 
@@ -64,6 +66,14 @@ inline void expect_equal(const std::vector<double>& got, const std::vector<doubl
 
 inline void expect_equal(const Tensor& got, const std::vector<double>& want, const std::string& what) {
   expect_equal(got.to_vector<double>(), want, what);
+}
+
+// True when a GPU is usable; otherwise prints the SKIPPED line and the test passes.
+inline bool have_gpu(const char* test) {
+  std::string why;
+  if (cuda::device_count(&why) > 0) return true;
+  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
+  return false;
 }
 
 }  // namespace rt::dist::testing

@@ -32,10 +32,15 @@ using testing::int_tensor;
 using testing::int_value;
 using Clock = std::chrono::steady_clock;
 
-testing::LaunchOptions within(std::chrono::milliseconds limit) {
-  testing::LaunchOptions o;
-  o.limit = limit;
-  return o;
+// Runs `body` on each of these world sizes; every rank must exit 0 within `limit`.
+void check_worlds(std::initializer_list<int> worlds, int (*body)(int), std::chrono::milliseconds limit) {
+  for (int world : worlds) {
+    testing::LaunchOptions o;
+    o.limit = limit;
+    const auto r = testing::launch(world, body, o);
+    INFO(r.report());
+    CHECK(r.ok());
+  }
 }
 
 constexpr AllReduceAlgo kAlgos[] = {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree};
@@ -139,11 +144,7 @@ int every_collective(int) {
 }
 
 TEST_CASE("gloo: every collective and send/recv against a reference on 2, 3 and 4 ranks") {
-  for (int world : {2, 3, 4}) {
-    const auto r = testing::launch(world, every_collective, within(60s));
-    INFO(r.report());
-    CHECK(r.ok());
-  }
+  check_worlds({2, 3, 4}, every_collective, 60s);
 }
 
 // gamma(k) of the summation bound, for the unit roundoff of t.
@@ -192,11 +193,7 @@ int random_floats(int) {
 }
 
 TEST_CASE("gloo: ring and tree sums of random floats agree with the library within the summation bound") {
-  for (int world : {2, 3, 4}) {
-    const auto r = testing::launch(world, random_floats, within(30s));
-    INFO(r.report());
-    CHECK(r.ok());
-  }
+  check_worlds({2, 3, 4}, random_floats, 30s);
 }
 
 int in_issue_order(int) {
@@ -231,11 +228,7 @@ int in_issue_order(int) {
 }
 
 TEST_CASE("gloo: several calls in flight complete in issue order") {
-  for (int world : {2, 4}) {
-    const auto r = testing::launch(world, in_issue_order, within(30s));
-    INFO(r.report());
-    CHECK(r.ok());
-  }
+  check_worlds({2, 4}, in_issue_order, 30s);
 }
 
 int any_world(int) {
@@ -257,11 +250,7 @@ int any_world(int) {
 }
 
 TEST_CASE("gloo: ring and tree on 1 to 8 ranks, for 0, 1, prime and indivisible counts") {
-  for (int world = 1; world <= 8; ++world) {
-    const auto r = testing::launch(world, any_world, within(60s));
-    INFO(r.report());
-    CHECK(r.ok());
-  }
+  check_worlds({1, 2, 3, 4, 5, 6, 7, 8}, any_world, 60s);
 }
 
 int large(int) {
@@ -287,9 +276,7 @@ int large(int) {
 }
 
 TEST_CASE("gloo: 128 MiB all-reduced exactly by library, ring and tree on 2 ranks") {
-  const auto r = testing::launch(2, large, within(60s));
-  INFO(r.report());
-  CHECK(r.ok());
+  check_worlds({2}, large, 60s);
 }
 
 }  // namespace

@@ -6,25 +6,16 @@
 // a bad call fails with its name. Without a GPU each case prints "SKIPPED: no CUDA device".
 #include <doctest/doctest.h>
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
 #include "engine/stream.h"
-#include "kernels/cuda/runtime.h"
 #include "tests/dist/communicator_test_util.h"
 
 namespace rt::dist {
 namespace {
-
-bool have_gpu(const char* test) {
-  std::string why;
-  if (cuda::device_count(&why) > 0) return true;
-  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
-  return false;
-}
 
 // A world of one: its own store, its communicator on cuda:0.
 struct OneGpu {
@@ -33,7 +24,7 @@ struct OneGpu {
 };
 
 TEST_CASE("nccl: every call at world size 1 hands the caller's values back on the caller's stream") {
-  if (!have_gpu("NcclCommunicator, world 1")) return;
+  if (!testing::have_gpu("NcclCommunicator, world 1")) return;
   OneGpu one;
   Communicator& c = one.comm;
   const Stream caller = Stream::create(Device::cuda(0));
@@ -64,7 +55,7 @@ TEST_CASE("nccl: every call at world size 1 hands the caller's values back on th
 }
 
 TEST_CASE("nccl: calls in flight complete in issue order") {
-  if (!have_gpu("NcclCommunicator issue order")) return;
+  if (!testing::have_gpu("NcclCommunicator issue order")) return;
   OneGpu one;
   std::vector<Tensor> ts;
   std::vector<Work> works;
@@ -87,7 +78,7 @@ TEST_CASE("nccl: calls in flight complete in issue order") {
 }
 
 TEST_CASE("nccl: a CPU tensor is refused, naming the device to move it to") {
-  if (!have_gpu("NcclCommunicator misuse")) return;
+  if (!testing::have_gpu("NcclCommunicator misuse")) return;
   OneGpu one;
   std::string msg;
   try {

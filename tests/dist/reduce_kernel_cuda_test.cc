@@ -6,7 +6,6 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
-#include <cstdio>
 #include <limits>
 #include <string>
 
@@ -15,18 +14,10 @@
 #include "engine/random.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/runtime.h"
 #include "tests/dist/communicator_test_util.h"
 
 namespace rt::dist {
 namespace {
-
-bool have_gpu(const char* test) {
-  std::string why;
-  if (cuda::device_count(&why) > 0) return true;
-  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
-  return false;
-}
 
 constexpr DType kTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
@@ -36,7 +27,7 @@ DType ref_type(DType t) { return t == DType::f64 ? DType::f64 : DType::f32; }
 cudaStream_t stream_of(const Stream& s) { return static_cast<cudaStream_t>(s.handle()); }
 
 TEST_CASE("reduce_cuda: sum and max equal the CPU's for f32, f64, bf16 and f16") {
-  if (!have_gpu("reduce_cuda vs reduce_cpu")) return;
+  if (!testing::have_gpu("reduce_cuda vs reduce_cpu")) return;
   const Stream s = Stream::create(Device::cuda(0));
   StreamGuard guard(s);
   for (DType t : kTypes)
@@ -54,7 +45,7 @@ TEST_CASE("reduce_cuda: sum and max equal the CPU's for f32, f64, bf16 and f16")
 }
 
 TEST_CASE("scale_cuda: the 1/N of an average equals the CPU's") {
-  if (!have_gpu("scale_cuda vs scale_cpu")) return;
+  if (!testing::have_gpu("scale_cuda vs scale_cpu")) return;
   const Stream s = Stream::create(Device::cuda(0));
   StreamGuard guard(s);
   for (DType t : kTypes) {
@@ -74,7 +65,7 @@ TEST_CASE("reduce: a NaN on either side wins a max, on the GPU and on the CPU") 
   Tensor cpu = Tensor::from_vector(a, {3}).to(DType::f32);
   reduce_cpu(ReduceOp::max, DType::f32, 3, Tensor::from_vector(b, {3}).to(DType::f32).raw_data(), cpu.raw_data());
   testing::expect_equal(cpu, want, "reduce_cpu max with NaN");
-  if (!have_gpu("reduce_cuda max with NaN")) return;
+  if (!testing::have_gpu("reduce_cuda max with NaN")) return;
   const Stream s = Stream::create(Device::cuda(0));
   StreamGuard guard(s);
   for (DType t : kTypes) {
