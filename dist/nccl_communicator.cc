@@ -196,7 +196,12 @@ NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;
   NCCL_CHECK(ncclCommInitRankConfig(&comm, world, id, rank, &config));
-  wait_ready(detail::cat("rank ", rank, ": NCCL's communicator setup"), deadline);
+  try {
+    wait_ready(detail::cat("rank ", rank, ": NCCL's communicator setup"), deadline);
+  } catch (...) {
+    NCCL_WARN(ncclCommAbort(comm));  // no watchdog yet: this is the only owner
+    throw;
+  }
   stream = Stream::create(Device::cuda(device));
   barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(device));
   thread = std::thread([this] { watchdog(); });
@@ -210,8 +215,7 @@ NcclCommunicator::Impl::~Impl() {
   }
   cv.notify_all();
   if (thread.joinable()) thread.join();
-  if (!comm) return;
-  if (!broken.empty()) return;  // aborted: NCCL freed it
+  if (aborting) return;  // NCCL freed it
   // Finalize (flushes NCCL's own work), then destroy; abort if that does not end in time.
   const auto deadline = Clock::now() + opts.timeout;
   ncclResult_t st = ncclCommFinalize(comm);
@@ -231,12 +235,10 @@ void NcclCommunicator::Impl::wait_ready(const std::string& what, Clock::time_poi
     if (st != ncclInProgress)
       RT_FAIL(what, ": NCCL failed: ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")");
     if (Clock::now() >= deadline) {
-      NCCL_WARN(ncclCommAbort(comm));
-      comm = nullptr;
       const std::string lost = liveness->describe_lost();
-      RT_FAIL(what, ": NCCL did not finish setting up within the timeout",
-              lost.empty() ? std::string(" (every peer's process is alive: check NCCL_DEBUG=INFO's network "
-                                         "and topology lines)")
+      RT_FAIL(what, ": NCCL did not finish setting it up within the timeout",
+              lost.empty() ? std::string(" (every peer's process is alive: NCCL_DEBUG=INFO shows NCCL's network "
+                                         "and topology choices)")
                            : "; lost " + lost);
     }
     std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -254,9 +256,7 @@ void NcclCommunicator::Impl::abort(const std::string& why) {
     inflight.front().state->finish("");
     inflight.pop_front();
   }
-  aborting = true;
-  if (comm) NCCL_WARN(ncclCommAbort(comm));
-  comm = nullptr;
+  if (!aborting.exchange(true)) NCCL_WARN(ncclCommAbort(comm));
   broken = inflight.empty() ? why : describe(inflight.front(), why);
   for (size_t i = 0; i < inflight.size(); ++i)
     inflight[i].state->finish(i == 0 ? broken : inflight[i].what + " not run: " + broken);
@@ -289,7 +289,9 @@ void NcclCommunicator::Impl::watchdog() {
       ncclResult_t st = ncclSuccess;
       NCCL_CHECK(ncclCommGetAsyncError(comm, &st));
       if (st != ncclSuccess && st != ncclInProgress) {
-        abort(detail::cat("NCCL reported ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")"));
+        std::unique_lock<std::mutex> issuing(issue_mu, std::try_to_lock);
+        if (issuing.owns_lock())
+          abort(detail::cat("NCCL reported ", ncclGetErrorString(st), " (", ncclGetLastError(comm), ")"));
         continue;
       }
       std::string lost;
@@ -297,14 +299,21 @@ void NcclCommunicator::Impl::watchdog() {
         lost = liveness->describe_lost();
         last_liveness = now;
       }
+      const bool late = now - head.start > head.timeout;
+      if (lost.empty() && !late) continue;
+      // Never abort under a call being queued (it would use the freed communicator); that
+      // call ends by its own deadline, and the next round aborts.
+      std::unique_lock<std::mutex> issuing(issue_mu, std::try_to_lock);
+      if (!issuing.owns_lock()) continue;
       if (!lost.empty()) abort("lost " + lost);
-      else if (now - head.start > head.timeout)
+      else
         abort(detail::cat("timed out (timeout ", net::seconds(head.timeout), "); NCCL does not say which peer ",
                           "it waited for. Every peer's process is alive (their liveness links are open), so some ",
                           "rank did not take part: check that every rank issues the same calls in the same ",
                           "order, or raise the timeout"));
     } catch (const std::exception& e) {
-      abort(e.what());
+      std::unique_lock<std::mutex> issuing(issue_mu, std::try_to_lock);
+      if (issuing.owns_lock()) abort(e.what());
     }
   }
 }
