@@ -1,8 +1,8 @@
 // The configuration of `ringtape train` and `ringtape eval`, typed. The flags are parsed and
 // checked once, here (parse_train_config, parse_eval_config); nothing after that looks a flag
 // up by its name. Every field's default is its flag's default (train_config_test checks
-// that parsing no flags gives TrainConfig{} and EvalConfig{}); "auto" and "none" are
-// nullopt or 0, as each field says.
+// that parsing no flags gives TrainConfig{}, and EvalConfig{} but for the weights eval
+// requires); "auto" and "none" are nullopt, 0 or "", as each field says.
 #pragma once
 
 #include <array>
