@@ -74,7 +74,7 @@ int main(int argc, char** argv) {
           return 0;
         }
       flags.parse(args);
-      return cmd == "train" ? rt::train::run_train(flags) : rt::train::run_eval(flags);
+      return cmd == "train" ? rt::train::run_train(flags, args) : rt::train::run_eval(flags);
     }
   } catch (const rt::cli::UsageError& e) {
     std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());

@@ -12,9 +12,14 @@ EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg,
                     const InterruptHandler* interrupt) {
   NoGradGuard ng;
   nn::Module& model = *s.model;
+  par.before_evaluation(model);
   model.eval();
+  // This rank's shard of the test set; the examples past shard.valid are the sampler's padding.
+  const EvalShard shard = par.eval_shard(s.test_set->size());
   data::SamplerOptions so;
   so.shuffle = false;
+  so.rank = shard.rank;
+  so.world_size = shard.world;
   data::Loader loader(*s.test_set, data::Sampler(s.test_set->size(), cfg.loader.batch_size, so),
                       loader_options(cfg.loader, s.device));
   data::DeviceFeeder feed(loader, s.device, s.format, mp.input_dtype());
@@ -26,9 +31,12 @@ EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg,
       r.interrupted = true;
       break;
     }
-    const Tensor logits = mp.forward(b->input);
-    const int64_t n = b->input.size(0);
-    c.loss_sum += cross_entropy(logits, b->labels, cfg.label_smoothing).item() * double(n);
+    const int64_t n = std::min(b->input.size(0), shard.valid - c.n);  // without the padding
+    if (n <= 0) break;
+    const Tensor input = n < b->input.size(0) ? b->input.slice_batch(0, n) : b->input;
+    const Tensor labels = n < b->input.size(0) ? b->labels.slice_batch(0, n) : b->labels;
+    const Tensor logits = mp.forward(input);
+    c.loss_sum += cross_entropy(logits, labels, cfg.label_smoothing).item() * double(n);
     const Tensor host = logits.to(Device::cpu()).to(DType::f32);
     topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &c.top1, &c.top5, &c.nonfinite);
     c.n += n;

@@ -48,7 +48,8 @@ void TrainLog::start(Device device, int64_t images, int64_t steps_per_epoch, int
 
 void TrainLog::train(const Progress& p, double lr, const LogWindow& w, const MixedPrecision& mp) {
   const auto now = Clock::now();
-  const double ips = double(w.samples) / std::max(seconds(now - t_log_), 1e-9);
+  // Every rank's images (each rank trains as many): the run's throughput.
+  const double ips = double(w.samples) * double(world_) / std::max(seconds(now - t_log_), 1e-9);
   const double eta = seconds(now - t_start_) / double(p.step - start_step_) * double(max_steps_ - p.step);
   t_log_ = now;
   if (!metrics_) return;
@@ -103,6 +104,25 @@ void TrainLog::done(int64_t steps, int64_t skipped_steps, const std::string& wei
   std::printf("done: %ld steps in %.1f s", steps, seconds(Clock::now() - t_start_));
   if (skipped_steps > 0) std::printf(" (%ld skipped on NaN/Inf by --skip-nonfinite)", skipped_steps);
   std::printf("; weights in %s\n", weights_path.c_str());
+}
+
+void TrainLog::parallel(const std::string& describe, int world, int64_t batch, int64_t accum_steps) {
+  world_ = world;
+  if (!metrics_) return;
+  std::printf("%s; global batch %ld = %d process(es) x batch %ld x %ld accumulation step(s)\n", describe.c_str(),
+              int64_t(world) * batch * accum_steps, world, batch, accum_steps);
+}
+
+void TrainLog::overlap(const OverlapStats& o) {
+  if (!metrics_ || o.steps == 0) return;
+  std::printf("all-reduce: %.3f s per step, %.1f%% hidden behind backward (%ld steps)\n",
+              o.comm_seconds / double(o.steps), 100.0 * o.fraction(), o.steps);
+  json::Value m = json::Value::object();
+  m.set("type", "overlap");
+  m.set("steps", o.steps);
+  m.set("allreduce_s_per_step", o.comm_seconds / double(o.steps));
+  m.set("hidden_fraction", o.fraction());
+  metrics_->write(m);
 }
 
 void print_eval(const std::string& model, const std::string& dataset, const EvalResult& e, double seconds) {

@@ -44,11 +44,16 @@ class TrainLog {
   void eval(const Progress& p, const EvalResult& e, int64_t skipped_train);
   // The last line: steps done, time, skipped steps, where the weights are.
   void done(int64_t steps, int64_t skipped_steps, const std::string& weights_path);
+  // Data parallel: who takes part and the global batch (first); the communication hidden
+  // behind backward (last), also a metrics.jsonl record of type "overlap".
+  void parallel(const std::string& describe, int world, int64_t batch, int64_t accum_steps);
+  void overlap(const OverlapStats& o);
 
  private:
   using Clock = std::chrono::steady_clock;
   std::optional<MetricsLog> metrics_;  // the logging rank's
   int64_t start_step_, max_steps_;
+  int world_ = 1;  // processes training together (img/s counts all of theirs)
   bool skip_nonfinite_;
   Clock::time_point t_start_, t_log_;
 };

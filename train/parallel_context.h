@@ -20,9 +20,33 @@
 //     a sharded test set must leave out the padding the sampler adds.
 #pragma once
 
+#include <cstdint>
+#include <string>
+
+namespace rt::nn {
+class Module;
+}
+
 namespace rt::train {
 
 struct EvalCounts;  // train/evaluate.h
+
+// Which examples of the test set this rank evaluates: positions rank, rank + world, ... of
+// the unshuffled order (data/sampler.h), of which the first `valid` count (the rest is the
+// sampler's padding).
+struct EvalShard {
+  int rank = 0, world = 1;
+  int64_t valid = 0;
+};
+
+// Communication hidden behind backward, over the steps that communicated (dist/reducer.h's
+// timeline): hidden_seconds / comm_seconds is the overlap.
+struct OverlapStats {
+  int64_t steps = 0;
+  double comm_seconds = 0, hidden_seconds = 0;
+  double last = -1;  // the last step's fraction
+  double fraction() const { return comm_seconds > 0 ? hidden_seconds / comm_seconds : -1; }
+};
 
 class ParallelContext {
  public:
@@ -31,12 +55,23 @@ class ParallelContext {
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
   bool is_logging_rank() const { return rank() == 0; }
+  virtual std::string describe() const = 0;  // a line for the start of the log
+  // Rank 0's `rank0_value` on every rank (what must agree but is decided in one place).
+  virtual std::string agree(const std::string& key, const std::string& rank0_value) = 0;
 
+  // The model is built, on its device, resumed: the data-parallel context makes every rank's
+  // copy rank 0's and hooks its gradients (compute_copies: 16-bit copies produce them).
+  virtual void attach(nn::Module& model, bool compute_copies) = 0;
   virtual void before_backward(bool last_micro_step) = 0;
   virtual void after_backward(bool last_micro_step) = 0;
   virtual void before_optimizer_step() = 0;
 
+  virtual void before_evaluation(nn::Module& model) = 0;
+  virtual EvalShard eval_shard(int64_t test_size) const = 0;
   virtual void sum_eval_counts(EvalCounts& counts) = 0;
+
+  virtual OverlapStats overlap() const = 0;
+  virtual void finish() = 0;  // the run ended well: the last meeting of the ranks
 };
 
 // One process: its gradients and counts are already the whole run's.
@@ -44,10 +79,17 @@ class SingleProcess final : public ParallelContext {
  public:
   int rank() const override { return 0; }
   int world_size() const override { return 1; }
+  std::string describe() const override { return "one process"; }
+  std::string agree(const std::string&, const std::string& v) override { return v; }
+  void attach(nn::Module&, bool) override {}
   void before_backward(bool) override {}
   void after_backward(bool) override {}
   void before_optimizer_step() override {}
+  void before_evaluation(nn::Module&) override {}
+  EvalShard eval_shard(int64_t test_size) const override { return EvalShard{0, 1, test_size}; }
   void sum_eval_counts(EvalCounts&) override {}
+  OverlapStats overlap() const override { return {}; }
+  void finish() override {}
 };
 
 }  // namespace rt::train

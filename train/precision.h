@@ -80,6 +80,7 @@ class MixedPrecision {
   bool step(optim::Optimizer& opt);
 
   bool loss_scaling() const { return scaler_.has_value(); }
+  bool has_compute_copies() const { return copies_.has_value(); }
   double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
   // The loss scaler's state for checkpoints (optim::GradScaler::state()); empty without
   // loss scaling. load_state() needs it exactly when loss scaling is on.

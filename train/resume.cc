@@ -20,13 +20,28 @@ Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& op
                 const std::map<std::string, std::string>& flags) {
   std::map<std::string, std::string> saved;
   std::map<std::string, Tensor> scaler_state;
-  const Progress p = load_checkpoint(path, model, opt, &saved, &scaler_state);
+  Progress p = load_checkpoint(path, model, opt, &saved, &scaler_state);
   for (const auto& k : trajectory_flags())
     if (saved.count(k) && saved.at(k) != flags.at(k))
       throw cli::UsageError("--resume: the checkpoint was trained with --" + k + " " + saved.at(k) +
                             " but this run has --" + k + " " + flags.at(k) +
                             "; resume with the same value (or start a new run)");
   mp.load_state(scaler_state);
+  // Note [Resume with another world size]: p.batch counts this epoch's batches per rank. With
+  // another number of ranks the epoch is sharded anew; the run continues after the same
+  // number of the epoch's examples (rounded down to whole optimizer steps), so no example of
+  // the epoch is trained on twice and at most one step's worth is left out.
+  const auto ws = flags.find("world-size");
+  const int64_t now_world = ws == flags.end() ? 1 : std::stoll(ws->second);
+  const int64_t then_world = saved.count("world-size") ? std::stoll(saved.at("world-size")) : 1;
+  if (then_world != now_world) {
+    const int64_t accum = flags.count("accum-steps") ? std::stoll(flags.at("accum-steps")) : 1;
+    const int64_t batch = p.batch * then_world / now_world / accum * accum;
+    std::printf("resuming a run of %ld process(es) with %ld: the global batch changes by %ld/%ld (the learning rate "
+                "does not); epoch %ld continues at this rank's batch %ld instead of %ld\n",
+                then_world, now_world, now_world, then_world, p.epoch, batch, p.batch);
+    p.batch = batch;
+  }
   std::printf("resumed %s at epoch %ld, batch %ld, step %ld\n", path.c_str(), p.epoch, p.batch, p.step);
   return p;
 }

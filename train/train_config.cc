@@ -115,6 +115,16 @@ TrainConfig parse_train_config(const cli::Flags& f) {
   c.output.resume = f.str("resume");
   c.output.checkpoint_every = f.integer("checkpoint-every");
   c.output.print_freq = f.integer("print-freq");
+
+  c.parallel.nproc_per_node = int(f.integer("nproc-per-node"));
+  c.parallel.nnodes = int(f.integer("nnodes"));
+  c.parallel.node_rank = int(f.integer("node-rank"));
+  c.parallel.master_addr = f.str("master-addr");
+  c.parallel.master_port = int(f.integer("master-port"));
+  c.parallel.allreduce = dist::parse_allreduce_algo(f.str("allreduce"));
+  c.parallel.bucket_cap_mb = f.number("bucket-cap-mb");
+  c.parallel.find_unused_parameters = f.boolean("find-unused-parameters");
+  c.parallel.timeout_s = f.number("timeout");
   c.recorded_flags = f.effective();
   return c;
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "cli/flags.h"
+#include "dist/communicator_ops.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "optim/schedule.h"
@@ -122,11 +123,27 @@ inline optim::LrScheduleOptions default_lr_schedule() {
   return o;
 }
 
+// Data parallelism (train/data_parallel.h): the launcher's flags and the reducer's.
+struct ParallelConfig {
+  int nproc_per_node = 1;             // workers this command starts on this machine (1 = none: run here)
+  int nnodes = 1;                     // machines taking part
+  int node_rank = 0;                  // this machine's index among them
+  std::string master_addr = "127.0.0.1";  // where rank 0 hosts the rendezvous store
+  int master_port = 0;                // 0 = a free port (one machine only)
+  dist::AllReduceAlgo allreduce = dist::AllReduceAlgo::library;
+  double bucket_cap_mb = 25;          // gradient bucket size (the first bucket: at most 1 MiB)
+  bool find_unused_parameters = false;
+  double timeout_s = 300;             // every collective and the rendezvous
+
+  bool operator==(const ParallelConfig&) const = default;
+};
+
 struct TrainConfig : CommonConfig {
   OptimizerConfig optimizer;
   optim::LrScheduleOptions lr_schedule = default_lr_schedule();
   LoopConfig loop;
   OutputConfig output;
+  ParallelConfig parallel;
   // Every flag's value as given or defaulted, as typed: the checkpoint records it and
   // --resume compares its trajectory flags (train/resume.h).
   std::map<std::string, std::string> recorded_flags;

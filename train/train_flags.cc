@@ -143,6 +143,17 @@ void validate_flags(const cli::Flags& f) {
   int_in(f, "checkpoint-every", 0, kNoLimit, "an integer >= 0 (0 = once per epoch)");
   int_in(f, "print-freq", 1, kNoLimit, "a positive integer (log every N steps)");
   int_in(f, "accum-steps", 1, kNoLimit, "a positive integer (micro-batches per step)");
+  if (f.has("nproc-per-node")) {
+    int_in(f, "nproc-per-node", 1, 1024, "in [1, 1024] (processes on this machine)");
+    int_in(f, "nnodes", 1, 65536, "a positive integer (machines)");
+    int_in(f, "node-rank", 0, f.integer("nnodes") - 1, "in [0, --nnodes) = [0, " + f.str("nnodes") + ")");
+    int_in(f, "master-port", 0, 65535, "in [0, 65535] (0 = a free port)");
+    if (f.integer("nnodes") > 1 && f.integer("master-port") == 0)
+      throw cli::UsageError("--nnodes " + f.str("nnodes") +
+                            " needs --master-port (the same on every machine, e.g. --master-port 29500)");
+    num_in(f, "bucket-cap-mb", 0, 1 << 20, true, "a number of MiB > 0");
+    num_in(f, "timeout", 0, 1e7, true, "a number of seconds > 0");
+  }
   int_in(f, "threads", 0, kMaxThreads, "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)");
   int_in(f, "workers", 0, kMaxWorkers, "in [0, " + std::to_string(kMaxWorkers) + "] (0 = load in the training thread)");
   int_in(f, "num-classes", 0, kMaxClasses,
@@ -214,6 +225,22 @@ std::vector<Flag> train_flags() {
        "the loss stays on the device and a NaN/Inf is found at the next --print-freq step or checkpoint)", {}},
       {"cudnn-benchmark", FlagType::boolean, "false",
        "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored on the CPU)", {}},
+      {"nproc-per-node", FlagType::integer, "1",
+       "start this many training processes on this machine (one per GPU; on the CPU, processes sharing the cores) "
+       "with torchrun's environment, and supervise them; 1 = train in this process", {}},
+      {"nnodes", FlagType::integer, "1", "machines taking part (run the same command on each, with --node-rank)", {}},
+      {"node-rank", FlagType::integer, "0", "this machine's index among --nnodes", {}},
+      {"master-addr", FlagType::string, "127.0.0.1", "the address of the machine with --node-rank 0", {}},
+      {"master-port", FlagType::integer, "0", "rank 0's rendezvous port (0 = a free one; needed with --nnodes > 1)",
+       {}},
+      {"allreduce", FlagType::string, "library", "gradient all-reduce: the backend's own, or ringtape's ring or tree",
+       {"library", "ring", "tree"}},
+      {"bucket-cap-mb", FlagType::number, "25", "data parallel: gradient bucket size in MiB (the first is 1 MiB)", {}},
+      {"find-unused-parameters", FlagType::boolean, "false",
+       "data parallel: reduce zeros for parameters that got no gradient (else that is an error naming them)", {}},
+      {"timeout", FlagType::number, "300",
+       "data parallel: seconds any collective or the rendezvous may take before the run stops naming the lost rank",
+       {}},
       {"cudnn-benchmark-runtime-compiled", FlagType::boolean, "false",
        "with --cudnn-benchmark: also time the engines cuDNN compiles at run time (each compiles when first tried, "
        "which can take seconds per shape; without this flag they are skipped unless nothing else fits)", {}},

@@ -9,11 +9,16 @@
 #include <filesystem>
 #include <map>
 #include <string>
+#include <thread>
+#include <vector>
 
+#include "dist/local_launcher.h"
+#include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/interrupt.h"
 #include "train/logging.h"
 #include "train/output_dir.h"
+#include "train/rank_log.h"
 #include "train/resume.h"
 #include "train/setup.h"
 #include "train/step.h"
@@ -31,11 +36,38 @@ nn::Module& ready_to_train(const TrainConfig& cfg, const Setup& s) {
   return *s.model;
 }
 
-// The flags the checkpoint records, with the precision auto chose: resuming must choose the same.
-std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Precision precision) {
+// The flags the checkpoint records, with the precision auto chose (resuming must choose the
+// same) and the number of processes (Note [Resume with another world size]).
+std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Precision precision, int world) {
   std::map<std::string, std::string> flags = cfg.recorded_flags;
   flags["precision"] = precision_name(precision);
+  flags["world-size"] = std::to_string(world);
   return flags;
+}
+
+// The run's directory: rank 0 opens it (fs checks, another run's files refused, stale
+// temporaries removed) and every rank uses the same one.
+fs::path run_dir(const TrainConfig& cfg, ParallelContext& par) {
+  const std::string name = std::string(dataset_name(cfg.data.dataset)) + "-" + cfg.model.name;
+  if (par.world_size() == 1) return open_output_dir(cfg.output, name);
+  std::string dir;
+  if (par.is_logging_rank()) dir = open_output_dir(cfg.output, name).string();
+  dir = par.agree("output-dir", dir);
+  fs::create_directories(fs::path(dir) / "logs");
+  return dir;
+}
+
+// Data parallel: each rank's output copied to <dir>/logs/rank-K.log.
+std::unique_ptr<RankLog> rank_log(const fs::path& dir, const ParallelContext& par) {
+  if (par.world_size() == 1) return nullptr;
+  return std::make_unique<RankLog>((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
+}
+
+// The model's copies on every rank made rank 0's, and its gradients hooked (after resuming,
+// before the step snapshots the state for --skip-nonfinite).
+bool attach(ParallelContext& par, nn::Module& model, const MixedPrecision& mp) {
+  par.attach(model, mp.has_compute_copies());
+  return true;
 }
 
 // The members are declared in the order they are set up.
@@ -54,6 +86,7 @@ class Trainer {
   ParallelContext& par_;
   Setup s_;
   fs::path dir_, ckpt_, weights_;
+  std::unique_ptr<RankLog> rank_log_;
   nn::Module& model_;
   std::unique_ptr<optim::Optimizer> opt_;
   MixedPrecision mp_;
@@ -61,6 +94,7 @@ class Trainer {
   optim::LrSchedule schedule_;
   std::map<std::string, std::string> flags_;
   Progress p_;
+  bool attached_;
   int64_t max_steps_;
   TrainLog log_;
   InterruptHandler interrupt_;
@@ -73,16 +107,18 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
     : cfg_(cfg),
       par_(par),
       s_(set_up(cfg, /*training=*/true)),
-      dir_(open_output_dir(cfg.output, std::string(dataset_name(cfg.data.dataset)) + "-" + cfg.model.name)),
+      dir_(run_dir(cfg, par)),
       ckpt_(dir_ / "checkpoint.safetensors"),
       weights_(dir_ / "model.safetensors"),
+      rank_log_(rank_log(dir_, par)),
       model_(ready_to_train(cfg, s_)),
       opt_(make_optimizer(cfg.optimizer, model_)),
       mp_(model_, mixed_precision_options(s_.precision)),
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
-      flags_(flags_to_record(cfg, s_.precision)),
+      flags_(flags_to_record(cfg, s_.precision, par.world_size())),
       p_(cfg.output.resume.empty() ? Progress{} : resume(cfg.output.resume, model_, *opt_, mp_, flags_)),
+      attached_(attach(par, model_, mp_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),
@@ -91,6 +127,8 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
 int Trainer::run() {
   log_.start(s_.device, s_.train_set->size(), data_.steps_per_epoch, cfg_.loop.epochs, schedule_.describe(),
              dir_.string());
+  if (par_.world_size() > 1)
+    log_.parallel(par_.describe(), par_.world_size(), cfg_.loader.batch_size, cfg_.loop.accum_steps);
   while (p_.step < max_steps_ && p_.epoch < cfg_.loop.epochs) {
     if (!train_epoch()) break;
     const bool epoch_done = p_.batch + cfg_.loop.accum_steps > data_.batches_per_epoch;
@@ -109,6 +147,8 @@ int Trainer::run() {
     save_weights(weights_.string(), model_);
   }
   log_.done(p_.step, skipped_steps_, weights_.string());
+  log_.overlap(par_.overlap());
+  par_.finish();
   return 0;
 }
 
@@ -180,9 +220,49 @@ int eval(const EvalConfig& cfg) {
   return 0;
 }
 
-int run_train(const cli::Flags& flags) {
-  SingleProcess one;
-  return train(parse_train_config(flags), one);
+namespace {
+
+std::string self_executable() {
+  std::error_code ec;
+  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
+  RT_CHECK(!ec, "cannot find this program's path (/proc/self/exe): ", ec.message());
+  return p.string();
+}
+
+// --nproc-per-node N: this process is the launcher; the workers run this program's `train`
+// with the same flags but the launcher's.
+int launch_workers(const ParallelConfig& pc, const std::vector<std::string>& args) {
+  dist::LocalLaunchOptions o;
+  o.nproc_per_node = pc.nproc_per_node;
+  o.nnodes = pc.nnodes;
+  o.node_rank = pc.node_rank;
+  o.master_addr = pc.master_addr;
+  o.master_port = pc.master_port;
+  o.command = {self_executable(), "train"};
+  for (const std::string& a : dist::strip_launcher_flags(args)) o.command.push_back(a);
+  return dist::run_local_launcher(o);
+}
+
+}  // namespace
+
+int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
+  TrainConfig cfg = parse_train_config(flags);
+  const dist::LaunchEnv env = dist::launch_env_from_process();
+  const ParallelConfig& pc = cfg.parallel;
+  if ((pc.nproc_per_node > 1 || pc.nnodes > 1) && env.source == "default") return launch_workers(pc, args);
+  if (env.world_size == 1) {
+    SingleProcess one;
+    return train(cfg, one);
+  }
+  // A worker of a data-parallel run (started by the launcher, torchrun or srun): on a GPU
+  // machine its GPU is cuda:LOCAL_RANK; on the CPU the cores are shared among the node's ranks.
+  Device device = cfg.compute.device ? *cfg.compute.device : default_device();
+  if (device.is_cuda()) device = Device::cuda(env.local_rank);
+  cfg.compute.device = device;
+  if (!device.is_cuda() && cfg.compute.threads == 0)
+    cfg.compute.threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
+  DataParallel par(env, device, cfg.parallel);
+  return train(cfg, par);
 }
 
 int run_eval(const cli::Flags& flags) { return eval(parse_eval_config(flags)); }

@@ -27,9 +27,18 @@ namespace fs = std::filesystem;
 
 class Recorder final : public train::ParallelContext {
  public:
-  Recorder(int rank, int world) : rank_(rank), world_(world) {}
+  // `dir`: the run directory a rank other than 0 is told rank 0 chose.
+  Recorder(int rank, int world, std::string dir = "") : rank_(rank), world_(world), dir_(std::move(dir)) {}
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
+  std::string describe() const override { return "recorder"; }
+  std::string agree(const std::string&, const std::string& v) override { return rank_ == 0 ? v : dir_; }
+  void attach(nn::Module&, bool) override { events.push_back("attach"); }
+  void before_evaluation(nn::Module&) override {}
+  // Every rank evaluates the whole test set (sum_eval_counts below pretends they all counted).
+  train::EvalShard eval_shard(int64_t n) const override { return {0, 1, n}; }
+  train::OverlapStats overlap() const override { return {}; }
+  void finish() override { events.push_back("finish"); }
   void before_backward(bool last) override { events.push_back(last ? "before_backward(last)" : "before_backward"); }
   void after_backward(bool last) override { events.push_back(last ? "after_backward(last)" : "after_backward"); }
   void before_optimizer_step() override { events.push_back("before_optimizer_step"); }
@@ -46,6 +55,7 @@ class Recorder final : public train::ParallelContext {
 
  private:
   int rank_, world_;
+  std::string dir_;
 };
 
 // 48 synthetic 1x8x8 images in batches of 8 (6 per epoch), a width-4 ResNet18 on the CPU.
@@ -116,7 +126,7 @@ TEST_CASE("the training sampler takes this rank's shard; evaluation's counts are
 
 TEST_CASE("only the logging rank writes metrics, checkpoints and weights") {
   const std::string other = tmpdir("rank1"), logging = tmpdir("rank0");
-  Recorder rank1(1, 2), rank0(0, 2);
+  Recorder rank1(1, 2, other), rank0(0, 2);
   CHECK(train::train(tiny({"--steps", "2", "--output-dir", other}), rank1) == 0);
   CHECK(train::train(tiny({"--steps", "2", "--output-dir", logging}), rank0) == 0);
   for (const char* file : {"metrics.jsonl", "checkpoint.safetensors", "model.safetensors"}) {

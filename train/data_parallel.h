@@ -1,0 +1,65 @@
+// Data-parallel training: the ParallelContext of a process that trains one model with
+// others (Note [Data-parallel attach points] in train/parallel_context.h). Every rank runs
+// the same trainer on its shard of each epoch; this class is what makes them one run:
+//   - the process group: ranks meet through the store rank 0 hosts at MASTER_ADDR:MASTER_PORT
+//     (dist/rendezvous.h), then a communicator: Gloo for CPU tensors, NCCL for CUDA ones
+//     (this rank's GPU is cuda:LOCAL_RANK);
+//   - attach(): rank 0's parameters and buffers are broadcast (ranks started from different
+//     seeds train identically) and the gradient reducer is built (dist/reducer.h, Note
+//     [Gradient buckets]);
+//   - the step's phases arm the reducer before the last micro-batch's backward, launch the
+//     rest after it, and wait for the averaged gradients before the optimizer step;
+//   - evaluation: each rank evaluates its shard of the test set without the sampler's
+//     padding, with rank 0's batch-norm running statistics, and the counts are summed;
+//   - the overlap of communication with backward, per step, for the log and metrics.jsonl.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "dist/launch_env.h"
+#include "dist/reducer.h"
+#include "dist/rendezvous.h"
+#include "train/parallel_context.h"
+#include "train/train_config.h"
+
+namespace rt::train {
+
+class DataParallel final : public ParallelContext {
+ public:
+  // Joins the process group described by `env` (all ranks, within cfg.timeout). `device`:
+  // the run's device; CUDA runs use cuda:LOCAL_RANK.
+  DataParallel(const dist::LaunchEnv& env, Device device, const ParallelConfig& cfg);
+  ~DataParallel() override;
+
+  int rank() const override { return env_.rank; }
+  int world_size() const override { return env_.world_size; }
+  std::string describe() const override;
+  std::string agree(const std::string& key, const std::string& rank0_value) override;
+
+  void attach(nn::Module& model, bool compute_copies) override;
+  void before_backward(bool last_micro_step) override;
+  void after_backward(bool last_micro_step) override;
+  void before_optimizer_step() override;
+
+  void before_evaluation(nn::Module& model) override;
+  EvalShard eval_shard(int64_t test_size) const override;
+  void sum_eval_counts(EvalCounts& counts) override;
+
+  OverlapStats overlap() const override { return overlap_; }
+  void finish() override;
+
+ private:
+  dist::LaunchEnv env_;
+  ParallelConfig cfg_;
+  Device device_;
+  dist::RendezvousStore store_;
+  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::Reducer> reducer_;
+  std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)
+  OverlapStats overlap_;
+};
+
+}  // namespace rt::train
