@@ -1,0 +1,219 @@
+// Data-parallel training through the `ringtape` binary, as a user runs it: `ringtape train
+// --nproc-per-node 2` on the CPU (Gloo), real processes on 127.0.0.1, each run bounded in time.
+//   - the same run with tiny and huge gradient buckets, and with --allreduce ring, tree and
+//     library, ends with bit-identical weights (two ranks: each element's average is
+//     (a + b) / 2 whatever the order or the bucket it travels in);
+//   - the distributed evaluation (each rank's shard, the sampler's padding left out) equals a
+//     single-process `ringtape eval` of the saved checkpoint;
+//   - a worker killed with SIGKILL stops the run: the launcher exits non-zero naming the rank,
+//     no worker is left, the last checkpoint is intact;
+//   - --master-port held by another socket: the error names the port;
+//   - a 2-process checkpoint resumes in one process and says what changed.
+#include <doctest/doctest.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/net_util.h"
+#include "engine/io/safetensors.h"
+
+namespace rt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+
+std::string binary() {
+  const char* src = std::getenv("TEST_SRCDIR");
+  const char* ws = std::getenv("TEST_WORKSPACE");
+  REQUIRE_MESSAGE((src && ws), "run under bazel test (TEST_SRCDIR / TEST_WORKSPACE)");
+  return std::string(src) + "/" + ws + "/cli/ringtape";
+}
+
+fs::path tmpdir(const std::string& name) {
+  const char* base = std::getenv("TEST_TMPDIR");
+  const fs::path p = fs::path(base ? base : "/tmp") / ("data_parallel_test_" + name);
+  fs::remove_all(p);
+  fs::create_directories(p);
+  return p;
+}
+
+std::string read(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+struct Run {
+  int status = -1;  // exit status, or 128 + signal
+  std::string output;
+  double seconds = 0;
+};
+
+// Runs ringtape with `args` (stdout and stderr together), killing its process group after
+// `limit`. `during(pid)` runs meanwhile in this thread (e.g. to kill a worker).
+Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std::chrono::seconds limit = 60s,
+             const std::function<void(pid_t)>& during = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    setpgid(0, 0);
+    const int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+                          "SLURM_PROCID", "SLURM_NTASKS"})
+      unsetenv(v);
+    std::vector<char*> argv = {const_cast<char*>("ringtape")};
+    static std::string bin;
+    bin = binary();
+    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+    argv.push_back(nullptr);
+    execv(bin.c_str(), argv.data());
+    _exit(127);
+  }
+  setpgid(pid, pid);
+  if (during) during(pid);
+  Run r;
+  int status = 0;
+  while (waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() - t0 > limit) {
+      kill(-pid, SIGKILL);
+      waitpid(pid, &status, 0);
+      FAIL("ringtape still running after ", limit.count(), " s:\n", read(out_file));
+    }
+    std::this_thread::sleep_for(20ms);
+  }
+  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  r.output = read(out_file);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+// A small ResNet on 101 synthetic 8x8 images (an odd count: the evaluation shards are padded).
+std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes",
+                                "4", "--width", "4", "--batch-size", "8", "--epochs", "1", "--workers", "0",
+                                "--device", "cpu", "--seed", "3", "--print-freq", "1", "--output-dir", dir.string()};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+std::vector<float> weights(const fs::path& file) {
+  std::vector<float> all;
+  for (const auto& [name, t] : load_safetensors(file.string())) {
+    if (t.dtype() != DType::f32) continue;
+    const std::vector<float> v = t.to_vector<float>();
+    all.insert(all.end(), v.begin(), v.end());
+  }
+  return all;
+}
+
+TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce give the same weights") {
+  const fs::path base = tmpdir("same");
+  std::vector<float> ref;
+  const std::vector<std::vector<std::string>> variants = {
+      {"--bucket-cap-mb", "1000"}, {"--bucket-cap-mb", "0.0001"}, {"--allreduce", "ring"}, {"--allreduce", "tree"}};
+  for (size_t k = 0; k < variants.size(); ++k) {
+    const fs::path dir = base / std::to_string(k);
+    std::vector<std::string> args = tiny(dir, {"--nproc-per-node", "2"});
+    args.insert(args.end(), variants[k].begin(), variants[k].end());
+    const Run r = ringtape(args, base / (std::to_string(k) + ".txt"));
+    INFO(r.output);
+    REQUIRE(r.status == 0);
+    CHECK(r.output.find("data parallel: rank 0 of 2 (gloo") != std::string::npos);
+    CHECK(r.output.find("global batch 16 = 2 process(es) x batch 8") != std::string::npos);
+    CHECK(fs::exists(dir / "logs" / "rank-1.log"));
+    const std::vector<float> w = weights(dir / "model.safetensors");
+    if (k == 0) ref = w;
+    else CHECK_MESSAGE(w == ref, "variant ", k, " trained other weights");
+  }
+}
+
+TEST_CASE("the distributed evaluation equals a single-process evaluation of the checkpoint") {
+  const fs::path dir = tmpdir("eval");
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2"}), dir / "train.txt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const size_t at = r.output.find("epoch 0 eval:");
+  REQUIRE(at != std::string::npos);
+  const std::string line = r.output.substr(at, r.output.find('\n', at) - at);
+  CHECK(line.find("(101 images)") != std::string::npos);  // the padding is not counted
+  const Run e = ringtape({"eval", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes", "4",
+                          "--width", "4", "--batch-size", "8", "--workers", "0", "--device", "cpu", "--seed", "3",
+                          "--checkpoint", (dir / "run" / "checkpoint.safetensors").string()},
+                         dir / "eval.txt");
+  INFO(e.output);
+  REQUIRE(e.status == 0);
+  // "top-1 X%  top-5 Y%" must agree exactly.
+  auto acc = [](const std::string& s) { return s.substr(s.find("top-1"), s.find("(") - s.find("top-1")); };
+  CHECK(acc(line) == acc(e.output.substr(e.output.find("top-1") - 1)));
+}
+
+TEST_CASE("a worker killed with SIGKILL stops the run; nothing is left behind; the checkpoint stays") {
+  const fs::path dir = tmpdir("kill");
+  std::vector<pid_t> workers;
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--epochs", "1000", "--checkpoint-every", "2",
+                                            "--timeout", "20"}),
+                         dir / "out.txt", 60s, [&](pid_t launcher) {
+                           // Wait for a checkpoint, then kill rank 1 (the launcher's second child).
+                           for (int i = 0; i < 600 && !fs::exists(dir / "run" / "checkpoint.safetensors"); ++i)
+                             std::this_thread::sleep_for(50ms);
+                           std::ifstream kids("/proc/" + std::to_string(launcher) + "/task/" +
+                                              std::to_string(launcher) + "/children");
+                           pid_t p;
+                           while (kids >> p) workers.push_back(p);
+                           if (workers.size() == 2) kill(workers[1], SIGKILL);
+                         });
+  INFO(r.output);
+  REQUIRE(workers.size() == 2);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("rank 1 failed (signal Killed)") != std::string::npos);
+  CHECK(r.seconds < 40);
+  for (pid_t p : workers) CHECK_MESSAGE(kill(p, 0) != 0, "worker ", p, " still exists");
+  CHECK_NOTHROW(load_safetensors((dir / "run" / "checkpoint.safetensors").string()));
+}
+
+TEST_CASE("--master-port held by another socket: the error names the port") {
+  const fs::path dir = tmpdir("port");
+  const dist::net::Fd held = dist::net::listen_tcp("127.0.0.1", 0);
+  const int port = dist::net::local_port(held.get());
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--master-port", std::to_string(port),
+                                            "--timeout", "10"}),
+                         dir / "out.txt");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find(std::to_string(port)) != std::string::npos);
+  CHECK(r.output.find("in use") != std::string::npos);
+}
+
+TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
+  const fs::path dir = tmpdir("resume");
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--epochs", "2", "--steps", "3"}),
+                         dir / "two.txt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  const Run one = ringtape({"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes", "4",
+                            "--width", "4", "--batch-size", "8", "--epochs", "2", "--workers", "0", "--device", "cpu",
+                            "--seed", "3", "--print-freq", "1", "--resume",
+                            (dir / "run" / "checkpoint.safetensors").string()},
+                           dir / "one.txt");
+  INFO(one.output);
+  CHECK(one.status == 0);
+  CHECK(one.output.find("resuming a run of 2 process(es) with 1") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace rt
