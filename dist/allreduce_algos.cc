@@ -13,6 +13,7 @@ struct Reduction {
   const void* in;  // a received slice in scratch
   void* inout;     // the same elements of the data
   int64_t n;
+  bool copy = false;  // inout = in (a slice received into scratch, not reduced)
 };
 
 struct Step {
@@ -23,24 +24,53 @@ struct Step {
 // Steps in flight at most: enough to keep a slice on the wire in each direction while
 // others wait for their peer or are reduced.
 constexpr int64_t kMaxWindow = 4;
+// Steps whose receives are posted ahead of their group (Note [Early receives]), and the
+// scratch that may take at most.
+constexpr int64_t kMaxEarly = 16;
+constexpr size_t kEarlyScratchBytes = size_t(4) << 20;
+
+// How many steps ahead receives are posted: only in the strict regime (one step in
+// flight: small messages, where the saved message matters), and only while the scratch
+// for (window + early) steps of `step_bytes` stays small.
+int64_t early_steps(const P2P& p, int64_t n, int64_t window, size_t step_bytes) {
+  if (!p.early_receives() || window != 1) return 0;
+  int64_t e = std::min(n - 1, kMaxEarly);
+  while (e > 0 && size_t(window + e) * step_bytes > kEarlyScratchBytes) --e;
+  return e;
+}
 
 // Runs steps 0..n-1, each made by make(u, step), with up to `window` steps in flight: step
 // u + window is posted once step u has completed and been reduced (Note [Slices and
-// look-ahead]).
-void run_steps(P2P& p, int64_t n, int64_t window, ReduceOp op, DType t,
+// look-ahead]). The receives of the `early` steps after those are posted ahead (Note
+// [Early receives]); their destinations must be scratch slots no other step in that span
+// uses.
+void run_steps(P2P& p, int64_t n, int64_t window, int64_t early, ReduceOp op, DType t,
                const std::function<void(int64_t, Step&)>& make) {
-  std::deque<Step> posted;
-  auto post = [&](int64_t u) {
-    posted.emplace_back();
-    make(u, posted.back());
-    p.start(posted.back().sends, posted.back().recvs);
+  std::deque<Step> made;  // steps [first, first + made.size())
+  int64_t first = 0;
+  auto step = [&](int64_t v) -> Step& {
+    while (first + int64_t(made.size()) <= v) {
+      made.emplace_back();
+      make(first + int64_t(made.size()) - 1, made.back());
+    }
+    return made[size_t(v - first)];
   };
-  for (int64_t u = 0; u < std::min(n, window); ++u) post(u);
+  int64_t expected = std::min(n, window);  // steps [0, expected) have their receives posted
+  auto expect_upto = [&](int64_t last) {
+    for (; expected <= std::min(last, n - 1); ++expected) p.expect(step(expected).recvs);
+  };
+  for (int64_t u = 0; u < std::min(n, window); ++u) p.start(step(u).sends, step(u).recvs);
+  if (early) expect_upto(window - 1 + early);
   for (int64_t u = 0; u < n; ++u) {
     p.finish();
-    for (const Reduction& r : posted.front().reduces) p.reduce(op, t, r.n, r.in, r.inout);
-    posted.pop_front();
-    if (u + window < n) post(u + window);
+    for (const Reduction& r : step(u).reduces) {
+      if (r.copy) p.copy(r.inout, r.in, size_t(r.n) * dtype_size(t));
+      else p.reduce(op, t, r.n, r.in, r.inout);
+    }
+    made.pop_front();
+    ++first;
+    if (u + window < n) p.start(step(u + window).sends, step(u + window).recvs);
+    if (early) expect_upto(u + window + early);
   }
 }
 
@@ -82,10 +112,12 @@ void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool g
   const int64_t S = slices_for(chunks.max_size(), elem, s.slice_bytes);
   const int64_t slice_max = ceil_div(chunks.max_size(), S);
   const int64_t W = std::min(S, kMaxWindow);
-  char* scratch = static_cast<char*>(p.scratch(size_t(W) * size_t(slice_max) * elem));
+  const int64_t per_phase = int64_t(N - 1) * S, steps = gather ? 2 * per_phase : per_phase;
+  const size_t slot_bytes = size_t(slice_max) * elem;
+  const int64_t E = early_steps(p, steps, W, slot_bytes), slots = W + E;
+  char* scratch = static_cast<char*>(p.scratch(size_t(slots) * slot_bytes));
   char* base = static_cast<char*>(data);
   const int next = (r + 1) % N, prev = (r + N - 1) % N;
-  const int64_t per_phase = int64_t(N - 1) * S;
 
   // Byte offset and element count of slice j of chunk c.
   auto slice = [&](int c, int64_t j, int64_t* n) {
@@ -98,23 +130,19 @@ void ring(P2P& p, const AlgoShape& s, void* data, ReduceOp op, int shift, bool g
     const int64_t v = u % per_phase, step = v / S, j = v % S;
     const uint32_t tag = uint32_t(u);
     int64_t n_send = 0, n_recv = 0;
-    if (reduce_phase) {
-      char* src = slice(mod(r - step + shift, N), j, &n_send);
-      char* dst = slice(mod(r - step - 1 + shift, N), j, &n_recv);
-      char* tmp = scratch + size_t(u % W) * size_t(slice_max) * elem;
-      if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
-      if (n_recv) {
-        st.recvs.push_back({prev, tmp, size_t(n_recv) * elem, tag});
-        st.reduces.push_back({tmp, dst, n_recv});
-      }
-    } else {
-      char* src = slice(mod(r + 1 + shift - step, N), j, &n_send);
-      char* dst = slice(mod(r + shift - step, N), j, &n_recv);
-      if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
-      if (n_recv) st.recvs.push_back({prev, dst, size_t(n_recv) * elem, tag});
+    char* src = slice(mod(reduce_phase ? r - step + shift : r + 1 + shift - step, N), j, &n_send);
+    char* dst = slice(mod(reduce_phase ? r - step - 1 + shift : r + shift - step, N), j, &n_recv);
+    if (n_send) st.sends.push_back({next, src, size_t(n_send) * elem, tag});
+    if (!n_recv) return;
+    if (!reduce_phase && E == 0) {  // all-gather: straight into the data
+      st.recvs.push_back({prev, dst, size_t(n_recv) * elem, tag});
+      return;
     }
+    char* tmp = scratch + size_t(u % slots) * slot_bytes;
+    st.recvs.push_back({prev, tmp, size_t(n_recv) * elem, tag});
+    st.reduces.push_back({tmp, dst, n_recv, !reduce_phase});
   };
-  run_steps(p, gather ? 2 * per_phase : per_phase, W, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+  run_steps(p, steps, W, E, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
 }
 
 // Builds the subtree of positions [lo, hi] (1-based) under `parent`; returns its root.
@@ -192,8 +220,11 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
   const int64_t L = std::min(K, kMaxWindow);
   const int64_t slice_max = ceil_div(halves.max_size(), K);
   const size_t slot_bytes = size_t(slice_max) * elem;
-  // Scratch slots: (step mod L, tree, child) -> L x 2 x 2 slices.
-  char* scratch = static_cast<char*>(p.scratch(size_t(L) * 4 * slot_bytes));
+  const int64_t steps = K + L * (2 * D - 1);
+  // Scratch slots: (step mod (L + E), tree, child 0 | child 1 | parent) -> (L + E) x 2 x 3
+  // slices; the parent's slot only with early receives.
+  const int64_t E = early_steps(p, steps, L, 6 * slot_bytes), slots = L + E;
+  char* scratch = static_cast<char*>(p.scratch(size_t(slots) * 6 * slot_bytes));
   char* base = static_cast<char*>(data);
 
   auto make = [&](int64_t t, Step& st) {
@@ -209,23 +240,27 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
       const uint32_t up = uint32_t(t * 4 + w * 2), down = up + 1;
       int64_t n = 0;
       char* x = slice(t - L * (D - d - 1), &n);
+      auto slot = [&](size_t which) { return scratch + (size_t(t % slots) * 6 + size_t(w) * 3 + which) * slot_bytes; };
       for (size_t ci = 0; ci < node.children.size() && n; ++ci) {
-        char* tmp = scratch + (size_t(t % L) * 4 + size_t(w) * 2 + ci) * slot_bytes;
-        st.recvs.push_back({node.children[ci], tmp, size_t(n) * elem, up});
-        st.reduces.push_back({tmp, x, n});
+        st.recvs.push_back({node.children[ci], slot(ci), size_t(n) * elem, up});
+        st.reduces.push_back({slot(ci), x, n});
       }
       if (node.parent >= 0) {
         x = slice(t - L * (D - d), &n);
         if (n) st.sends.push_back({node.parent, x, size_t(n) * elem, up});
         x = slice(t - L * (D + d - 1), &n);
-        if (n) st.recvs.push_back({node.parent, x, size_t(n) * elem, down});
+        if (n && E == 0) st.recvs.push_back({node.parent, x, size_t(n) * elem, down});
+        if (n && E > 0) {  // via scratch, so that it can be posted early
+          st.recvs.push_back({node.parent, slot(2), size_t(n) * elem, down});
+          st.reduces.push_back({slot(2), x, n, true});
+        }
       }
       x = slice(t - L * (D + d), &n);
       for (size_t ci = 0; ci < node.children.size() && n; ++ci)
         st.sends.push_back({node.children[ci], x, size_t(n) * elem, down});
     }
   };
-  run_steps(p, K + L * (2 * D - 1), L, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
+  run_steps(p, steps, L, E, op == ReduceOp::avg ? ReduceOp::sum : op, s.dtype, make);
   if (op == ReduceOp::avg) p.scale(s.dtype, s.count, data, 1.0 / N);
 }
 

@@ -43,6 +43,16 @@ class P2P {
   virtual void finish() = 0;
   // inout[0:n] = op(inout, in), elementwise, after the finished groups.
   virtual void reduce(ReduceOp op, DType t, int64_t n, const void* in, void* inout) = 0;
+  // dst[0:bytes] = src, after the finished groups.
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Note [Early receives]: whether receives may be posted steps before the group they
+  // belong to. With Gloo a send leaves only once its receiver has posted the receive (one
+  // message there and back before the data), so a receive posted early saves that for
+  // small messages. An NCCL step must hold both sides of its transfers in one group.
+  virtual bool early_receives() const { return false; }
+  // Receives of a later start(), posted now where early_receives(); that start() then
+  // finds them posted (same peer and tag).
+  virtual void expect(const std::vector<Transfer>& recvs) { (void)recvs; }
   // x[0:n] *= s (the 1/N of an average).
   virtual void scale(DType t, int64_t n, void* x, double s) = 0;
   // Memory on the backend's device for received slices, valid until the next call to

@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <utility>
 
 #include "dist/allreduce_algos.h"
@@ -56,14 +57,20 @@ class GlooP2P final : public P2P {
     slot_base_ = slot_base;
     deadline_ = deadline;
     groups_.clear();
+    expected_.clear();
   }
 
   void start(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs) override {
     Group g;
     // Receives first: a peer's send can then land at once.
     for (const Transfer& t : recvs) {
-      g.push_back({ctx_->createUnboundBuffer(t.ptr, t.bytes), t.peer, false});
-      g.back().buf->recv(t.peer, slot_base_ | t.tag);
+      auto it = expected_.find({t.peer, t.tag});
+      if (it != expected_.end()) {  // posted by expect()
+        g.push_back(std::move(it->second));
+        expected_.erase(it);
+        continue;
+      }
+      g.push_back(post_recv(t));
     }
     for (const Transfer& t : sends) {
       g.push_back({ctx_->createUnboundBuffer(t.ptr, t.bytes), t.peer, true});
@@ -86,9 +93,15 @@ class GlooP2P final : public P2P {
     }
   }
 
+  bool early_receives() const override { return true; }
+  void expect(const std::vector<Transfer>& recvs) override {
+    for (const Transfer& t : recvs) expected_.emplace(std::make_pair(t.peer, t.tag), post_recv(t));
+  }
+
   void reduce(ReduceOp op, DType t, int64_t n, const void* in, void* inout) override {
     reduce_cpu(op, t, n, in, inout);
   }
+  void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void scale(DType t, int64_t n, void* x, double s) override { scale_cpu(t, n, x, s); }
   void* scratch(size_t bytes) override {
     if (scratch_.size() * sizeof(double) < bytes) scratch_.resize((bytes + sizeof(double) - 1) / sizeof(double));
@@ -102,10 +115,18 @@ class GlooP2P final : public P2P {
     bool sending;
   };
   using Group = std::vector<Pending>;
+
+  Pending post_recv(const Transfer& t) {
+    Pending p{ctx_->createUnboundBuffer(t.ptr, t.bytes), t.peer, false};
+    p.buf->recv(t.peer, slot_base_ | t.tag);
+    return p;
+  }
+
   std::shared_ptr<gloo::Context> ctx_;
   uint64_t slot_base_ = 0;
   Clock::time_point deadline_;
   std::deque<Group> groups_;
+  std::map<std::pair<int, uint32_t>, Pending> expected_;  // (peer, tag): posted by expect()
   std::vector<double> scratch_;  // 8-byte aligned
 };
 

@@ -151,6 +151,9 @@ class NcclCommunicator::Impl::StepP2P final : public P2P {
     reduce_cuda(op, t, n, in, inout, s_);
   }
   void scale(DType t, int64_t n, void* x, double s) override { scale_cuda(t, n, x, s, s_); }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    cuda::memcpy(dst, src, bytes, cuda::CopyKind::d2d, m_.device, s_);
+  }
   void* scratch(size_t bytes) override {
     if (!m_.scratch.defined() || m_.scratch.nbytes() < bytes)
       m_.scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(m_.device));
