@@ -66,6 +66,14 @@ gpu_test_labels() {
   if [[ -n "$(find tests/cuda -name BUILD -o -name BUILD.bazel 2>/dev/null | head -1)" ]]; then
     expr="kind(cc_test, //tests/cuda/...) + $expr"
   fi
+  # The GPU tests that live with their subject: the NCCL backend and the CUDA reduce kernel of
+  # the collectives (tests/dist), the trainer's CUDA precision test (tests/train).
+  local pkg
+  for pkg in dist train; do
+    if [[ -n "$(find tests/$pkg -name BUILD 2>/dev/null | head -1)" ]]; then
+      expr="$expr + filter(\"(nccl|cuda)[a-z_]*_test$\", kind(cc_test, //tests/$pkg/...))"
+    fi
+  done
   bazel query --output=label "$expr" 2>/dev/null || {
     echo "gpu_check prepare: bazel query failed: $expr" >&2
     bazel query --output=label "$expr" >&2 || true
