@@ -11,6 +11,7 @@
 #include <gloo/transport/tcp/device.h>
 #include <gloo/transport/unbound_buffer.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
@@ -162,6 +163,9 @@ struct GlooCommunicator::Impl {
   void all_reduce(const Call& c, uint64_t call_no, Clock::time_point deadline);
   void p2p(const Call& c, Clock::time_point deadline);
   std::string describe(const std::string& what, Millis timeout, Clock::duration ran, std::exception_ptr e);
+  // After a failed call: closes every connection, so that no receive still posted can write
+  // into a tensor the call no longer holds, then drops the call's pending transfers.
+  void abandon() noexcept;
 
   const int rank, world;
   const CommOptions opts;
@@ -228,6 +232,15 @@ std::string GlooCommunicator::Impl::describe(const std::string& what, Millis tim
   }
   return detail::cat("rank ", rank, " of ", world, ": ", what, " failed after ", net::seconds(ran), ": ", why,
                      ". This communicator is unusable from now on; restart the job");
+}
+
+void GlooCommunicator::Impl::abandon() noexcept {
+  try {
+    ctx->closeConnections();
+    transport->begin_call(0, Clock::now());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "rank %d: closing Gloo's connections after a failure: %s\n", rank, e.what());
+  }
 }
 
 void GlooCommunicator::Impl::all_reduce(const Call& c, uint64_t call_no, Clock::time_point deadline) {
@@ -331,7 +344,12 @@ Work GlooCommunicator::run(Call call) {
   std::string what = call.what;
   const Millis timeout = call.timeout;
   return m.queue->submit(std::move(what), timeout, [&m, c = std::move(call), call_no](Clock::time_point deadline) {
-    m.execute(c, call_no, deadline);
+    try {
+      m.execute(c, call_no, deadline);
+    } catch (...) {
+      m.abandon();
+      throw;
+    }
   });
 }
 
