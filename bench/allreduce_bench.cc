@@ -7,7 +7,8 @@
 // round's mean time per call (the least disturbed by other processes on a shared machine).
 //
 //   allreduce_bench --nproc 4                    # Gloo, 4 local processes (forked here)
-//   torchrun --nproc-per-node 8 allreduce_bench --backend nccl   # one process per GPU
+//   allreduce_bench --backend nccl --nproc 8     # NCCL, one forked process per GPU
+//   torchrun --nproc-per-node 8 allreduce_bench --backend nccl   # the same under torchrun
 // Without --nproc, the process is one rank of a job described by torchrun's (or Slurm's)
 // environment (dist/launch_env.h). Rank 0 prints the table (and --json lines).
 #include <sys/socket.h>
@@ -52,8 +53,8 @@ const char* kUsage =
     "usage: allreduce_bench [--backend gloo|nccl] [--nproc N] [--min-bytes B] [--max-bytes B]\n"
     "                       [--rounds R] [--round-seconds S] [--slice-bytes B]\n"
     "                       [--algos library,ring,tree] [--json]\n"
-    "  --nproc N: start N local ranks (Gloo on 127.0.0.1); without it, run as one rank of a\n"
-    "             torchrun/srun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).\n"
+    "  --nproc N: start N local ranks on 127.0.0.1 (NCCL: rank i on GPU i); without it, run as\n"
+    "             one rank of a torchrun/srun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).\n"
     "  sizes run from --min-bytes (4096) to --max-bytes (268435456) by factors of 4.\n";
 
 int64_t parse_bytes(const std::string& flag, const std::string& v) {
@@ -102,8 +103,6 @@ Args parse(int argc, char** argv) {
       throw UsageError("unknown argument '" + f + "'");
     }
   }
-  if (a.nproc > 0 && a.backend == "nccl")
-    throw UsageError("--nproc starts CPU ranks; start NCCL ranks with torchrun (one per GPU)");
   return a;
 }
 
@@ -147,7 +146,14 @@ int run_rank(const Args& a) {
   dist::Store& store = *rs.store;
   if (a.slice_bytes) o.slice_bytes = a.slice_bytes;
   std::unique_ptr<dist::Communicator> comm;
-  if (a.backend == "nccl") comm = std::make_unique<dist::NcclCommunicator>(store, env.rank, env.world_size, env.local_rank, o);
+  if (a.backend == "nccl") {
+    const int gpus = cuda_device_count();
+    if (env.local_rank >= gpus)
+      throw std::runtime_error("rank " + std::to_string(env.rank) + " (local rank " + std::to_string(env.local_rank) +
+                               ") has no GPU of its own: this machine has " + std::to_string(gpus) +
+                               " (NCCL needs one GPU per rank)");
+    comm = std::make_unique<dist::NcclCommunicator>(store, env.rank, env.world_size, env.local_rank, o);
+  }
   else comm = std::make_unique<dist::GlooCommunicator>(store, env.rank, env.world_size, o);
   dist::Communicator& c = *comm;
   const int N = c.world_size();
@@ -170,7 +176,7 @@ int run_rank(const Args& a) {
   std::printf("\n| --- |");
   for (size_t k = 0; k < a.algos.size(); ++k) std::printf(" --- | --- | --- |");
   std::printf("\n");
-  const double bus = N > 1 ? 2.0 * (N - 1) / N : 1.0;
+  const double bus = 2.0 * (N - 1) / N;  // nccl-tests: 0 for one rank
   for (size_t i = 0; i < cells.size(); i += a.algos.size()) {
     std::printf("| %s |", size_name(cells[i].bytes).c_str());
     for (size_t k = 0; k < a.algos.size(); ++k) {
