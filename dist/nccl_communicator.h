@@ -19,7 +19,10 @@
 // `library` is NCCL's own collective; ring and tree (dist/allreduce_algos.h) run on
 // ncclSend/ncclRecv (one ncclGroupStart/End per step) and our reduce kernel
 // (dist/reduce_kernel.cu), all on the communication stream. Reductions: f32, f64, bf16, f16
-// (ours widen 16-bit types to float per step and round once per step).
+// (ours widen 16-bit types to float per step and round once per step). On the one stream a
+// step's transfers and the previous step's reduction run one after the other: the slices
+// pipeline across ranks, but sending and reducing do not overlap within a rank as they do
+// on Gloo (NCCL's own kernels fuse them). Not yet run on a GPU (compiled only).
 #pragma once
 
 #include <memory>
