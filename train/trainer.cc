@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -63,9 +64,34 @@ std::unique_ptr<RankLog> rank_log(const fs::path& dir, const ParallelContext& pa
   return std::make_unique<RankLog>((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
 }
 
+// Note [Same flags on every rank]: ranks that train with different trajectory flags (Note
+// [Trajectory flags]: model, data, batch, optimizer, schedule, seed, ...) would average
+// gradients of different computations. Each rank compares its flags with rank 0's before
+// the first step; one that differs stops naming the flag (the launcher reports that rank).
+void check_same_flags(ParallelContext& par, const std::map<std::string, std::string>& flags) {
+  if (par.world_size() == 1) return;
+  std::string mine;
+  for (const std::string& k : trajectory_flags())
+    if (flags.count(k)) mine += k + "=" + flags.at(k) + "\n";
+  const std::string theirs = par.agree("trajectory-flags", mine);
+  if (theirs == mine) return;
+  std::map<std::string, std::string> r0;
+  std::istringstream in(theirs);
+  for (std::string line; std::getline(in, line);) r0[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
+  for (const std::string& k : trajectory_flags()) {
+    const std::string a = flags.count(k) ? flags.at(k) : "(unset)", b = r0.count(k) ? r0.at(k) : "(unset)";
+    if (a != b)
+      throw cli::UsageError("data parallel: rank " + std::to_string(par.rank()) + " runs with --" + k + " " + a +
+                            " but rank 0 with --" + k + " " + b +
+                            ": every rank must run with the same training flags (start them with the same command)");
+  }
+}
+
 // The model's copies on every rank made rank 0's, and its gradients hooked (after resuming,
 // before the step snapshots the state for --skip-nonfinite).
-bool attach(ParallelContext& par, nn::Module& model, const MixedPrecision& mp) {
+bool attach(ParallelContext& par, nn::Module& model, const MixedPrecision& mp,
+            const std::map<std::string, std::string>& flags) {
+  check_same_flags(par, flags);
   par.attach(model, mp.has_compute_copies());
   return true;
 }
@@ -118,7 +144,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
       flags_(flags_to_record(cfg, s_.precision, par.world_size())),
       p_(cfg.output.resume.empty() ? Progress{} : resume(cfg.output.resume, model_, *opt_, mp_, flags_)),
-      attached_(attach(par, model_, mp_)),
+      attached_(attach(par, model_, mp_, flags_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "dist/net_util.h"
+#include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 
 namespace rt {
@@ -61,11 +62,11 @@ struct Run {
   double seconds = 0;
 };
 
-// Runs ringtape with `args` (stdout and stderr together), killing its process group after
-// `limit`. `during(pid)` runs meanwhile in this thread (e.g. to kill a worker).
-Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std::chrono::seconds limit = 60s,
-             const std::function<void(pid_t)>& during = nullptr) {
-  const auto t0 = std::chrono::steady_clock::now();
+// Starts ringtape with `args` (stdout and stderr together into `out_file`) in its own process
+// group, without a launch environment of ours unless `env` gives one.
+pid_t start(const std::vector<std::string>& args, const fs::path& out_file,
+            const std::vector<std::pair<std::string, std::string>>& env = {}) {
+  const std::string bin = binary();
   const pid_t pid = fork();
   REQUIRE(pid >= 0);
   if (pid == 0) {
@@ -76,16 +77,20 @@ Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std
     for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
                           "SLURM_PROCID", "SLURM_NTASKS"})
       unsetenv(v);
+    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
     std::vector<char*> argv = {const_cast<char*>("ringtape")};
-    static std::string bin;
-    bin = binary();
     for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
     argv.push_back(nullptr);
     execv(bin.c_str(), argv.data());
     _exit(127);
   }
   setpgid(pid, pid);
-  if (during) during(pid);
+  return pid;
+}
+
+// Waits for `pid`, killing its process group after `limit` (a failure).
+Run finish(pid_t pid, const fs::path& out_file, std::chrono::steady_clock::time_point t0,
+           std::chrono::seconds limit = 60s) {
   Run r;
   int status = 0;
   while (waitpid(pid, &status, WNOHANG) == 0) {
@@ -100,6 +105,15 @@ Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std
   r.output = read(out_file);
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
+}
+
+// Runs ringtape to its end; `during(pid)` runs meanwhile in this thread (e.g. to kill a worker).
+Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std::chrono::seconds limit = 60s,
+             const std::function<void(pid_t)>& during = nullptr) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = start(args, out_file);
+  if (during) during(pid);
+  return finish(pid, out_file, t0, limit);
 }
 
 // A small ResNet on 101 synthetic 8x8 images (an odd count: the evaluation shards are padded).
@@ -199,6 +213,26 @@ TEST_CASE("--master-port held by another socket: the error names the port") {
   CHECK(r.output.find("in use") != std::string::npos);
 }
 
+TEST_CASE("ranks started with different training flags stop, naming the flag (torchrun-style environment)") {
+  const fs::path dir = tmpdir("flags");
+  const int port = dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
+        {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", "2"}};
+    pids.push_back(start(tiny(dir / "run", {"--lr", r == 0 ? "0.1" : "0.2", "--timeout", "10"}),
+                         dir / ("rank" + std::to_string(r) + ".txt"), env));
+  }
+  const Run r0 = finish(pids[0], dir / "rank0.txt", t0), r1 = finish(pids[1], dir / "rank1.txt", t0);
+  INFO(r0.output);
+  INFO(r1.output);
+  CHECK(r1.status == 2);
+  CHECK(r1.output.find("rank 1 runs with --lr 0.2 but rank 0 with --lr 0.1") != std::string::npos);
+  CHECK(r0.status != 0);  // rank 0 loses its peer at the next collective
+}
+
 TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
   const fs::path dir = tmpdir("resume");
   const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--epochs", "2", "--steps", "3"}),
@@ -213,6 +247,43 @@ TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
   INFO(one.output);
   CHECK(one.status == 0);
   CHECK(one.output.find("resuming a run of 2 process(es) with 1") != std::string::npos);
+}
+
+TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets in launch order") {
+  const fs::path dir = tmpdir("timeline");
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--steps", "3", "--bucket-cap-mb", "0.0001",
+                                            "--comm-timeline"}),
+                         dir / "out.txt");
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  std::ifstream in(dir / "run" / "timeline.jsonl");
+  REQUIRE(in.good());
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    INFO(line);
+    const json::Value v = json::parse(line);
+    ++steps;
+    CHECK(v.find("step")->as_int() == steps);
+    CHECK(v.find("world_size")->as_int() == 2);
+    CHECK(v.find("before_backward_s")->is_null() == (steps == 1));
+    const double backward_end = v.find("backward_end_s")->as_double(), wait_end = v.find("wait_end_s")->as_double();
+    const json::Array& buckets = v.find("buckets")->as_array();
+    REQUIRE(buckets.size() > 2);  // a 100-byte cap: about one parameter per bucket
+    double last_launch = 0;
+    for (const json::Value& b : buckets) {
+      CHECK(b.find("bytes")->as_int() > 0);
+      const double ready = b.find("ready")->as_double(), launched = b.find("launched")->as_double();
+      CHECK(0 <= ready);
+      CHECK(ready <= launched);
+      CHECK(last_launch <= launched);  // Note [Bucket launch order]
+      CHECK(launched <= b.find("completed")->as_double());
+      CHECK(b.find("completed")->as_double() <= wait_end);
+      last_launch = launched;
+    }
+    // The first bucket (the classifier's bias) goes out while backward still runs.
+    CHECK(buckets[0].find("launched")->as_double() < backward_end);
+  }
+  CHECK(steps == 3);
 }
 
 }  // namespace
