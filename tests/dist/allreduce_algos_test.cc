@@ -217,7 +217,7 @@ std::string simulate(Algo algo, int N, int64_t count, size_t slice_bytes, Reduce
 TEST_CASE("ring, tree and reduce-scatter schedules: exact on 1-8 ranks, any count and slice size") {
   for (Algo algo : {Algo::ring, Algo::tree, Algo::reduce_scatter})
     for (int N = 1; N <= 8; ++N)
-      for (int64_t count : {0, 1, 2, 3, 5, 7, 8, 9, 16, 31, 64, 97, 250, 1009})
+      for (int64_t count : {0, 1, 2, 3, 5, 8, 9, 31, 97, 250, 1009})
         for (size_t slice : {size_t(24), size_t(200), size_t(1) << 20}) {
           if (count == 1009 && slice == 24) continue;  // a thousand steps: slow, nothing new
           const ReduceOp op = count % 3 == 0 ? ReduceOp::max : count % 3 == 1 ? ReduceOp::sum : ReduceOp::avg;
