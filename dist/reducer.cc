@@ -154,7 +154,10 @@ void Reducer::on_ready(size_t k) {
   Slot& s = slots_[k];
   if (s.ready) return;  // a second backward through the same graph before finish()
   s.ready = true;
-  if (--buckets_[s.bucket].pending == 0) launch_ready();
+  if (--buckets_[s.bucket].pending == 0) {
+    timeline_.buckets[s.bucket].ready = now();
+    launch_ready();
+  }
 }
 
 // Note [Bucket launch order].
@@ -164,10 +167,14 @@ void Reducer::launch_ready() {
 
 void Reducer::launch(size_t b) {
   Bucket& bk = buckets_[b];
+  // Stamped before the call: on a busy CPU the woken communication thread can run the whole
+  // all-reduce before the call returns here, and `completed` would precede `launched`.
+  timeline_.buckets[b].launched = now();
+  // A bucket completed with zeros at the end of backward (find_unused) was ready then.
+  if (timeline_.buckets[b].ready < 0) timeline_.buckets[b].ready = timeline_.buckets[b].launched;
   bk.work = comm_.all_reduce(bk.flat, ReduceOp::avg, opts_.algo, opts_.timeout);
   bk.launched = true;
   ++collectives_;
-  timeline_.buckets[b].launched = now();
 }
 
 void Reducer::end_backward() {

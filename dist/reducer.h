@@ -48,6 +48,7 @@ struct ReducerOptions {
 struct StepTimeline {
   double backward_end = 0;  // when finish() was called
   struct Bucket {
+    double ready = -1;      // when its last gradient was ready (launched can be later: Note [Bucket launch order])
     double launched = -1;   // when its all-reduce was issued (-1: not this step)
     double completed = -1;  // when it completed, where the backend reports it (-1: unknown)
   };

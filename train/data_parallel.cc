@@ -6,6 +6,7 @@
 #include "dist/gloo_communicator.h"
 #include "dist/nccl_communicator.h"
 #include "engine/error.h"
+#include "kernels/cuda/runtime.h"
 #include "train/evaluate.h"
 
 namespace rt::train {
@@ -21,6 +22,12 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
   dist::CommOptions o;
   o.timeout = timeout_of(cfg_);
   if (device_.is_cuda()) {
+    // One GPU model per run: a slower model paces every step, and mixed cards are most often
+    // a mistake in CUDA_VISIBLE_DEVICES (ringtape doctor lists them).
+    const std::string mine = cuda::device_props(device_.index).name;
+    const std::string rank0 = agree("gpu-model", mine);
+    RT_CHECK(mine == rank0, "data parallel: rank ", env_.rank, " runs on a ", mine, " (cuda:", device_.index,
+             ") but rank 0 on a ", rank0, ": use GPUs of one model (set CUDA_VISIBLE_DEVICES; see ringtape doctor)");
     comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, o);
   } else {
     comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
@@ -41,10 +48,13 @@ std::string DataParallel::agree(const std::string& key, const std::string& rank0
   const std::string k = "rt/agree/" + key;
   if (env_.rank == 0) {
     store_.store->set(k, dist::Bytes(rank0_value.begin(), rank0_value.end()));
+    if (key == "output-dir") output_dir_ = rank0_value;
     return rank0_value;
   }
   const dist::Bytes v = store_.store->get(k, timeout_of(cfg_));
-  return std::string(v.begin(), v.end());
+  std::string value(v.begin(), v.end());
+  if (key == "output-dir") output_dir_ = value;  // where --comm-timeline writes (train/trainer.cc run_dir)
+  return value;
 }
 
 void DataParallel::attach(nn::Module& model, bool compute_copies) {
@@ -72,9 +82,17 @@ void DataParallel::attach(nn::Module& model, bool compute_copies) {
   ro.find_unused = cfg_.find_unused_parameters;
   ro.timeout = timeout_of(cfg_);
   reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro);
+  if (cfg_.comm_timeline && env_.rank == 0) {
+    RT_CHECK(!output_dir_.empty(), "--comm-timeline: the run's directory is not known (a bug: run_dir agrees on it "
+             "before attach)");
+    timeline_.emplace(output_dir_ + "/timeline.jsonl");
+  }
 }
 
-void DataParallel::before_backward(bool last) { reducer_->prepare(last); }
+void DataParallel::before_backward(bool last) {
+  if (last) backward_start_ = std::chrono::steady_clock::now();
+  reducer_->prepare(last);
+}
 
 void DataParallel::after_backward(bool last) {
   if (last) reducer_->end_backward();
@@ -90,6 +108,44 @@ void DataParallel::before_optimizer_step() {
     overlap_.hidden_seconds += total * t.overlap();
     overlap_.last = t.overlap();
   }
+  if (timeline_) write_timeline();
+}
+
+// Note [Timeline file]: one JSON object per communicating step, what bench/dp_scaling_model.py
+// needs to replay a step under another network. Times are seconds from the start of the
+// step's last backward (Reducer::prepare):
+//   before_backward_s: from the previous step's wait_end to this backward's start: the
+//     optimizer step, loading and forward (and any log line, checkpoint or evaluation in
+//     between; null on the first step);
+//   backward_end_s: backward's end; wait_end_s: when the averaged gradients were there;
+//   buckets, in launch order: bytes, ready (its last gradient was ready), launched, completed.
+// Rank 0's view only: the other ranks' backward may end earlier or later.
+void DataParallel::write_timeline() {
+  using Clock = std::chrono::steady_clock;
+  const Clock::time_point now = Clock::now();
+  auto since = [&](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
+  const dist::StepTimeline& t = reducer_->last_timeline();
+  const std::vector<dist::Reducer::BucketInfo> info = reducer_->buckets();
+  json::Value buckets = json::Value::array();
+  for (size_t b = 0; b < info.size(); ++b) {
+    json::Value x = json::Value::object();
+    x.set("bytes", info[b].numel * int64_t(dtype_size(info[b].dtype)));
+    x.set("ready", t.buckets[b].ready);
+    x.set("launched", t.buckets[b].launched);
+    x.set("completed", t.buckets[b].completed);
+    buckets.push_back(std::move(x));
+  }
+  json::Value m = json::Value::object();
+  m.set("step", ++timeline_steps_);
+  m.set("world_size", env_.world_size);
+  m.set("backend", comm_->backend());
+  m.set("allreduce", dist::algo_name(cfg_.allreduce));
+  m.set("before_backward_s", timeline_steps_ > 1 ? json::Value(since(wait_end_, backward_start_)) : json::Value());
+  m.set("backward_end_s", t.backward_end);
+  m.set("wait_end_s", since(backward_start_, now));
+  m.set("buckets", std::move(buckets));
+  timeline_->write(m);
+  wait_end_ = Clock::now();  // the file's write is not the next step's compute
 }
 
 // Rank 0's running statistics for every rank's evaluation: each rank's were updated from its

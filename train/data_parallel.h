@@ -11,10 +11,14 @@
 //     rest after it, and wait for the averaged gradients before the optimizer step;
 //   - evaluation: each rank evaluates its shard of the test set without the sampler's
 //     padding, with rank 0's batch-norm running statistics, and the counts are summed;
-//   - the overlap of communication with backward, per step, for the log and metrics.jsonl.
+//   - the overlap of communication with backward, per step, for the log and metrics.jsonl;
+//     with --comm-timeline, rank 0 also writes each step's timeline to
+//     <output-dir>/timeline.jsonl (Note [Timeline file]).
 #pragma once
 
+#include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -22,6 +26,7 @@
 #include "dist/launch_env.h"
 #include "dist/reducer.h"
 #include "dist/rendezvous.h"
+#include "train/metrics.h"
 #include "train/parallel_context.h"
 #include "train/train_config.h"
 
@@ -60,6 +65,12 @@ class DataParallel final : public ParallelContext {
   std::unique_ptr<dist::Reducer> reducer_;
   std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)
   OverlapStats overlap_;
+
+  void write_timeline();
+  std::string output_dir_;               // the run's, as agreed (agree("output-dir"))
+  std::optional<MetricsLog> timeline_;   // --comm-timeline on rank 0
+  int64_t timeline_steps_ = 0;
+  std::chrono::steady_clock::time_point backward_start_, wait_end_;  // this step's, the last step's
 };
 
 }  // namespace rt::train

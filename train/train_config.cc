@@ -125,6 +125,7 @@ TrainConfig parse_train_config(const cli::Flags& f) {
   c.parallel.bucket_cap_mb = f.number("bucket-cap-mb");
   c.parallel.find_unused_parameters = f.boolean("find-unused-parameters");
   c.parallel.timeout_s = f.number("timeout");
+  c.parallel.comm_timeline = f.boolean("comm-timeline");
   c.recorded_flags = f.effective();
   return c;
 }

@@ -134,6 +134,7 @@ struct ParallelConfig {
   double bucket_cap_mb = 25;          // gradient bucket size (the first bucket: at most 1 MiB)
   bool find_unused_parameters = false;
   double timeout_s = 300;             // every collective and the rendezvous
+  bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -241,6 +241,9 @@ std::vector<Flag> train_flags() {
       {"timeout", FlagType::number, "300",
        "data parallel: seconds any collective or the rendezvous may take before the run stops naming the lost rank",
        {}},
+      {"comm-timeline", FlagType::boolean, "false",
+       "data parallel: rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and "
+       "phase times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py", {}},
       {"cudnn-benchmark-runtime-compiled", FlagType::boolean, "false",
        "with --cudnn-benchmark: also time the engines cuDNN compiles at run time (each compiles when first tried, "
        "which can take seconds per shape; without this flag they are skipped unless nothing else fits)", {}},
