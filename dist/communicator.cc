@@ -1,6 +1,9 @@
 #include "dist/communicator.h"
 
+#include <cstdlib>
 #include <utility>
+
+#include "dist/communicator_liveness.h"
 
 namespace rt::dist {
 
@@ -9,6 +12,12 @@ AllReduceAlgo parse_allreduce_algo(const std::string& s) {
     if (s == kAllReduceAlgoNames[i]) return AllReduceAlgo(i);
   RT_FAIL("unknown all-reduce algorithm '", clip_for_message(s), "': choose one of library (the backend's own), ",
           "ring or tree");
+}
+
+std::string listen_host(const CommOptions& o) {
+  if (!o.host.empty()) return o.host;
+  const char* master = std::getenv("MASTER_ADDR");
+  return master && *master ? local_address_toward(master) : "127.0.0.1";
 }
 
 Communicator::Communicator(int rank, int world, Device device, CommOptions opts)

@@ -79,6 +79,10 @@ struct CommOptions {
   std::string host;
 };
 
+// The address this rank's connections listen on: CommOptions::host, else the one that
+// routes to MASTER_ADDR (torchrun's contract), else loopback (one machine).
+std::string listen_host(const CommOptions& o);
+
 class Communicator {
  public:
   virtual ~Communicator() = default;

@@ -12,7 +12,6 @@
 #include <gloo/transport/unbound_buffer.h>
 
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -144,14 +143,6 @@ gloo::AllreduceOptions::Func gloo_reduction(ReduceOp op, DType t) {
 
 bool timed_out(const std::string& cause, Clock::duration ran, Millis timeout) {
   return ran >= timeout || cause.find("imed out") != std::string::npos;
-}
-
-// The address this rank listens on: CommOptions::host, else the one that routes to
-// MASTER_ADDR (torchrun's contract), else loopback (a single machine).
-std::string listen_host(const CommOptions& o) {
-  if (!o.host.empty()) return o.host;
-  const char* master = std::getenv("MASTER_ADDR");
-  return master && *master ? local_address_toward(master) : "127.0.0.1";
 }
 
 }  // namespace

@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <atomic>
 #include <condition_variable>
-#include <cstdlib>
 #include <cstring>
 #include <deque>
 #include <mutex>
@@ -166,17 +165,6 @@ class NcclCommunicator::Impl::StepP2P final : public P2P {
   Clock::time_point deadline_;
   cudaStream_t s_;
 };
-
-namespace {
-
-// The address this rank's liveness links listen on (see GlooCommunicator's).
-std::string listen_host(const CommOptions& o) {
-  if (!o.host.empty()) return o.host;
-  const char* master = std::getenv("MASTER_ADDR");
-  return master && *master ? local_address_toward(master) : "127.0.0.1";
-}
-
-}  // namespace
 
 NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
     : rank(self.rank()), world(self.world_size()), device(dev), opts(self.options()) {
