@@ -8,7 +8,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 
+#include "engine/ops/batch_norm_sync.h"
 #include "engine/tensor.h"
 
 namespace rt {
@@ -54,17 +56,22 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 // x (N, C, ...) with weight, bias (C) (or undefined: affine off). Training: normalise with
 // the batch's biased variance; update running_mean/var (if defined) with the unbiased
 // variance: r = (1 - momentum) * r + momentum * batch_stat. Eval: use the running stats.
+// sync (training only; null: none): the batch is every process's together, statistics and
+// their gradients combined through it (Note [Synchronised batch norm] in
+// engine/ops/batch_norm_sync.h); CPU only for now.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                  Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                  Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                  std::shared_ptr<BatchNormSync> sync = nullptr);
 // Fused tails of a residual block, same arguments and running-stat update as batch_norm, in
 // one pass each way (the backward needs only the output, as relu's does):
 //   batch_norm_relu     = relu(batch_norm(x, ...))
 //   batch_norm_add_relu = relu(batch_norm(x, ...) + residual)   (residual: x's shape/dtype/device)
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                       Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5);
+                       Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5,
+                       std::shared_ptr<BatchNormSync> sync = nullptr);
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            Tensor running_mean, Tensor running_var, bool training, double momentum = 0.1,
-                           double eps = 1e-5);
+                           double eps = 1e-5, std::shared_ptr<BatchNormSync> sync = nullptr);
 
 // ---- pooling ---------------------------------------------------------------------
 struct Pool2dParams {

@@ -38,8 +38,8 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
   const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
   if (residual.defined())
-    return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps);
-  return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps);
+    return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+  return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
@@ -51,7 +51,18 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // dtype). Pass them as they are once the op accepts the mix.
   const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
   const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
-  return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps);
+  return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+}
+
+int64_t set_batch_norm_sync(Module& model, const std::shared_ptr<BatchNormSync>& sync) {
+  int64_t n = 0;
+  model.for_each_module([&](Module& m) {
+    if (auto* bn = dynamic_cast<BatchNorm2d*>(&m)) {
+      bn->sync = sync;
+      ++n;
+    }
+  });
+  return n;
 }
 
 Linear::Linear(int64_t in, int64_t out, Generator& g, bool with_bias) {

@@ -1,6 +1,8 @@
 // The layers of a ResNet, with torchvision's parameter names and initialisation.
 #pragma once
 
+#include <memory>
+
 #include "engine/nn/module.h"
 #include "engine/ops.h"
 #include "engine/random.h"
@@ -28,6 +30,9 @@ class BatchNorm2d : public Module {
   Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
+  // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
+  // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
+  std::shared_ptr<BatchNormSync> sync;
 
  protected:
   bool keeps_master_dtype() const override { return true; }  // Note [Batch norm in mixed precision]
@@ -35,6 +40,10 @@ class BatchNorm2d : public Module {
  private:
   void count_batch();  // PyTorch counts every training-mode forward
 };
+
+// Every BatchNorm2d of `model` synchronises through `sync` from now on (null: none again),
+// like PyTorch's SyncBatchNorm.convert_sync_batchnorm. Returns how many there are.
+int64_t set_batch_norm_sync(Module& model, const std::shared_ptr<BatchNormSync>& sync);
 
 // PyTorch's default Linear init: weight and bias ~ U(-1/sqrt(in), 1/sqrt(in)).
 class Linear : public Module {

@@ -170,6 +170,11 @@ void Module::bind_compute_copies(const std::map<const TensorImpl*, Tensor>& copi
   for (auto& [name, child] : children_) child->bind_compute_copies(copies);
 }
 
+void Module::for_each_module(const std::function<void(Module&)>& f) {
+  f(*this);
+  for (auto& [name, child] : children_) child->for_each_module(f);
+}
+
 Tensor Module::compute(const Tensor& p) const {
   for (size_t i = 0; i < copies_.size(); ++i)
     if (params_[i].second.same(p)) return copies_[i].defined() ? copies_[i] : p;

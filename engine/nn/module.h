@@ -3,6 +3,7 @@
 // device placement that keeps every Tensor handle valid (optimizers hold them).
 #pragma once
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -68,6 +69,9 @@ class Module {
   // parameter p listed (keyed by p's TensorImpl); an empty map goes back to the parameters
   // themselves. ComputeCopies (engine/nn/compute_copies.h) is the one user.
   void bind_compute_copies(const std::map<const TensorImpl*, Tensor>& copies);
+
+  // f(m) for this module and every descendant, depth first, each before its children.
+  void for_each_module(const std::function<void(Module&)>& f);
 
  protected:
   // What forward computes with for parameter `p` (or an undefined tensor): its bound

@@ -2,10 +2,12 @@
 // and updates the running variance with the unbiased one (n / (n - 1)); eval uses the
 // running statistics. Kernel: kernels/cpu/batch_norm.cc. batch_norm_relu and
 // batch_norm_add_relu are the same op with relu (and a residual) fused into its
-// elementwise passes.
+// elementwise passes. With a BatchNormSync the batch is every process's (Note
+// [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm.cuh"
 
+#include <algorithm>
 #include <cmath>
 #include <memory>
 
@@ -105,24 +107,29 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
   return y;
 }
 
-// The CPU path: statistics in double on the host.
+// The CPU path: statistics in double on the host. With `sync` (training), the statistics
+// and the backward's sums are every process's (Note [Synchronised batch norm]).
 Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                      const cpu::BatchNormGeom& g, const Tail& tail) {
+                      const cpu::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync) {
   const int64_t N = g.N, C = g.C, S = g.S;
   auto mean = std::make_shared<std::vector<double>>(size_t(C));
   auto invstd = std::make_shared<std::vector<double>>(size_t(C));
+  double count = double(N * S);  // values per channel the statistics are over
+  if (!training) sync = nullptr;  // eval normalises with the running statistics: nothing to combine
   if (training) {
-    RT_CHECK(N * S > 1, op, ": training needs more than one value per channel, got input ", x.str(),
-             " (use a batch size above 1, or eval mode)");
-    std::vector<double> var(static_cast<size_t>(C));
+    std::vector<double> var(static_cast<size_t>(C));  // m2 = sum((x - mean)^2), then var
     ops::dispatch_float(x.dtype(), op, [&](auto z) {
       using T = decltype(z);
-      cpu::batch_norm_stats<T>(g, x.data<T>(), mean->data(), var.data());
+      cpu::batch_norm_moments<T>(g, x.data<T>(), mean->data(), var.data());
     });
+    if (sync) count = sync->combine_stats(C, count, mean->data(), var.data());
+    RT_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", x.str(),
+             sync ? " on every process together" : "", " (use a batch size above 1, or eval mode)");
+    for (double& v : var) v /= count;
     for (int64_t c = 0; c < C; ++c) (*invstd)[c] = 1.0 / std::sqrt(var[c] + eps);
     if (running_mean.defined()) {
-      const double unbias = double(N * S) / double(N * S - 1);
+      const double unbias = count / (count - 1);
       for (double& v : var) v *= unbias;
       blend_running(running_mean, *mean, momentum);
       blend_running(running_var, var, momentum);
@@ -149,19 +156,24 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
   const Saved sv{training, x.detach(), weight.defined() ? weight.detach() : Tensor(),
                  tail.relu ? y.detach() : Tensor()};
   record(op, y, {x, weight, bias, tail.residual},
-         [sv, g, mean, invstd](const Tensor& gy, const std::vector<bool>& needs) {
+         [sv, g, mean, invstd, count, sync](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
            std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
            ops::dispatch_float(sv.x.dtype(), "batch_norm backward", [&](auto z) {
              using T = decltype(z);
              auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
-             if (sv.y.defined())
-               cpu::batch_norm_backward_relu<T>(g, sv.x.data<T>(), sv.y.data<T>(), dy.data<T>(), mean->data(),
-                                                invstd->data(), ptr(sv.w), sv.training, ptr(d[0]), ptr(d[1]),
-                                                ptr(d[2]), ptr(d[3]));
-             else
-               cpu::batch_norm_backward<T>(g, sv.x.data<T>(), dy.data<T>(), mean->data(), invstd->data(), ptr(sv.w),
-                                           sv.training, ptr(d[0]), ptr(d[1]), ptr(d[2]));
+             // Pass 1 (dweight and dbias from this process's sums), the sums combined, pass 2.
+             std::vector<double> sum_dz(size_t(g.C)), sum_dz_xmu(size_t(g.C));
+             cpu::batch_norm_grad_sums<T>(g, sv.x.data<T>(), ptr(sv.y), dy.data<T>(), mean->data(), invstd->data(),
+                                          sum_dz.data(), sum_dz_xmu.data(), ptr(d[1]), ptr(d[2]), ptr(d[3]));
+             if (sync) sync->combine_grad_sums(g.C, sum_dz.data(), sum_dz_xmu.data());
+             if (!d[0].defined()) return;
+             // The residual's gradient is dz itself: pass 2 reads it instead of dy and y.
+             const bool dz_written = sv.y.defined() && d[3].defined();
+             cpu::batch_norm_backward_dx<T>(g, sv.x.data<T>(), dz_written ? nullptr : ptr(sv.y),
+                                            dz_written ? ptr(d[3]) : dy.data<T>(), mean->data(), invstd->data(),
+                                            ptr(sv.w), sv.training, count, sum_dz.data(), sum_dz_xmu.data(),
+                                            ptr(d[0]));
            });
            return d;
          });
@@ -171,7 +183,7 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
 // Checks the arguments of all three ops and runs the backend of x's device.
 Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                      Tail tail) {
+                      Tail tail, std::shared_ptr<BatchNormSync> sync) {
   // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
   const bool on_cuda = x.defined() && x.device().is_cuda();
   auto check_floating = [&](const Tensor& t, const char* name) {
@@ -205,32 +217,74 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   }
 
   const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
+  // CUDA keeps the statistics on the device in one fused reduction; combining them across
+  // processes needs that reduction split like the CPU's (kernels/cpu/batch_norm.h).
+  RT_CHECK(!(on_cuda && sync && training), op, ": --sync-bn on CUDA is not supported yet (synchronised batch norm "
+           "runs on the CPU only); train without --sync-bn");
   if (on_cuda)
     return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
                            cuda::BatchNormGeom{N, C, S, nhwc}, tail);
   return batch_norm_cpu(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        cpu::BatchNormGeom{N, C, S, nhwc}, tail);
+                        cpu::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
 }
 
 }  // namespace
 
+double merge_moments(int64_t C, int k, const double* blocks, double* mean, double* m2) {
+  // Chan, Golub and LeVeque: shards a and b of counts na and nb, delta = mean_b - mean_a:
+  //   mean = mean_a + delta * nb / n,  m2 = m2_a + m2_b + delta^2 * na * nb / n,  n = na + nb.
+  // The first shard is copied exactly (na = 0).
+  const size_t stride = size_t(1 + 2 * C);
+  std::fill(mean, mean + C, 0.0);
+  std::fill(m2, m2 + C, 0.0);
+  double n = 0;
+  for (int i = 0; i < k; ++i) {
+    const double* b = blocks + size_t(i) * stride;
+    const double nb = b[0];
+    if (nb == 0) continue;
+    const double total = n + nb, wb = nb / total, wab = n * nb / total;
+    for (int64_t c = 0; c < C; ++c) {
+      const double delta = b[1 + c] - mean[c];
+      mean[c] += delta * wb;
+      m2[c] += b[1 + C + c] + delta * delta * wab;
+    }
+    n = total;
+  }
+  return n;
+}
+
+void sum_grad_sums(int64_t C, int k, const double* blocks, double* sum_dz, double* sum_dz_xmu) {
+  std::fill(sum_dz, sum_dz + C, 0.0);
+  std::fill(sum_dz_xmu, sum_dz_xmu + C, 0.0);
+  for (int i = 0; i < k; ++i) {
+    const double* b = blocks + size_t(i) * size_t(2 * C);
+    for (int64_t c = 0; c < C; ++c) {
+      sum_dz[c] += b[c];
+      sum_dz_xmu[c] += b[C + c];
+    }
+  }
+}
+
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                  bool training, double momentum, double eps) {
-  return batch_norm_any("batch_norm", x, weight, bias, running_mean, running_var, training, momentum, eps, Tail{});
+                  bool training, double momentum, double eps, std::shared_ptr<BatchNormSync> sync) {
+  return batch_norm_any("batch_norm", x, weight, bias, running_mean, running_var, training, momentum, eps, Tail{},
+                        std::move(sync));
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
-                       Tensor running_var, bool training, double momentum, double eps) {
+                       Tensor running_var, bool training, double momentum, double eps,
+                       std::shared_ptr<BatchNormSync> sync) {
   return batch_norm_any("batch_norm_relu", x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        Tail{true, Tensor(), Tensor()});
+                        Tail{true, Tensor(), Tensor()}, std::move(sync));
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
-                           Tensor running_mean, Tensor running_var, bool training, double momentum, double eps) {
+                           Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
+                           std::shared_ptr<BatchNormSync> sync) {
   const char* op = "batch_norm_add_relu";
   check_defined(residual, op, "residual");
   return batch_norm_any(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        Tail{true, residual, Tensor()});
+                        Tail{true, residual, Tensor()}, std::move(sync));
 }
 
 }  // namespace rt

@@ -206,59 +206,24 @@ void apply_impl(const BatchNormGeom& g, const T* x, const T* residual, bool relu
   });
 }
 
-// relu_y: null, or the output of apply_impl with relu (the backward masks dy by it).
-template <typename T>
-void backward_impl(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
-                   const double* invstd, const T* gamma, bool training, T* dx, T* dgamma, T* dbeta, T* dres) {
-  const double M = double(g.N * g.S);
-  std::vector<double> sum_dy(static_cast<size_t>(g.C)), sum_dy_xhat(static_cast<size_t>(g.C));
-  // sum(dy) and sum(dy * xhat) = invstd * sum(dy * (x - mean)) in one pass, dy masked by
-  // the relu's output when there is one. The residual's gradient is the masked dy itself:
-  // that pass writes it, and the dx pass reads it as its dy (no second mask, one read less).
-  if (relu_y) grad_sums<T, true>(g, x, relu_y, dy, mean, sum_dy.data(), sum_dy_xhat.data(), dres);
-  else grad_sums<T, false>(g, x, nullptr, dy, mean, sum_dy.data(), sum_dy_xhat.data(), nullptr);
-  if (relu_y && dres) {
-    dy = dres;
-    relu_y = nullptr;
-  }
-  for (int64_t c = 0; c < g.C; ++c) sum_dy_xhat[c] *= invstd[c];
-  if (dgamma)
-    for (int64_t c = 0; c < g.C; ++c) dgamma[c] = T(sum_dy_xhat[c]);
-  if (dbeta)
-    for (int64_t c = 0; c < g.C; ++c) dbeta[c] = T(sum_dy[c]);
-  if (!dx) return;
-  // training: dx = gamma*invstd * (dy - mean(dy) - xhat * mean(dy*xhat))
-  // eval:     dx = gamma*invstd * dy
-  // As dx = k*dy + a*(x - mean) + b per channel.
-  std::vector<T> m = per_channel<T>(g.C), k = per_channel<T>(g.C), a = per_channel<T>(g.C), b = per_channel<T>(g.C);
-  for (int64_t c = 0; c < g.C; ++c) {
-    const double gi = (gamma ? double(gamma[c]) : 1.0) * invstd[c];
-    m[c] = T(mean[c]);
-    k[c] = T(gi);
-    a[c] = T(training ? -gi * invstd[c] * sum_dy_xhat[c] / M : 0.0);
-    b[c] = T(training ? -gi * sum_dy[c] / M : 0.0);
-  }
-  with_flag(relu_y != nullptr, [&](auto mask) {
-    for_each_run(g, [&](int64_t o, int64_t n, int64_t c, auto pixel) {
-      backward_run<T, decltype(pixel)::value, decltype(mask)::value>(x + o, relu_y ? relu_y + o : nullptr, dy + o,
-                                                                     m.data() + c, a.data() + c, k.data() + c,
-                                                                     b.data() + c, dx + o, n);
-    });
-  });
-}
-
 }  // namespace
 
 template <typename T>
-void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* var) {
+void batch_norm_moments(const BatchNormGeom& g, const T* x, double* mean, double* m2) {
   const double M = double(g.N * g.S);
   channel_sums(g, mean, [&](int64_t, int64_t i) { return double(x[i]); });
   for (int64_t c = 0; c < g.C; ++c) mean[c] /= M;
   // Two passes: sum((x - mean)^2) does not cancel like E[x^2] - mean^2 does.
-  channel_sums(g, var, [&](int64_t c, int64_t i) {
+  channel_sums(g, m2, [&](int64_t c, int64_t i) {
     const double d = double(x[i]) - mean[c];
     return d * d;
   });
+}
+
+template <typename T>
+void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* var) {
+  batch_norm_moments<T>(g, x, mean, var);
+  const double M = double(g.N * g.S);
   for (int64_t c = 0; c < g.C; ++c) var[c] /= M;
 }
 
@@ -269,9 +234,52 @@ void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, co
 }
 
 template <typename T>
+void batch_norm_grad_sums(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
+                          const double* invstd, double* sum_dz, double* sum_dz_xmu, T* dgamma, T* dbeta,
+                          T* dresidual) {
+  // One pass, dy masked by the relu's output when there is one. The residual's gradient is
+  // the masked dy itself: this pass writes it (and pass 2 reads it as its dy).
+  if (relu_y) grad_sums<T, true>(g, x, relu_y, dy, mean, sum_dz, sum_dz_xmu, dresidual);
+  else grad_sums<T, false>(g, x, nullptr, dy, mean, sum_dz, sum_dz_xmu, nullptr);
+  if (dgamma)
+    for (int64_t c = 0; c < g.C; ++c) dgamma[c] = T(sum_dz_xmu[c] * invstd[c]);
+  if (dbeta)
+    for (int64_t c = 0; c < g.C; ++c) dbeta[c] = T(sum_dz[c]);
+}
+
+template <typename T>
+void batch_norm_backward_dx(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
+                            const double* invstd, const T* gamma, bool training, double count, const double* sum_dz,
+                            const double* sum_dz_xmu, T* dx) {
+  // training: dx = gamma*invstd * (dz - mean(dz) - xhat * mean(dz*xhat))
+  // eval:     dx = gamma*invstd * dz
+  // As dx = k*dz + a*(x - mean) + b per channel.
+  std::vector<T> m = per_channel<T>(g.C), k = per_channel<T>(g.C), a = per_channel<T>(g.C), b = per_channel<T>(g.C);
+  for (int64_t c = 0; c < g.C; ++c) {
+    const double gi = (gamma ? double(gamma[c]) : 1.0) * invstd[c];
+    const double sum_dz_xhat = sum_dz_xmu[c] * invstd[c];
+    m[c] = T(mean[c]);
+    k[c] = T(gi);
+    a[c] = T(training ? -gi * invstd[c] * sum_dz_xhat / count : 0.0);
+    b[c] = T(training ? -gi * sum_dz[c] / count : 0.0);
+  }
+  with_flag(relu_y != nullptr, [&](auto mask) {
+    for_each_run(g, [&](int64_t o, int64_t n, int64_t c, auto pixel) {
+      backward_run<T, decltype(pixel)::value, decltype(mask)::value>(x + o, relu_y ? relu_y + o : nullptr, dy + o,
+                                                                     m.data() + c, a.data() + c, k.data() + c,
+                                                                     b.data() + c, dx + o, n);
+    });
+  });
+}
+
+template <typename T>
 void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const double* mean, const double* invstd,
                          const T* gamma, bool training, T* dx, T* dgamma, T* dbeta) {
-  backward_impl<T>(g, x, nullptr, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr);
+  std::vector<double> s0(static_cast<size_t>(g.C)), s1(static_cast<size_t>(g.C));
+  batch_norm_grad_sums<T>(g, x, nullptr, dy, mean, invstd, s0.data(), s1.data(), dgamma, dbeta, nullptr);
+  if (dx)
+    batch_norm_backward_dx<T>(g, x, nullptr, dy, mean, invstd, gamma, training, double(g.N * g.S), s0.data(),
+                              s1.data(), dx);
 }
 
 template <typename T>
@@ -284,11 +292,22 @@ template <typename T>
 void batch_norm_backward_relu(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const double* mean,
                               const double* invstd, const T* gamma, bool training, T* dx, T* dgamma, T* dbeta,
                               T* dresidual) {
-  backward_impl<T>(g, x, y, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual);
+  std::vector<double> s0(static_cast<size_t>(g.C)), s1(static_cast<size_t>(g.C));
+  batch_norm_grad_sums<T>(g, x, y, dy, mean, invstd, s0.data(), s1.data(), dgamma, dbeta, dresidual);
+  if (!dx) return;
+  // dz is in dresidual now when it was asked for: read it once, unmasked.
+  batch_norm_backward_dx<T>(g, x, dresidual ? nullptr : y, dresidual ? dresidual : dy, mean, invstd, gamma, training,
+                            double(g.N * g.S), s0.data(), s1.data(), dx);
 }
 
 #define RT_INSTANTIATE(T)                                                                                         \
   template void batch_norm_stats<T>(const BatchNormGeom&, const T*, double*, double*);                           \
+  template void batch_norm_moments<T>(const BatchNormGeom&, const T*, double*, double*);                         \
+  template void batch_norm_grad_sums<T>(const BatchNormGeom&, const T*, const T*, const T*, const double*,        \
+                                        const double*, double*, double*, T*, T*, T*);                            \
+  template void batch_norm_backward_dx<T>(const BatchNormGeom&, const T*, const T*, const T*, const double*,      \
+                                          const double*, const T*, bool, double, const double*, const double*,   \
+                                          T*);                                                                    \
   template void batch_norm_apply<T>(const BatchNormGeom&, const T*, const double*, const double*, const T*,       \
                                     const T*, T*);                                                                \
   template void batch_norm_backward<T>(const BatchNormGeom&, const T*, const T*, const double*, const double*,    \

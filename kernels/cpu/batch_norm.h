@@ -16,6 +16,11 @@ struct BatchNormGeom {
 template <typename T>
 void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* var);
 
+// The moments behind them: mean and m2 = sum((x - mean)^2) per channel (two passes), what
+// processes combine (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
+template <typename T>
+void batch_norm_moments(const BatchNormGeom& g, const T* x, double* mean, double* m2);
+
 // y = (x - mean) * invstd * gamma + beta; gamma/beta may be null (1 and 0).
 template <typename T>
 void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, const double* invstd, const T* gamma,
@@ -23,9 +28,29 @@ void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, co
 
 // Backward. With training, mean/invstd are the batch's and the gradient flows through
 // them; otherwise they are constants (running statistics). dx, dgamma, dbeta may be null.
+// The two passes below, one after the other.
 template <typename T>
 void batch_norm_backward(const BatchNormGeom& g, const T* x, const T* dy, const double* mean, const double* invstd,
                          const T* gamma, bool training, T* dx, T* dgamma, T* dbeta);
+
+// The backward in its two passes, so that the sums can be combined across processes in
+// between (Note [Synchronised batch norm]).
+// Pass 1: per channel sum_dz[c] and sum_dz_xmu[c] = sum(dz * (x - mean[c])), dz = dy, or
+// with relu_y (the output of batch_norm_apply_relu) dz = (relu_y > 0 ? dy : 0); from them
+// dgamma = invstd * sum_dz_xmu and dbeta = sum_dz (each may be null). dresidual (relu_y
+// only; may be null) receives dz.
+template <typename T>
+void batch_norm_grad_sums(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
+                          const double* invstd, double* sum_dz, double* sum_dz_xmu, T* dgamma, T* dbeta,
+                          T* dresidual);
+// Pass 2: dx = gamma * invstd * (dz - sum_dz / count - (x - mean) * invstd^2 * sum_dz_xmu / count)
+// with training, gamma * invstd * dz without; `count`: the values per channel the sums and
+// statistics are over (N*S, or every process's). dz from dy and relu_y as in pass 1; when
+// pass 1 wrote dresidual, pass that as dy and relu_y = null (dz itself, read once).
+template <typename T>
+void batch_norm_backward_dx(const BatchNormGeom& g, const T* x, const T* relu_y, const T* dy, const double* mean,
+                            const double* invstd, const T* gamma, bool training, double count, const double* sum_dz,
+                            const double* sum_dz_xmu, T* dx);
 
 // Note [Fused batch_norm + relu]: the tail of a ResNet block, relu(bn(x) [+ residual]), in
 // the one elementwise pass of batch_norm_apply. Its backward needs only the output y: the
