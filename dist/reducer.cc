@@ -72,18 +72,24 @@ void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& pa
 
 }  // namespace
 
-Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts) : comm_(comm), opts_(opts) {
+Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts)
+    : Reducer(comm, std::move(params), opts, {}, {}) {}
+
+Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts, std::vector<Tensor> producers,
+                 std::function<void(size_t k)> deliver)
+    : comm_(comm), opts_(opts), deliver_(std::move(deliver)) {
+  RT_CHECK(producers.empty() || (producers.size() == params.size() && deliver_), "Reducer: ", producers.size(),
+           " gradient producers for ", params.size(), " parameters (and a deliver function with them)");
   RT_CHECK(opts_.first_bucket_bytes > 0 && opts_.bucket_bytes > 0, "Reducer: bucket caps must be positive");
   check_same_params(comm_, params, opts_.timeout);
-  for (auto &[name, p] : params) {
+  for (auto& [name, p] : params) {
     RT_CHECK(p.defined() && p.is_leaf() && p.requires_grad(), "Reducer: parameter ", name,
              " is not a leaf that requires grad");
     RT_CHECK(p.device() == comm_.device(), "Reducer: parameter ", name, " is on ", p.device().str(),
              ", the communicator on ", comm_.device().str());
     slots_.push_back(Slot{name, p, 0, 0, false});
   }
-  // Note [Gradient buckets]: reverse registration order, caps, one dtype per
-  // bucket.
+  // Note [Gradient buckets]: reverse registration order, caps, one dtype per bucket.
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> bytes;
   for (size_t k = slots_.size(); k-- > 0;) {
@@ -114,12 +120,14 @@ Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions o
     Slot& s = slots_[k];
     s.param.set_grad_buffer(buckets_[s.bucket].flat.subview(s.offset, s.param.shape(), s.param.format()));
   }
-  auto self = std::make_shared<Reducer *>(this);
+  auto self = std::make_shared<Reducer*>(this);
   alive_ = self;
-  for (size_t k = 0; k < slots_.size(); ++k)
-    slots_[k].param.register_grad_ready_hook([self, k](const Tensor &) {
+  for (size_t k = 0; k < slots_.size(); ++k) {
+    Tensor producer = producers.empty() ? slots_[k].param : producers[k];
+    producer.register_grad_ready_hook([self, k](const Tensor&) {
       if (*self) (*self)->on_ready(k);
     });
+  }
 }
 
 Reducer::~Reducer() {
@@ -151,6 +159,7 @@ void Reducer::prepare(bool communicate) {
 
 void Reducer::on_ready(size_t k) {
   if (!armed_) return;  // an accumulation micro-step: the gradient stays in its bucket
+  if (deliver_) deliver_(k);
   Slot& s = slots_[k];
   if (s.ready) return;  // a second backward through the same graph before finish()
   s.ready = true;
@@ -240,11 +249,11 @@ std::vector<Reducer::BucketInfo> Reducer::buckets() const {
 namespace {
 // Length of the union of intervals [a, b), each clipped to end at `limit`.
 double union_length(std::vector<std::pair<double, double>> iv, double limit) {
-  for (auto &[a, b] : iv) b = std::min(b, limit);
+  for (auto& [a, b] : iv) b = std::min(b, limit);
   std::sort(iv.begin(), iv.end());
   double total = 0, cur_a = 0, cur_b = -1;
   bool open = false;
-  for (const auto &[a, b] : iv) {
+  for (const auto& [a, b] : iv) {
     if (b <= a) continue;
     if (open && a <= cur_b) {
       cur_b = std::max(cur_b, b);

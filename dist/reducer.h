@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -69,9 +70,16 @@ class Reducer {
   // and a gradient-ready hook; the communicator must outlive the reducer. Checks with the other ranks that
   // they hold the same parameters (count, names, shapes, dtypes): an rt::Error naming the first that differs.
   Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts = {});
+  // Note [Gradients produced elsewhere]: under mixed precision the graph's leaves are 16-bit
+  // compute copies while the optimizer consumes the masters' gradients. Then `producers[k]`
+  // is the leaf whose gradient-ready hook makes params[k] ready, and `deliver(k)` runs first
+  // in that hook, moving producers[k]'s gradient into params[k]'s (its bucket view). The
+  // buckets hold what the optimizer consumes, in its dtype, and still launch during backward.
+  Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts, std::vector<Tensor> producers,
+          std::function<void(size_t k)> deliver);
   ~Reducer();
-  Reducer(const Reducer &) = delete;
-  Reducer& operator=(const Reducer &) = delete;
+  Reducer(const Reducer&) = delete;
+  Reducer& operator=(const Reducer&) = delete;
 
   // Before each backward: communicate = true on the micro-step whose gradients the optimizer will consume
   // (the last of an accumulation), false before the others.
@@ -113,7 +121,8 @@ class Reducer {
   int64_t collectives_ = 0;
   std::chrono::steady_clock::time_point t0_;
   StepTimeline timeline_;
-  std::shared_ptr<Reducer *> alive_;  // what the gradient hooks see; null once destroyed
+  std::function<void(size_t)> deliver_;  // Note [Gradients produced elsewhere]
+  std::shared_ptr<Reducer*> alive_;  // what the gradient hooks see; null once destroyed
 };
 
 // Copies rank 0's values of every tensor into the others' (parameters and buffers at the start of training:

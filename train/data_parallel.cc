@@ -1,11 +1,13 @@
 #include "train/data_parallel.h"
 
 #include <chrono>
+#include <map>
 #include <cstdio>
 
 #include "dist/gloo_communicator.h"
 #include "dist/nccl_communicator.h"
 #include "engine/error.h"
+#include "engine/nn/compute_copies.h"
 #include "kernels/cuda/runtime.h"
 #include "train/evaluate.h"
 
@@ -57,13 +59,7 @@ std::string DataParallel::agree(const std::string& key, const std::string& rank0
   return value;
 }
 
-void DataParallel::attach(nn::Module& model, bool compute_copies) {
-  // Note [Data parallel with compute copies]: under bf16/fp16 the gradients are produced on
-  // the 16-bit compute copies and summed into the masters after every micro-batch; reducing
-  // them in the copies' dtype would reduce only the last micro-batch of an accumulation.
-  // Until the reducer handles the masters' gradients, a data-parallel run computes in fp32.
-  RT_CHECK(!compute_copies, "data parallel training with 16-bit compute copies (--precision bf16/fp16) is not "
-           "supported yet: pass --precision fp32 (or tf32 on a GPU)");
+void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies) {
   std::vector<Tensor> state;
   std::vector<dist::Reducer::Param> params;
   for (const auto& [name, t] : model.named_parameters()) {
@@ -81,7 +77,30 @@ void DataParallel::attach(nn::Module& model, bool compute_copies) {
   ro.algo = cfg_.allreduce;
   ro.find_unused = cfg_.find_unused_parameters;
   ro.timeout = timeout_of(cfg_);
-  reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro);
+  if (!copies) {
+    reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro);
+  } else {
+    // Note [Data parallel with compute copies]: under bf16/fp16 the graph's leaves are the
+    // 16-bit copies, the optimizer consumes the masters' gradients (their dtype: f32). The
+    // buckets hold the masters' gradients, so what is reduced is what the optimizer consumes,
+    // in f32, accumulation micro-steps included; each copy's hook widens its gradient into the
+    // master's bucket view (ComputeCopies::accumulate_grad) and marks the master ready, so the
+    // buckets still launch during backward (Note [Gradients produced elsewhere]). Parameters
+    // without a copy (batch-norm's, kept in f32) produce their own gradients.
+    std::map<const TensorImpl*, size_t> copy_of;
+    for (size_t i = 0; i < copies->masters().size(); ++i) copy_of[copies->masters()[i].second.impl_ptr().get()] = i;
+    std::vector<Tensor> producers;
+    std::vector<int64_t> which;  // params[k]'s copy index, or -1
+    for (const auto& [name, t] : params) {
+      const auto it = copy_of.find(t.impl_ptr().get());
+      which.push_back(it == copy_of.end() ? -1 : int64_t(it->second));
+      producers.push_back(it == copy_of.end() ? t : copies->copies()[it->second].second);
+    }
+    reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro, std::move(producers),
+                                               [copies, which](size_t k) {
+                                                 if (which[k] >= 0) copies->accumulate_grad(size_t(which[k]));
+                                               });
+  }
   if (cfg_.comm_timeline && env_.rank == 0) {
     RT_CHECK(!output_dir_.empty(), "--comm-timeline: the run's directory is not known (a bug: run_dir agrees on it "
              "before attach)");

@@ -44,7 +44,7 @@ class DataParallel final : public ParallelContext {
   std::string describe() const override;
   std::string agree(const std::string& key, const std::string& rank0_value) override;
 
-  void attach(nn::Module& model, bool compute_copies) override;
+  void attach(nn::Module& model, nn::ComputeCopies* copies) override;
   void before_backward(bool last_micro_step) override;
   void after_backward(bool last_micro_step) override;
   void before_optimizer_step() override;

@@ -25,6 +25,7 @@
 
 namespace rt::nn {
 class Module;
+class ComputeCopies;
 }
 
 namespace rt::train {
@@ -60,8 +61,9 @@ class ParallelContext {
   virtual std::string agree(const std::string& key, const std::string& rank0_value) = 0;
 
   // The model is built, on its device, resumed: the data-parallel context makes every rank's
-  // copy rank 0's and hooks its gradients (compute_copies: 16-bit copies produce them).
-  virtual void attach(nn::Module& model, bool compute_copies) = 0;
+  // copy rank 0's and hooks its gradients (`copies`: the 16-bit compute copies that produce
+  // them under mixed precision, else null).
+  virtual void attach(nn::Module& model, nn::ComputeCopies* copies) = 0;
   virtual void before_backward(bool last_micro_step) = 0;
   virtual void after_backward(bool last_micro_step) = 0;
   virtual void before_optimizer_step() = 0;
@@ -81,7 +83,7 @@ class SingleProcess final : public ParallelContext {
   int world_size() const override { return 1; }
   std::string describe() const override { return "one process"; }
   std::string agree(const std::string&, const std::string& v) override { return v; }
-  void attach(nn::Module&, bool) override {}
+  void attach(nn::Module&, nn::ComputeCopies*) override {}
   void before_backward(bool) override {}
   void after_backward(bool) override {}
   void before_optimizer_step() override {}

@@ -80,7 +80,9 @@ class MixedPrecision {
   bool step(optim::Optimizer& opt);
 
   bool loss_scaling() const { return scaler_.has_value(); }
-  bool has_compute_copies() const { return copies_.has_value(); }
+  // The 16-bit copies the graph computes with (null when the model computes in its own dtype).
+  const nn::ComputeCopies* compute_copies() const { return copies_ ? &*copies_ : nullptr; }
+  nn::ComputeCopies* compute_copies() { return copies_ ? &*copies_ : nullptr; }
   double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
   // The loss scaler's state for checkpoints (optim::GradScaler::state()); empty without
   // loss scaling. load_state() needs it exactly when loss scaling is on.

@@ -89,10 +89,10 @@ void check_same_flags(ParallelContext& par, const std::map<std::string, std::str
 
 // The model's copies on every rank made rank 0's, and its gradients hooked (after resuming,
 // before the step snapshots the state for --skip-nonfinite).
-bool attach(ParallelContext& par, nn::Module& model, const MixedPrecision& mp,
+bool attach(ParallelContext& par, nn::Module& model, MixedPrecision& mp,
             const std::map<std::string, std::string>& flags) {
   check_same_flags(par, flags);
-  par.attach(model, mp.has_compute_copies());
+  par.attach(model, mp.compute_copies());
   return true;
 }
 

@@ -44,17 +44,19 @@ void ComputeCopies::refresh() {
 }
 
 void ComputeCopies::accumulate_grads() {
+  for (size_t i = 0; i < masters_.size(); ++i) accumulate_grad(i);
+}
+
+void ComputeCopies::accumulate_grad(size_t i) {
   NoGradGuard no_grad;
-  for (size_t i = 0; i < masters_.size(); ++i) {
-    const Tensor& m = masters_[i].second;
-    Tensor& c = copies_[i].second;
-    const Tensor g = c.grad();
-    if (!g.defined()) continue;
-    Tensor wide = g.to(m.dtype());  // a new tensor: the dtypes differ
-    if (m.grad().defined()) add_(m.grad(), wide);
-    else Tensor(m).set_grad(wide);
-    c.zero_grad();
-  }
+  const Tensor& m = masters_[i].second;
+  Tensor& c = copies_[i].second;
+  const Tensor g = c.grad();
+  if (!g.defined()) return;
+  Tensor wide = g.to(m.dtype());  // a new tensor: the dtypes differ
+  if (m.grad().defined()) add_(m.grad(), wide);
+  else Tensor(m).set_grad(wide);
+  c.zero_grad();
 }
 
 }  // namespace rt::nn

@@ -43,6 +43,10 @@ class ComputeCopies {
   void refresh();
   // masters' grads += copies' grads (converted), copies' grads dropped.
   void accumulate_grads();
+  // The same for copy i alone (a no-op when it holds no gradient): what a data-parallel
+  // reducer runs the moment copy i's gradient is final (Note [Gradients produced elsewhere]
+  // in dist/reducer.h).
+  void accumulate_grad(size_t i);
 
   DType dtype() const { return dtype_; }
   const NamedTensors& masters() const { return masters_; }

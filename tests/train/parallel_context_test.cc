@@ -33,7 +33,7 @@ class Recorder final : public train::ParallelContext {
   int world_size() const override { return world_; }
   std::string describe() const override { return "recorder"; }
   std::string agree(const std::string&, const std::string& v) override { return rank_ == 0 ? v : dir_; }
-  void attach(nn::Module&, bool) override { events.push_back("attach"); }
+  void attach(nn::Module&, nn::ComputeCopies*) override { events.push_back("attach"); }
   void before_evaluation(nn::Module&) override {}
   // Every rank evaluates the whole test set (sum_eval_counts below pretends they all counted).
   train::EvalShard eval_shard(int64_t n) const override { return {0, 1, n}; }
