@@ -6,8 +6,10 @@
 
 #include "dist/gloo_communicator.h"
 #include "dist/nccl_communicator.h"
+#include "dist/sync_batch_norm.h"
 #include "engine/error.h"
 #include "engine/nn/compute_copies.h"
+#include "engine/nn/layers.h"
 #include "kernels/cuda/runtime.h"
 #include "train/evaluate.h"
 
@@ -100,6 +102,12 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies) {
                                                [copies, which](size_t k) {
                                                  if (which[k] >= 0) copies->accumulate_grad(size_t(which[k]));
                                                });
+  }
+  if (cfg_.sync_bn) {
+    // Note [Sync batch norm and the reducer] in dist/sync_batch_norm.h: both use comm_.
+    RT_CHECK(!device_.is_cuda(), "--sync-bn on CUDA is not supported yet (synchronised batch norm runs on CPU "
+             "processes only); train without --sync-bn");
+    nn::set_batch_norm_sync(model, std::make_shared<dist::SyncBatchNorm>(*comm_, timeout_of(cfg_)));
   }
   if (cfg_.comm_timeline && env_.rank == 0) {
     RT_CHECK(!output_dir_.empty(), "--comm-timeline: the run's directory is not known (a bug: run_dir agrees on it "

@@ -126,6 +126,7 @@ TrainConfig parse_train_config(const cli::Flags& f) {
   c.parallel.find_unused_parameters = f.boolean("find-unused-parameters");
   c.parallel.timeout_s = f.number("timeout");
   c.parallel.comm_timeline = f.boolean("comm-timeline");
+  c.parallel.sync_bn = f.boolean("sync-bn");
   c.recorded_flags = f.effective();
   return c;
 }

@@ -135,6 +135,7 @@ struct ParallelConfig {
   bool find_unused_parameters = false;
   double timeout_s = 300;             // every collective and the rendezvous
   bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl
+  bool sync_bn = false;               // batch-norm statistics over every rank's batch (dist/sync_batch_norm.h)
 
   bool operator==(const ParallelConfig&) const = default;
 };

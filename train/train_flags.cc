@@ -244,6 +244,10 @@ std::vector<Flag> train_flags() {
       {"comm-timeline", FlagType::boolean, "false",
        "data parallel: rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and "
        "phase times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py", {}},
+      {"sync-bn", FlagType::boolean, "false",
+       "data parallel: batch-norm statistics and their gradients over every process's batch (PyTorch's "
+       "SyncBatchNorm), so N processes x --batch-size B train like one process with batch N*B; two small blocking "
+       "collectives per batch norm and step. A no-op in one process; CPU (Gloo) only for now", {}},
       {"cudnn-benchmark-runtime-compiled", FlagType::boolean, "false",
        "with --cudnn-benchmark: also time the engines cuDNN compiles at run time (each compiles when first tried, "
        "which can take seconds per shape; without this flag they are skipped unless nothing else fits)", {}},

@@ -1,0 +1,49 @@
+// SyncBatchNorm: the batch-norm ops' BatchNormSync (Note [Synchronised batch norm] in
+// engine/ops/batch_norm_sync.h) over a Communicator, for `ringtape train --sync-bn`.
+// Installed in a model with nn::set_batch_norm_sync (train/data_parallel.cc).
+//
+// Each call is one all_gather of f64 values (CPU tensors on Gloo; copied to the
+// communicator's device and back for NCCL), waited for at once: the forward and backward
+// of a batch norm block until every rank's values are there, as PyTorch's SyncBatchNorm does.
+// Every rank then merges the same gathered values in rank order, so all ranks get
+// bit-identical statistics and sums (an all_reduce's order of summation is the backend's).
+//
+// Note [Sync batch norm and the reducer]: the gradient reducer (dist/reducer.h) issues its
+// bucket all-reduces on the same communicator from gradient-ready hooks during backward,
+// while this class issues all_gathers from the batch-norm backward on the same thread.
+// Every rank runs the same graph in the same order, so the hooks fire and the batch norms
+// call at the same points of backward on every rank: the collectives are issued in the same
+// order everywhere (Note [Issue order] in dist/work.h), which is all the communicator needs.
+// An all_gather waits behind the buckets queued before it; that wait is the price of
+// synchronising inside backward.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/communicator.h"
+#include "engine/ops/batch_norm_sync.h"
+
+namespace rt::dist {
+
+class SyncBatchNorm final : public BatchNormSync {
+ public:
+  // `comm` must outlive every batch norm that calls this (the model's training forwards
+  // and their backwards).
+  explicit SyncBatchNorm(Communicator& comm, Millis timeout = kDefaultTimeout) : comm_(comm), timeout_(timeout) {}
+
+  double combine_stats(int64_t C, double count, double* mean, double* m2) override;
+  void combine_grad_sums(int64_t C, double* sum_dz, double* sum_dz_xmu) override;
+
+  int64_t calls() const { return calls_; }  // collectives issued so far
+
+ private:
+  // Every rank's `block` (n values), rank after rank.
+  std::vector<double> gather(const std::vector<double>& block);
+
+  Communicator& comm_;
+  Millis timeout_;
+  int64_t calls_ = 0;
+};
+
+}  // namespace rt::dist
