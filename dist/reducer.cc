@@ -23,6 +23,7 @@ struct Reducer::Bucket {
   size_t pending = 0;         // slots not yet ready this step
   bool launched = false;
   Work work;
+  Tensor staging;  // (numel,) in opts.reduce_dtype when that differs (Note [Reduce dtype])
 };
 
 namespace {
@@ -113,6 +114,8 @@ Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions o
       n += slots_[k].param.numel();
     }
     b.flat = Tensor::zeros({n}, slots_[g.front()].param.dtype(), comm_.device());
+    if (opts_.reduce_dtype && *opts_.reduce_dtype != b.flat.dtype())
+      b.staging = Tensor::zeros({n}, *opts_.reduce_dtype, comm_.device());
     b.slots = g;
     buckets_.push_back(std::move(b));
   }
@@ -181,7 +184,12 @@ void Reducer::launch(size_t b) {
   timeline_.buckets[b].launched = now();
   // A bucket completed with zeros at the end of backward (find_unused) was ready then.
   if (timeline_.buckets[b].ready < 0) timeline_.buckets[b].ready = timeline_.buckets[b].launched;
-  bk.work = comm_.all_reduce(bk.flat, ReduceOp::avg, opts_.algo, opts_.timeout);
+  if (bk.staging.defined()) {
+    bk.staging.copy_(bk.flat);  // rounded on the compute stream, before the collective's event
+    bk.work = comm_.all_reduce(bk.staging, ReduceOp::avg, opts_.algo, opts_.timeout);
+  } else {
+    bk.work = comm_.all_reduce(bk.flat, ReduceOp::avg, opts_.algo, opts_.timeout);
+  }
   bk.launched = true;
   ++collectives_;
 }
@@ -228,6 +236,8 @@ void Reducer::wait_for_gradients() {
   if (buckets_.empty()) return;
   // Issue order (Note [Issue order] in dist/work.h): the last bucket done means all are.
   buckets_.back().work.block_stream(Stream::current(comm_.device()));
+  for (Bucket& b : buckets_)
+    if (b.staging.defined()) b.flat.copy_(b.staging);  // widened back (Note [Reduce dtype])
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const auto end = buckets_[b].work.finished_at();
     if (end) timeline_.buckets[b].completed = std::chrono::duration<double>(*end - t0_).count();
@@ -237,7 +247,7 @@ void Reducer::wait_for_gradients() {
 std::vector<Reducer::BucketInfo> Reducer::buckets() const {
   std::vector<BucketInfo> v;
   for (const Bucket& b : buckets_) {
-    BucketInfo info{b.flat.dtype(), b.flat.numel(), {}};
+    BucketInfo info{b.staging.defined() ? b.staging.dtype() : b.flat.dtype(), b.flat.numel(), {}};
     for (size_t k : b.slots) info.params.push_back(slots_[k].name);
     v.push_back(std::move(info));
   }

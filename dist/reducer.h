@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,12 @@ struct ReducerOptions {
   AllReduceAlgo algo = AllReduceAlgo::library;
   bool find_unused = false;  // zeros for parameters without a gradient, instead of an error
   Millis timeout = kDefaultTimeout;
+  // Note [Reduce dtype]: the dtype the all-reduce carries; nullopt = the gradients' own. Another
+  // one (bf16 for f32 gradients: half the bytes, like PyTorch's bf16 compress hook) rounds
+  // each bucket into a staging tensor on the compute stream before its all-reduce, and
+  // widens the result back before the optimizer step (wait_for_gradients): the average
+  // carries that dtype's rounding, the optimizer still reads its own dtype.
+  std::optional<DType> reduce_dtype;
 };
 
 // One step's timeline in seconds from prepare(): what the overlap is computed from.
@@ -95,7 +102,7 @@ class Reducer {
   }
 
   struct BucketInfo {
-    DType dtype;
+    DType dtype;  // what its all-reduce carries
     int64_t numel;
     std::vector<std::string> params;  // in the bucket's order (reverse registration)
   };

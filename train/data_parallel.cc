@@ -79,6 +79,10 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies) {
   ro.algo = cfg_.allreduce;
   ro.find_unused = cfg_.find_unused_parameters;
   ro.timeout = timeout_of(cfg_);
+  // Note [Reduce dtype] in dist/reducer.h. Gloo reduces f32/f64 only: bf16 is NCCL's.
+  RT_CHECK(cfg_.grad_reduce_dtype != DType::bf16 || device_.is_cuda(),
+           "--grad-reduce-dtype bf16 needs GPUs (NCCL); CPU processes reduce in fp32: drop the flag");
+  if (cfg_.grad_reduce_dtype == DType::bf16) ro.reduce_dtype = DType::bf16;
   if (!copies) {
     reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro);
   } else {

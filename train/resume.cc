@@ -12,7 +12,7 @@ const std::set<std::string>& trajectory_flags() {
       "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
       "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
       "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size",
-      "stem-stride", "memory-format", "train-crop-size", "precision"};
+      "stem-stride", "memory-format", "train-crop-size", "precision", "sync-bn", "grad-reduce-dtype"};
   return names;
 }
 

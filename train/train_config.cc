@@ -23,6 +23,7 @@ constexpr std::pair<const char*, DatasetKind> kDatasets[] = {
     {"fashion-mnist", DatasetKind::fashion_mnist}, {"cifar10", DatasetKind::cifar10},
     {"imagenet", DatasetKind::imagenet},           {"synthetic", DatasetKind::synthetic},
     {"tensors", DatasetKind::tensors}};
+constexpr std::pair<const char*, DType> kReduceDtypes[] = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
 constexpr std::pair<const char*, OptimizerKind> kOptimizers[] = {{"sgd", OptimizerKind::sgd},
                                                                  {"adamw", OptimizerKind::adamw}};
 constexpr std::pair<const char*, MemoryFormat> kMemoryFormats[] = {{"auto", MemoryFormat::channels_last},
@@ -127,6 +128,7 @@ TrainConfig parse_train_config(const cli::Flags& f) {
   c.parallel.timeout_s = f.number("timeout");
   c.parallel.comm_timeline = f.boolean("comm-timeline");
   c.parallel.sync_bn = f.boolean("sync-bn");
+  c.parallel.grad_reduce_dtype = choice(f, "grad-reduce-dtype", kReduceDtypes);
   c.recorded_flags = f.effective();
   return c;
 }

@@ -136,6 +136,7 @@ struct ParallelConfig {
   double timeout_s = 300;             // every collective and the rendezvous
   bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl
   bool sync_bn = false;               // batch-norm statistics over every rank's batch (dist/sync_batch_norm.h)
+  DType grad_reduce_dtype = DType::f32;  // what the gradient all-reduce carries (Note [Reduce dtype])
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -244,6 +244,10 @@ std::vector<Flag> train_flags() {
       {"comm-timeline", FlagType::boolean, "false",
        "data parallel: rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and "
        "phase times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py", {}},
+      {"grad-reduce-dtype", FlagType::string, "fp32",
+       "data parallel: the dtype the gradient all-reduce carries: fp32, or bf16 for half the bytes (NCCL only; "
+       "the average then carries bf16's rounding; the optimizer still reads f32)",
+       {"fp32", "bf16"}},
       {"sync-bn", FlagType::boolean, "false",
        "data parallel: batch-norm statistics and their gradients over every process's batch (PyTorch's "
        "SyncBatchNorm), so N processes x --batch-size B train like one process with batch N*B; two small blocking "

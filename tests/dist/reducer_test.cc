@@ -131,6 +131,53 @@ TEST_CASE(
   }
 }
 
+int reduce_dtype(int) {
+  testing::GlooRank g;
+  Communicator& c = g.comm();
+  const int rank = c.rank();
+  RT_CHECK(c.world_size() == 2, "written for 2 ranks");
+  // f64 gradients carried as f32 (Note [Reduce dtype]): the f32 average, widened back.
+  std::vector<Reducer::Param> ps;
+  for (auto& [name, w] : make_params(kSizes)) {
+    Tensor w64 = w.detach().to(DType::f64);
+    w64.set_requires_grad(true);
+    ps.emplace_back(name, w64);
+  }
+  ReducerOptions o;
+  o.bucket_bytes = 8000;
+  o.reduce_dtype = DType::f32;
+  Reducer red(c, ps, o);
+  for (const auto& b : red.buckets()) RT_CHECK(b.dtype == DType::f32, "a bucket carries ", dtype_name(b.dtype));
+  red.prepare(true);
+  Tensor loss;
+  for (size_t k = 0; k < ps.size(); ++k) {
+    // x / 3 is not exact in f32: the rounding of the carried dtype shows.
+    const Tensor t = sum(mul(ps[k].second, mul(input(rank, kSizes[k], int(k)).to(DType::f64), 1.0 / 3.0)));
+    loss = loss.defined() ? add(loss, t) : t;
+  }
+  loss.backward();
+  red.finish();
+  for (size_t k = 0; k < ps.size(); ++k) {
+    RT_CHECK(ps[k].second.grad().dtype() == DType::f64, "the gradient's dtype changed");
+    const std::vector<double> got = ps[k].second.grad().to_vector<double>();
+    // Two ranks: the f32 sum rounds once and halving is exact, so the result is known bit for
+    // bit; an f64 reduction (no staging) would differ in the ninth digit.
+    const std::vector<double> x0 = input(0, kSizes[k], int(k)).to_vector<double>();
+    const std::vector<double> x1 = input(1, kSizes[k], int(k)).to_vector<double>();
+    for (size_t i = 0; i < got.size(); ++i) {
+      const double f32 = double((float(x0[i] / 3.0) + float(x1[i] / 3.0)) * 0.5f);
+      RT_CHECK(got[i] == f32, ps[k].first, "[", i, "] = ", got[i], ", expected the f32 average ", f32);
+    }
+  }
+  return 0;
+}
+
+TEST_CASE("reducer: f64 gradients carried as f32 come back as the f32 average (reduce dtype)") {
+  const auto r = testing::launch(2, reduce_dtype, testing::LaunchOptions{30s, 0, {}});
+  INFO(r.report());
+  CHECK(r.ok());
+}
+
 int accumulation(int) {
   testing::GlooRank g;
   Communicator& c = g.comm();

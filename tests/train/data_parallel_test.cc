@@ -217,6 +217,15 @@ TEST_CASE("--master-port held by another socket: the error names the port") {
   CHECK(r.output.find("in use") != std::string::npos);
 }
 
+TEST_CASE("--grad-reduce-dtype bf16 on CPU processes is refused with the fix") {
+  const fs::path dir = tmpdir("bf16");
+  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--grad-reduce-dtype", "bf16", "--timeout", "10"}),
+                         dir / "out.txt");
+  INFO(r.output);
+  CHECK(r.status != 0);
+  CHECK(r.output.find("--grad-reduce-dtype bf16 needs GPUs (NCCL)") != std::string::npos);
+}
+
 TEST_CASE("ranks started with different training flags stop, naming the flag (torchrun-style environment)") {
   const fs::path dir = tmpdir("flags");
   const int port = dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get());

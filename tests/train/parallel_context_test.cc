@@ -32,7 +32,9 @@ class Recorder final : public train::ParallelContext {
   int rank() const override { return rank_; }
   int world_size() const override { return world_; }
   std::string describe() const override { return "recorder"; }
-  std::string agree(const std::string&, const std::string& v) override { return rank_ == 0 ? v : dir_; }
+  std::string agree(const std::string& key, const std::string& v) override {
+    return rank_ != 0 && key == "output-dir" ? dir_ : v;
+  }
   void attach(nn::Module&, nn::ComputeCopies*) override { events.push_back("attach"); }
   void before_evaluation(nn::Module&) override {}
   // Every rank evaluates the whole test set (sum_eval_counts below pretends they all counted).
