@@ -160,7 +160,9 @@ void DataParallel::write_timeline() {
   json::Value buckets = json::Value::array();
   for (size_t b = 0; b < info.size(); ++b) {
     json::Value x = json::Value::object();
-    x.set("bytes", info[b].numel * int64_t(dtype_size(info[b].dtype)));
+    // What the all-reduce carries: the gradients' dtype, or --grad-reduce-dtype's (Note [Reduce dtype]).
+    const DType carried = cfg_.grad_reduce_dtype == DType::bf16 ? DType::bf16 : info[b].dtype;
+    x.set("bytes", info[b].numel * int64_t(dtype_size(carried)));
     x.set("ready", t.buckets[b].ready);
     x.set("launched", t.buckets[b].launched);
     x.set("completed", t.buckets[b].completed);
