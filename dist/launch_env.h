@@ -23,6 +23,7 @@ struct LaunchEnv {
   int local_rank = 0;  // rank among this node's processes (which GPU to use)
   int local_world_size = 1;
   std::string source = "default";  // "torchrun", "slurm" or "default" (one process)
+  std::string store_note;  // why master_port is not MASTER_PORT (Note [torchrun's agent store]), or ""
 
   // "rank 1 of 4 (local 1 of 2), master 10.0.0.1:29500, from torchrun", for logs.
   std::string describe() const;

@@ -44,6 +44,21 @@ TEST_CASE("launch env: torchrun's variables") {
   CHECK(s.local_world_size == 3);
 }
 
+TEST_CASE("launch env: under torchrun's agent store ringtape's store takes the next port") {
+  EnvMap env = {{"MASTER_ADDR", "10.0.0.7"}, {"MASTER_PORT", "29500"}, {"RANK", "1"},
+                {"WORLD_SIZE", "2"},         {"TORCHELASTIC_USE_AGENT_STORE", "True"}};
+  const LaunchEnv e = parse_launch_env(env);
+  CHECK(e.master_port == 29501);
+  CHECK(e.describe() == "rank 1 of 2 (local 1 of 2), master 10.0.0.7:29501, from torchrun (torchrun's agent store "
+                        "holds MASTER_PORT 29500; ringtape's store uses 29501)");
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "False";
+  CHECK(parse_launch_env(env).master_port == 29500);
+  env["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  env["MASTER_PORT"] = "65535";
+  CHECK(testing::error_of([&] { parse_launch_env(env); }).find("start torchrun with --master-port 65534") !=
+        std::string::npos);
+}
+
 TEST_CASE("launch env: torchrun's mistakes are named with the fix") {
   const EnvMap ok = {{"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"}, {"RANK", "1"}, {"WORLD_SIZE", "4"}};
   auto with = [&](const std::string& k, const std::string& v) {
