@@ -52,16 +52,13 @@ std::string DataParallel::agree(const std::string& key, const std::string& rank0
   const std::string k = "rt/agree/" + key;
   if (env_.rank == 0) {
     store_.store->set(k, dist::Bytes(rank0_value.begin(), rank0_value.end()));
-    if (key == "output-dir") output_dir_ = rank0_value;
     return rank0_value;
   }
   const dist::Bytes v = store_.store->get(k, timeout_of(cfg_));
-  std::string value(v.begin(), v.end());
-  if (key == "output-dir") output_dir_ = value;  // where --comm-timeline writes (train/trainer.cc run_dir)
-  return value;
+  return std::string(v.begin(), v.end());
 }
 
-void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies) {
+void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const std::string& run_dir) {
   std::vector<Tensor> state;
   std::vector<dist::Reducer::Param> params;
   for (const auto& [name, t] : model.named_parameters()) {
@@ -114,9 +111,7 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies) {
     nn::set_batch_norm_sync(model, std::make_shared<dist::SyncBatchNorm>(*comm_, timeout_of(cfg_)));
   }
   if (cfg_.comm_timeline && env_.rank == 0) {
-    RT_CHECK(!output_dir_.empty(), "--comm-timeline: the run's directory is not known (a bug: run_dir agrees on it "
-             "before attach)");
-    timeline_.emplace(output_dir_ + "/timeline.jsonl");
+    timeline_.emplace(run_dir + "/timeline.jsonl");
   }
 }
 

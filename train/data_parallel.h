@@ -44,7 +44,7 @@ class DataParallel final : public ParallelContext {
   std::string describe() const override;
   std::string agree(const std::string& key, const std::string& rank0_value) override;
 
-  void attach(nn::Module& model, nn::ComputeCopies* copies) override;
+  void attach(nn::Module& model, nn::ComputeCopies* copies, const std::string& run_dir) override;
   void before_backward(bool last_micro_step) override;
   void after_backward(bool last_micro_step) override;
   void before_optimizer_step() override;
@@ -67,7 +67,6 @@ class DataParallel final : public ParallelContext {
   OverlapStats overlap_;
 
   void write_timeline();
-  std::string output_dir_;               // the run's, as agreed (agree("output-dir"))
   std::optional<MetricsLog> timeline_;   // --comm-timeline on rank 0
   int64_t timeline_steps_ = 0;
   std::chrono::steady_clock::time_point backward_start_, wait_end_;  // this step's, the last step's

@@ -62,8 +62,9 @@ class ParallelContext {
 
   // The model is built, on its device, resumed: the data-parallel context makes every rank's
   // copy rank 0's and hooks its gradients (`copies`: the 16-bit compute copies that produce
-  // them under mixed precision, else null).
-  virtual void attach(nn::Module& model, nn::ComputeCopies* copies) = 0;
+  // them under mixed precision, else null). `run_dir`: the run's directory, the same on every
+  // rank (where a data-parallel run's own files go).
+  virtual void attach(nn::Module& model, nn::ComputeCopies* copies, const std::string& run_dir) = 0;
   virtual void before_backward(bool last_micro_step) = 0;
   virtual void after_backward(bool last_micro_step) = 0;
   virtual void before_optimizer_step() = 0;
@@ -83,7 +84,7 @@ class SingleProcess final : public ParallelContext {
   int world_size() const override { return 1; }
   std::string describe() const override { return "one process"; }
   std::string agree(const std::string&, const std::string& v) override { return v; }
-  void attach(nn::Module&, nn::ComputeCopies*) override {}
+  void attach(nn::Module&, nn::ComputeCopies*, const std::string&) override {}
   void before_backward(bool) override {}
   void after_backward(bool) override {}
   void before_optimizer_step() override {}

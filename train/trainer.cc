@@ -90,9 +90,9 @@ void check_same_flags(ParallelContext& par, const std::map<std::string, std::str
 // The model's copies on every rank made rank 0's, and its gradients hooked (after resuming,
 // before the step snapshots the state for --skip-nonfinite).
 bool attach(ParallelContext& par, nn::Module& model, MixedPrecision& mp,
-            const std::map<std::string, std::string>& flags) {
+            const std::map<std::string, std::string>& flags, const fs::path& run_dir) {
   check_same_flags(par, flags);
-  par.attach(model, mp.compute_copies());
+  par.attach(model, mp.compute_copies(), run_dir.string());
   return true;
 }
 
@@ -144,7 +144,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
       flags_(flags_to_record(cfg, s_.precision, par.world_size())),
       p_(cfg.output.resume.empty() ? Progress{} : resume(cfg.output.resume, model_, *opt_, mp_, flags_)),
-      attached_(attach(par, model_, mp_, flags_)),
+      attached_(attach(par, model_, mp_, flags_, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),

@@ -78,7 +78,7 @@ int rank_body(int) {
   auto m = tiny_model();
   train::MixedPrecision mp(*m, f32_compute());
   REQUIRE(mp.compute_copies() != nullptr);
-  par.attach(*m, mp.compute_copies());
+  par.attach(*m, mp.compute_copies(), "");
   for (int micro : {1, 2}) {
     for (int k = 0; k < micro; ++k) {
       const bool last = k == micro - 1;

@@ -35,7 +35,7 @@ class Recorder final : public train::ParallelContext {
   std::string agree(const std::string& key, const std::string& v) override {
     return rank_ != 0 && key == "output-dir" ? dir_ : v;
   }
-  void attach(nn::Module&, nn::ComputeCopies*) override { events.push_back("attach"); }
+  void attach(nn::Module&, nn::ComputeCopies*, const std::string&) override { events.push_back("attach"); }
   void before_evaluation(nn::Module&) override {}
   // Every rank evaluates the whole test set (sum_eval_counts below pretends they all counted).
   train::EvalShard eval_shard(int64_t n) const override { return {0, 1, n}; }
