@@ -69,6 +69,9 @@ std::vector<double> mean_input(int world, int64_t n, int step, int k) {
   return m;
 }
 
+// Within 1e-6 relative: the expected average is the sum of integers (exact) times 1/W rounded
+// to f32, and a backend may divide by W instead (a 1-ulp difference, 6e-8, at W = 3); a
+// gradient that is wrong (another rank's, not averaged, stale) is off by 1e-1 or more.
 void expect_close(const Tensor& got, const std::vector<double>& want, const std::string& what) {
   const std::vector<double> g = got.to_vector<double>();
   RT_CHECK(g.size() == want.size(), what, ": size ", g.size(), " vs ", want.size());

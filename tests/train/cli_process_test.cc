@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "engine/io/safetensors.h"
+#include "tests/train/process_util.h"
 
 extern char** environ;
 
@@ -28,27 +29,9 @@ namespace {
 namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
-std::string binary() {
-  const char* src = std::getenv("TEST_SRCDIR");
-  const char* ws = std::getenv("TEST_WORKSPACE");
-  REQUIRE_MESSAGE((src && ws), "run under bazel test (TEST_SRCDIR / TEST_WORKSPACE)");
-  return std::string(src) + "/" + ws + "/cli/ringtape";
-}
-
-fs::path tmpdir(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  const fs::path p = fs::path(base ? base : "/tmp") / ("cli_process_test_" + name);
-  fs::remove_all(p);
-  fs::create_directories(p);
-  return p;
-}
-
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+std::string binary() { return test::ringtape_binary(); }
+fs::path tmpdir(const std::string& name) { return test::fresh_dir("cli_process_test_", name); }
+std::string read(const fs::path& p) { return test::read_file(p); }
 
 // A running `ringtape` with stdout and stderr in files under `logs`.
 struct Proc {
