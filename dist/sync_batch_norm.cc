@@ -1,34 +1,28 @@
 #include "dist/sync_batch_norm.h"
 
-#include <algorithm>
+#include "engine/stream.h"
 
 namespace rt::dist {
 
-std::vector<double> SyncBatchNorm::gather(const std::vector<double>& block) {
-  const int64_t n = int64_t(block.size());
-  const Tensor in = Tensor::from_vector(block, {n}).to(comm_.device());
-  const Tensor out = Tensor::empty({n * comm_.world_size()}, DType::f64, comm_.device());
+Tensor SyncBatchNorm::all_gather(const Tensor& block) {
+  RT_CHECK(block.dtype() == DType::f64 && block.ndim() == 1, "SyncBatchNorm: the block must be 1-D f64, got ",
+           block.str());
+  const int64_t n = block.numel();
+  // The communicator's device is the model's (Gloo: CPU, NCCL: the rank's GPU); a block
+  // elsewhere is copied there and back.
+  const Tensor in = block.to(comm_.device()).contiguous();
+  const Tensor out = Tensor::empty({comm_.world_size(), n}, DType::f64, comm_.device());
   ++calls_;
-  comm_.all_gather(out, in, timeout_).wait();
-  return out.to(Device::cpu()).to_vector<double>();
-}
-
-double SyncBatchNorm::combine_stats(int64_t C, double count, double* mean, double* m2) {
-  // Block: count, mean[C], m2[C] (merge_moments' layout).
-  std::vector<double> block(size_t(1 + 2 * C));
-  block[0] = count;
-  std::copy(mean, mean + C, block.begin() + 1);
-  std::copy(m2, m2 + C, block.begin() + 1 + C);
-  const std::vector<double> all = gather(block);
-  return merge_moments(C, comm_.world_size(), all.data(), mean, m2);
-}
-
-void SyncBatchNorm::combine_grad_sums(int64_t C, double* sum_dz, double* sum_dz_xmu) {
-  std::vector<double> block(size_t(2 * C));
-  std::copy(sum_dz, sum_dz + C, block.begin());
-  std::copy(sum_dz_xmu, sum_dz_xmu + C, block.begin() + C);
-  const std::vector<double> all = gather(block);
-  sum_grad_sums(C, comm_.world_size(), all.data(), sum_dz, sum_dz_xmu);  // rank order: the same on every rank
+  const Work w = comm_.all_gather(out, in, timeout_);
+  if (comm_.device().is_cuda()) {
+    // No host wait: work queued on the compute stream from here on runs after the gather. A
+    // failure (a lost rank, a timeout) breaks the communicator and surfaces at the
+    // reducer's wait for the step's gradients.
+    w.block_stream(Stream::current(comm_.device()));
+  } else {
+    w.wait();
+  }
+  return out.to(block.device());
 }
 
 }  // namespace rt::dist

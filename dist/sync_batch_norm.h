@@ -2,11 +2,13 @@
 // engine/ops/batch_norm_sync.h) over a Communicator, for `ringtape train --sync-bn`.
 // Installed in a model with nn::set_batch_norm_sync (train/data_parallel.cc).
 //
-// Each call is one all_gather of f64 values (CPU tensors on Gloo; copied to the
-// communicator's device and back for NCCL), waited for at once: the forward and backward
-// of a batch norm block until every rank's values are there, as PyTorch's SyncBatchNorm does.
-// Every rank then merges the same gathered values in rank order, so all ranks get
-// bit-identical statistics and sums (an all_reduce's order of summation is the backend's).
+// Each call is one all_gather of a small f64 block. On CPU processes (Gloo) it is waited for
+// at once: the forward and backward of a batch norm block until every rank's values are
+// there, as PyTorch's SyncBatchNorm does. On GPUs (NCCL) the host does not wait: the
+// all_gather runs on the communication stream after the block's reduction, and the compute
+// stream waits for it (Work::block_stream) before the merge kernel. Every rank then merges
+// the same gathered values in rank order, so all ranks get bit-identical statistics and sums
+// (an all_reduce's order of summation is the backend's).
 //
 // Note [Sync batch norm and the reducer]: the gradient reducer (dist/reducer.h) issues its
 // bucket all-reduces on the same communicator from gradient-ready hooks during backward,
@@ -32,15 +34,11 @@ class SyncBatchNorm final : public BatchNormSync {
   // and their backwards).
   explicit SyncBatchNorm(Communicator& comm, Millis timeout = kDefaultTimeout) : comm_(comm), timeout_(timeout) {}
 
-  double combine_stats(int64_t C, double count, double* mean, double* m2) override;
-  void combine_grad_sums(int64_t C, double* sum_dz, double* sum_dz_xmu) override;
+  Tensor all_gather(const Tensor& block) override;
 
   int64_t calls() const { return calls_; }  // collectives issued so far
 
  private:
-  // Every rank's `block` (n values), rank after rank.
-  std::vector<double> gather(const std::vector<double>& block);
-
   Communicator& comm_;
   Millis timeout_;
   int64_t calls_ = 0;

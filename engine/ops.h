@@ -58,7 +58,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 // variance: r = (1 - momentum) * r + momentum * batch_stat. Eval: use the running stats.
 // sync (training only; null: none): the batch is every process's together, statistics and
 // their gradients combined through it (Note [Synchronised batch norm] in
-// engine/ops/batch_norm_sync.h); CPU only for now.
+// engine/ops/batch_norm_sync.h); CPU and CUDA.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5,
                   std::shared_ptr<BatchNormSync> sync = nullptr);

@@ -1,7 +1,7 @@
 // Synchronised batch norm (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h):
 // batch_norm, batch_norm_relu and batch_norm_add_relu on K shards of one batch, each shard in
-// its own thread with a BatchNormSync that all-gathers in memory and combines like
-// dist::SyncBatchNorm (merge_moments, sum_grad_sums), equal the op on the whole batch: the
+// its own thread with a BatchNormSync that all-gathers in memory (the ops merge what it
+// gathers: merge_moments, sum_grad_sums), equal the op on the whole batch: the
 // outputs, dx and dresidual shard by shard, dweight and dbias summed over the shards, and
 // every shard's running statistics.
 //
@@ -14,191 +14,18 @@
 // bits; the summed dweight/dbias add K float-rounded shard sums (each within half an ulp of
 // its own magnitude): bound 4 ulps (4 * 2^-23) of the largest value, or for the summed
 // gradients of the largest sum of the shards' magnitudes. Measured: printed by the test.
-#include <algorithm>
 #include <cmath>
-#include <condition_variable>
-#include <exception>
-#include <functional>
 #include <memory>
-#include <mutex>
-#include <thread>
 
 #include "engine/nn/layers.h"
 #include "engine/ops.h"
+#include "tests/batch_norm_sync_util.h"
 #include "tests/test_util.h"
 
 namespace rt {
 namespace {
 
-// An all_gather in memory among k threads (ranks 0..k-1): each call returns every rank's
-// block, rank after rank.
-class Exchange {
- public:
-  explicit Exchange(int k) : slots_(size_t(k)) {}
-  int size() const { return int(slots_.size()); }
-
-  std::vector<double> all_gather(int rank, const std::vector<double>& block) {
-    std::unique_lock<std::mutex> lk(m_);
-    slots_[size_t(rank)] = block;
-    arrive(lk);
-    std::vector<double> all;
-    for (const auto& s : slots_) all.insert(all.end(), s.begin(), s.end());
-    arrive(lk);  // every rank has read before any writes its next block
-    return all;
-  }
-
- private:
-  void arrive(std::unique_lock<std::mutex>& lk) {
-    const uint64_t gen = generation_;
-    if (++arrived_ == size()) {
-      arrived_ = 0;
-      ++generation_;
-      cv_.notify_all();
-    } else {
-      cv_.wait(lk, [&] { return generation_ != gen; });
-    }
-  }
-
-  std::mutex m_;
-  std::condition_variable cv_;
-  std::vector<std::vector<double>> slots_;
-  int arrived_ = 0;
-  uint64_t generation_ = 0;
-};
-
-// Rank `rank` of an Exchange, combining as dist::SyncBatchNorm does.
-class ShardSync final : public BatchNormSync {
- public:
-  ShardSync(Exchange& ex, int rank) : ex_(ex), rank_(rank) {}
-  double combine_stats(int64_t C, double count, double* mean, double* m2) override {
-    ++stats_calls;
-    std::vector<double> block{count};
-    block.insert(block.end(), mean, mean + C);
-    block.insert(block.end(), m2, m2 + C);
-    const std::vector<double> all = ex_.all_gather(rank_, block);
-    return merge_moments(C, ex_.size(), all.data(), mean, m2);
-  }
-  void combine_grad_sums(int64_t C, double* sum_dz, double* sum_dz_xmu) override {
-    ++grad_calls;
-    std::vector<double> block(sum_dz, sum_dz + C);
-    block.insert(block.end(), sum_dz_xmu, sum_dz_xmu + C);
-    const std::vector<double> all = ex_.all_gather(rank_, block);
-    sum_grad_sums(C, ex_.size(), all.data(), sum_dz, sum_dz_xmu);
-  }
-  int stats_calls = 0, grad_calls = 0;
-
- private:
-  Exchange& ex_;
-  int rank_;
-};
-
-enum class Op { bn, bn_relu, bn_add_relu };
-const char* op_name(Op op) {
-  return op == Op::bn ? "batch_norm" : op == Op::bn_relu ? "batch_norm_relu" : "batch_norm_add_relu";
-}
-
-// What one op call produced (a shard's or the whole batch's), as f64 vectors in logical order.
-struct Result {
-  std::vector<double> y, dx, dw, db, dr, rm, rv;
-};
-
-struct Inputs {
-  Tensor x, r, g;  // (N, C, ...) f64: input, residual, upstream gradient
-  Tensor w, b, rm, rv;
-};
-
-// Rows [n0, n1) of t (f64, logical order) as a tensor of dtype dt in format f.
-Tensor rows(const Tensor& t, int64_t n0, int64_t n1, DType dt, MemoryFormat f) {
-  const std::vector<double> v = t.to_vector<double>();
-  const int64_t per = t.numel() / t.size(0);
-  Shape s = t.shape();
-  s[0] = n1 - n0;
-  return Tensor::from_vector(std::vector<double>(v.begin() + n0 * per, v.begin() + n1 * per), s).to(dt).to(f);
-}
-
-// The op on rows [n0, n1) of `in`, training, with `sync` (null: none).
-Result run_op(Op op, const Inputs& in, int64_t n0, int64_t n1, DType dt, MemoryFormat f,
-              std::shared_ptr<BatchNormSync> sync) {
-  const Tensor x = test::leaf(rows(in.x, n0, n1, dt, f)), r = test::leaf(rows(in.r, n0, n1, dt, f));
-  const Tensor w = test::leaf(in.w.to(dt)), b = test::leaf(in.b.to(dt));
-  Tensor rm = in.rm.to(dt).clone(), rv = in.rv.to(dt).clone();
-  const double momentum = 0.1, eps = 1e-5;
-  Tensor y;
-  if (op == Op::bn) y = batch_norm(x, w, b, rm, rv, true, momentum, eps, sync);
-  else if (op == Op::bn_relu) y = batch_norm_relu(x, w, b, rm, rv, true, momentum, eps, sync);
-  else y = batch_norm_add_relu(x, r, w, b, rm, rv, true, momentum, eps, sync);
-  y.backward(rows(in.g, n0, n1, dt, f));
-  Result res{y.to_vector<double>(), x.grad().to_vector<double>(), w.grad().to_vector<double>(),
-             b.grad().to_vector<double>(), {}, rm.to_vector<double>(), rv.to_vector<double>()};
-  if (op == Op::bn_add_relu) res.dr = r.grad().to_vector<double>();
-  return res;
-}
-
-// The op on shards of sizes `split` of the batch, one thread each, synchronised.
-std::vector<Result> run_shards(Op op, const Inputs& in, const std::vector<int64_t>& split, DType dt, MemoryFormat f,
-                               std::vector<std::shared_ptr<ShardSync>>& syncs) {
-  const int k = int(split.size());
-  Exchange ex(k);
-  std::vector<Result> out(static_cast<size_t>(k));
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
-  std::vector<std::thread> threads;
-  int64_t n0 = 0;
-  for (int i = 0; i < k; ++i) {
-    syncs.push_back(std::make_shared<ShardSync>(ex, i));
-    threads.emplace_back([&, i, n0] {
-      try {
-        out[size_t(i)] = run_op(op, in, n0, n0 + split[size_t(i)], dt, f, syncs[size_t(i)]);
-      } catch (...) {
-        errors[size_t(i)] = std::current_exception();
-      }
-    });
-    n0 += split[size_t(i)];
-  }
-  for (auto& t : threads) t.join();
-  for (const auto& e : errors)
-    if (e) std::rethrow_exception(e);
-  return out;
-}
-
-double max_abs(const std::vector<double>& v) {
-  double m = 0;
-  for (double e : v) m = std::max(m, std::abs(e));
-  return m;
-}
-
-// Largest |a - b| over `scale` (the bound's unit); checks it against `bound`.
-struct Worst {
-  double ratio = 0;
-  std::string what;
-};
-void check_within(const std::vector<double>& a, const std::vector<double>& ref, double scale, double bound,
-                  const std::string& what, Worst& worst) {
-  REQUIRE_MESSAGE(a.size() == ref.size(), what, ": ", a.size(), " vs ", ref.size(), " values");
-  double err = 0;
-  for (size_t i = 0; i < a.size(); ++i) err = std::max(err, std::abs(a[i] - ref[i]));
-  const double ratio = scale > 0 ? err / scale : err;
-  CHECK_MESSAGE(ratio <= bound, what, ": max |difference| ", err, " = ", ratio, " x ", scale, " > bound ", bound);
-  if (ratio > worst.ratio) worst = {ratio, what};
-}
-
-std::vector<double> concat(const std::vector<Result>& rs, std::vector<double> Result::*field) {
-  std::vector<double> v;
-  for (const Result& r : rs) v.insert(v.end(), (r.*field).begin(), (r.*field).end());
-  return v;
-}
-
-// Shard sums (value) and sums of magnitudes (the bound's unit) of a per-channel gradient.
-void sum_shards(const std::vector<Result>& rs, std::vector<double> Result::*field, std::vector<double>& sum,
-                double& scale) {
-  sum.assign((rs[0].*field).size(), 0.0);
-  std::vector<double> mag(sum.size(), 0.0);
-  for (const Result& r : rs)
-    for (size_t c = 0; c < sum.size(); ++c) {
-      sum[c] += (r.*field)[c];
-      mag[c] += std::abs((r.*field)[c]);
-    }
-  scale = max_abs(mag);
-}
+using namespace bn_sync_test;  // NOLINT: the harness is this test's vocabulary
 
 TEST_CASE("merge_moments and sum_grad_sums: Chan's merge in shard order, empty shards skipped") {
   // Shards {1, 2}, {} and {3, 4, 5} of one channel: mean 3, m2 = 4 + 1 + 0 + 1 + 4 = 10.
@@ -298,7 +125,7 @@ TEST_CASE("a world of one changes nothing, bit for bit; eval mode never calls th
   for (Op op : {Op::bn, Op::bn_relu, Op::bn_add_relu})
     for (DType dt : {DType::f64, DType::f32}) {
       Exchange one(1);
-      auto sync = std::make_shared<ShardSync>(one, 0);
+      auto sync = std::make_shared<ShardSync>(one, 0, 3);
       const Result a = run_op(op, in, 0, 4, dt, MemoryFormat::channels_last, sync);
       const Result b = run_op(op, in, 0, 4, dt, MemoryFormat::channels_last, nullptr);
       CHECK(sync->stats_calls == 1);
@@ -311,7 +138,7 @@ TEST_CASE("a world of one changes nothing, bit for bit; eval mode never calls th
       CHECK(a.rv == b.rv);
     }
   Exchange one(1);
-  auto sync = std::make_shared<ShardSync>(one, 0);
+  auto sync = std::make_shared<ShardSync>(one, 0, 3);
   const Tensor x = test::leaf(in.x);
   batch_norm_relu(x, in.w, in.b, in.rm, in.rv, false, 0.1, 1e-5, sync).backward(in.g);
   CHECK(sync->stats_calls == 0);
@@ -326,7 +153,7 @@ TEST_CASE("set_batch_norm_sync reaches every BatchNorm2d of a model; training fo
   inner->push_back(bn1);
   model->push_back(inner);
   Exchange one(1);
-  auto sync = std::make_shared<ShardSync>(one, 0);
+  auto sync = std::make_shared<ShardSync>(one, 0, 3);
   CHECK(nn::set_batch_norm_sync(*model, sync) == 2);
   CHECK(bn0->sync == sync);
   CHECK(bn1->sync == sync);

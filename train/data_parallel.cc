@@ -106,8 +106,6 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   }
   if (cfg_.sync_bn) {
     // Note [Sync batch norm and the reducer] in dist/sync_batch_norm.h: both use comm_.
-    RT_CHECK(!device_.is_cuda(), "--sync-bn on CUDA is not supported yet (synchronised batch norm runs on CPU "
-             "processes only); train without --sync-bn");
     nn::set_batch_norm_sync(model, std::make_shared<dist::SyncBatchNorm>(*comm_, timeout_of(cfg_)));
   }
   if (cfg_.comm_timeline && env_.rank == 0) {

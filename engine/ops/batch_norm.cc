@@ -6,6 +6,7 @@
 // [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/channel_reduce.h"
 
 #include <algorithm>
 #include <cmath>
@@ -50,11 +51,33 @@ std::vector<Tensor> grad_buffers(const Saved& sv, int64_t C, const std::vector<b
 
 void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
+// SyncBN on the CPU (Note [Synchronised batch norm]): every process's moments merged into
+// `mean` and `m2` in process order; returns the global count.
+double sync_moments(BatchNormSync& sync, int64_t C, double count, double* mean, double* m2) {
+  std::vector<double> block{count};  // count, mean[C], m2[C]
+  block.insert(block.end(), mean, mean + C);
+  block.insert(block.end(), m2, m2 + C);
+  const Tensor all = sync.all_gather(Tensor::from_vector(block, {1 + 2 * C}));
+  RT_CHECK(all.ndim() == 2 && all.size(1) == 1 + 2 * C, "batch_norm: the sync's all_gather returned ", all.str());
+  return merge_moments(C, int(all.size(0)), all.contiguous().data<double>(), mean, m2);
+}
+
+// ... and every process's backward sums, added in process order.
+void sync_grad_sums(BatchNormSync& sync, int64_t C, double* sum_dz, double* sum_dz_xmu) {
+  std::vector<double> block(sum_dz, sum_dz + C);  // sum_dz[C], sum_dz_xmu[C]
+  block.insert(block.end(), sum_dz_xmu, sum_dz_xmu + C);
+  const Tensor all = sync.all_gather(Tensor::from_vector(block, {2 * C}));
+  RT_CHECK(all.ndim() == 2 && all.size(1) == 2 * C, "batch_norm: the sync's all_gather returned ", all.str());
+  sum_grad_sums(C, int(all.size(0)), all.contiguous().data<double>(), sum_dz, sum_dz_xmu);
+}
+
 // The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
 // f32 otherwise) and are never read on the host; the running statistics are updated there.
+// With `sync` (training) the reductions are split around the sync's all-gathers (Note
+// [Synchronised batch norm]), still without a host wait.
 Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                        Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                       const cuda::BatchNormGeom& g, const Tail& tail) {
+                       const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync) {
   const DType st = cuda::batch_norm_stat_dtype(x.dtype());
   const cudaStream_t s = ops::stream_of(x);
   if (running_mean.defined())
@@ -62,15 +85,34 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
              running_mean.str(), " and ", running_var.str());
   Tensor mean = Tensor::empty({g.C}, st, x.device());    // (C,)
   Tensor invstd = Tensor::empty({g.C}, st, x.device());  // (C,)
+  if (!training) sync = nullptr;  // eval normalises with the running statistics: nothing to combine
+  Tensor count;                    // (1,) f64 on the device: the global count, with sync
   if (training) {
+    // With sync the global count is on the device only: every process's own batch must
+    // already have more than one value per channel (the sampler gives them equal batches).
     RT_CHECK(g.N * g.S > 1, op, ": training needs more than one value per channel, got input ", x.str(),
+             sync ? " on this process (with --sync-bn on CUDA each process's batch must)" : "",
              " (use a batch size above 1, or eval mode)");
     const bool run = running_mean.defined();
     // The reduction's per-row-block partials (kernels/cuda/channel_reduce.cuh), bytes.
     Tensor work = Tensor::empty({int64_t(cuda::batch_norm_stats_workspace_bytes(g, x.dtype()))}, DType::u8, x.device());
-    cuda::batch_norm_stats(g, x.dtype(), x.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
-                           run ? running_mean.dtype() : st, run ? running_mean.raw_data() : nullptr,
-                           run ? running_var.raw_data() : nullptr, momentum, work.raw_data(), s);
+    if (sync) {
+      // Note [Synchronised batch norm]: local moments, all-gathered, merged on the device.
+      Tensor block = Tensor::empty({1 + 2 * g.C}, DType::f64, x.device());  // count, mean[C], m2[C]
+      cuda::batch_norm_local_moments(g, x.dtype(), x.raw_data(), block.data<double>(), work.raw_data(), s);
+      const Tensor all = sync->all_gather(block);  // (world, 1 + 2C)
+      RT_CHECK(all.ndim() == 2 && all.size(1) == 1 + 2 * g.C && all.device() == x.device(), op,
+               ": the sync's all_gather returned ", all.str());
+      count = Tensor::empty({1}, DType::f64, x.device());
+      cuda::batch_norm_merge_moments(g.C, x.dtype(), int(all.size(0)), all.data<double>(), eps, mean.raw_data(),
+                                     invstd.raw_data(), count.data<double>(), run ? running_mean.dtype() : st,
+                                     run ? running_mean.raw_data() : nullptr, run ? running_var.raw_data() : nullptr,
+                                     momentum, s);
+    } else {
+      cuda::batch_norm_stats(g, x.dtype(), x.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
+                             run ? running_mean.dtype() : st, run ? running_mean.raw_data() : nullptr,
+                             run ? running_var.raw_data() : nullptr, momentum, work.raw_data(), s);
+    }
   } else {
     RT_CHECK(running_mean.defined(), op, ": eval mode needs running_mean and running_var");
     cuda::batch_norm_eval_stats(g.C, running_mean.dtype(), running_mean.raw_data(), running_var.raw_data(), eps, st,
@@ -86,22 +128,41 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
   const Saved sv{training, x.detach(), weight.defined() ? weight.detach() : Tensor(),
                  tail.relu ? y.detach() : Tensor()};
   record(op, y, {x, weight, bias, tail.residual},
-         [sv, g, mean, invstd](const Tensor& gy, const std::vector<bool>& needs) {
+         [sv, g, mean, invstd, sync, count](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
            std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
            // dx coefficients k, a, b per channel, then the reduction's partials (bytes).
            Tensor work = Tensor::empty({int64_t(cuda::batch_norm_backward_workspace_bytes(g, sv.x.dtype()))},
                                        DType::u8, sv.x.device());
            const cudaStream_t s = ops::stream_of(sv.x);
-           if (sv.y.defined())
+           if (sync) {
+             // Note [Synchronised batch norm]: this process's sums, all-gathered, dx from their total.
+             Tensor sums = Tensor::empty({2 * g.C}, DType::f64, sv.x.device());  // sum_dz[C], sum_dz_xmu[C]
+             cuda::batch_norm_backward_sums(g, sv.x.dtype(), sv.x.raw_data(), raw_or_null(sv.y), dy.raw_data(),
+                                            mean.raw_data(), invstd.raw_data(), raw_or_null(d[1]),
+                                            raw_or_null(d[2]), raw_or_null(d[3]), sums.data<double>(),
+                                            work.raw_data(), s);
+             const Tensor all = sync->all_gather(sums);  // (world, 2C)
+             RT_CHECK(all.ndim() == 2 && all.size(1) == 2 * g.C && all.device() == sv.x.device(),
+                      "batch_norm backward: the sync's all_gather returned ", all.str());
+             if (d[0].defined()) {
+               // The residual's gradient is dz itself: read it instead of dy and y.
+               const bool dz_written = sv.y.defined() && d[3].defined();
+               cuda::batch_norm_backward_dx_from_sums(
+                   g, sv.x.dtype(), sv.x.raw_data(), dz_written ? nullptr : raw_or_null(sv.y),
+                   dz_written ? d[3].raw_data() : dy.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w),
+                   int(all.size(0)), all.data<double>(), count.data<double>(), d[0].raw_data(), work.raw_data(), s);
+             }
+           } else if (sv.y.defined()) {
              cuda::batch_norm_backward_relu(g, sv.x.dtype(), sv.x.raw_data(), sv.y.raw_data(), dy.raw_data(),
                                             mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w), sv.training,
                                             raw_or_null(d[0]), raw_or_null(d[1]), raw_or_null(d[2]),
                                             raw_or_null(d[3]), work.raw_data(), s);
-           else
+           } else {
              cuda::batch_norm_backward(g, sv.x.dtype(), sv.x.raw_data(), dy.raw_data(), mean.raw_data(),
                                        invstd.raw_data(), raw_or_null(sv.w), sv.training, raw_or_null(d[0]),
                                        raw_or_null(d[1]), raw_or_null(d[2]), work.raw_data(), s);
+           }
            return d;
          });
   return y;
@@ -123,7 +184,7 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
       using T = decltype(z);
       cpu::batch_norm_moments<T>(g, x.data<T>(), mean->data(), var.data());
     });
-    if (sync) count = sync->combine_stats(C, count, mean->data(), var.data());
+    if (sync) count = sync_moments(*sync, C, count, mean->data(), var.data());
     RT_CHECK(count > 1, op, ": training needs more than one value per channel, got input ", x.str(),
              sync ? " on every process together" : "", " (use a batch size above 1, or eval mode)");
     for (double& v : var) v /= count;
@@ -166,7 +227,7 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
              std::vector<double> sum_dz(size_t(g.C)), sum_dz_xmu(size_t(g.C));
              cpu::batch_norm_grad_sums<T>(g, sv.x.data<T>(), ptr(sv.y), dy.data<T>(), mean->data(), invstd->data(),
                                           sum_dz.data(), sum_dz_xmu.data(), ptr(d[1]), ptr(d[2]), ptr(d[3]));
-             if (sync) sync->combine_grad_sums(g.C, sum_dz.data(), sum_dz_xmu.data());
+             if (sync) sync_grad_sums(*sync, g.C, sum_dz.data(), sum_dz_xmu.data());
              if (!d[0].defined()) return;
              // The residual's gradient is dz itself: pass 2 reads it instead of dy and y.
              const bool dz_written = sv.y.defined() && d[3].defined();
@@ -217,13 +278,9 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   }
 
   const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
-  // CUDA keeps the statistics on the device in one fused reduction; combining them across
-  // processes needs that reduction split like the CPU's (kernels/cpu/batch_norm.h).
-  RT_CHECK(!(on_cuda && sync && training), op, ": --sync-bn on CUDA is not supported yet (synchronised batch norm "
-           "runs on the CPU only); train without --sync-bn");
   if (on_cuda)
     return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                           cuda::BatchNormGeom{N, C, S, nhwc}, tail);
+                           cuda::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
   return batch_norm_cpu(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
                         cpu::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
 }
@@ -231,24 +288,19 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
 }  // namespace
 
 double merge_moments(int64_t C, int k, const double* blocks, double* mean, double* m2) {
-  // Chan, Golub and LeVeque: shards a and b of counts na and nb, delta = mean_b - mean_a:
-  //   mean = mean_a + delta * nb / n,  m2 = m2_a + m2_b + delta^2 * na * nb / n,  n = na + nb.
-  // The first shard is copied exactly (na = 0).
+  // Chan, Golub and LeVeque's merge, the one the CUDA kernels use (cuda::detail::WelfordState
+  // in kernels/cuda/channel_reduce.h): the same merges in the same order.
   const size_t stride = size_t(1 + 2 * C);
-  std::fill(mean, mean + C, 0.0);
-  std::fill(m2, m2 + C, 0.0);
   double n = 0;
-  for (int i = 0; i < k; ++i) {
-    const double* b = blocks + size_t(i) * stride;
-    const double nb = b[0];
-    if (nb == 0) continue;
-    const double total = n + nb, wb = nb / total, wab = n * nb / total;
-    for (int64_t c = 0; c < C; ++c) {
-      const double delta = b[1 + c] - mean[c];
-      mean[c] += delta * wb;
-      m2[c] += b[1 + C + c] + delta * delta * wab;
+  for (int i = 0; i < k; ++i) n += blocks[size_t(i) * stride];
+  for (int64_t c = 0; c < C; ++c) {
+    auto st = cuda::detail::WelfordState<double>::empty();
+    for (int i = 0; i < k; ++i) {
+      const double* b = blocks + size_t(i) * stride;
+      st.merge(cuda::detail::WelfordState<double>{b[1 + c], b[1 + C + c], int64_t(b[0])});
     }
-    n = total;
+    mean[c] = st.mean;
+    m2[c] = st.m2;
   }
   return n;
 }

@@ -11,24 +11,32 @@
 // parameter's gradient). Each process's loss is the mean over its own batch, so its dz is N
 // times the one-process dz of the same examples: its dx and local sums are N times the
 // one-process ones, and the reducer's 1/N makes every parameter's gradient the one of batch
-// N*B. The combination itself is the implementation's (dist/sync_batch_norm.h); the ops only
-// call it, in training mode only, once per forward and once per backward.
+// N*B. The collective is the implementation's (dist/sync_batch_norm.h): the ops hand it a
+// small f64 block, get every process's back, and merge them themselves in process order, so
+// every process gets the same bits. They call it in training mode only, once per forward and
+// once per backward.
+//
+// On CUDA the blocks never visit the host: the statistics' reduction writes the block on the
+// device, the all-gather runs on the communication stream ordered after it, and the merge
+// kernel runs on the compute stream ordered after the all-gather (kernels/cuda/batch_norm.cuh,
+// "synchronised batch norm"); the host does not wait.
 #pragma once
 
 #include <cstdint>
+
+#include "engine/tensor.h"
 
 namespace rt {
 
 class BatchNormSync {
  public:
   virtual ~BatchNormSync() = default;
-  // In: this process's `count` values per channel and, for C channels, their mean[c] and
-  // m2[c] = sum((x - mean[c])^2). Out: the same over every process, in place; returns the
-  // global count. Every process must get bit-identical results.
-  virtual double combine_stats(int64_t C, double count, double* mean, double* m2) = 0;
-  // In: this process's per-channel sum_dz[c] and sum_dz_xmu[c] = sum(dz * (x - mean[c])), the
-  // mean being the global one. Out: their sums over every process, in place.
-  virtual void combine_grad_sums(int64_t C, double* sum_dz, double* sum_dz_xmu) = 0;
+  // Every process's `block` (a contiguous f64 tensor of n values, on the op's device), in
+  // process (rank) order: a (world, n) f64 tensor on the same device. Every process calls
+  // with the same n at the same point of its forward or backward. On the CPU the result is
+  // complete at return; on CUDA it is ready for the work queued on the current stream after
+  // this call (the host need not wait).
+  virtual Tensor all_gather(const Tensor& block) = 0;
 };
 
 // Chan's parallel-variance merge of k shards' moments, in shard order (the same result on

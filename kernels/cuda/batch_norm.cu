@@ -97,26 +97,82 @@ struct BackwardFold {
   }
 };
 
+// Finishes a channel of the backward: dgamma and dbeta from this process's sums; the dx
+// coefficients from the sums over the whole batch (the same sums but under SyncBN, where
+// `sums` receives this process's instead and batch_norm_backward_dx_from_sums adds every
+// process's).
 template <typename T, typename A>
 struct BackwardCoefs {
   const A* invstd;
   const T* gamma;  // null: 1
   bool training;
-  A M;
+  A M;                // values per channel the statistics are over
   T *dgamma, *dbeta;  // may be null
   A* coef;            // k[C], a[C], b[C]: dx = k*dy + a*(x - mean) + b
   int64_t C;
-  __device__ void operator()(int64_t c, const detail::SumState<A>& st) const {
-    const A sum_dy = st.a, is = invstd[c];
-    const A sum_dy_xhat = st.b * is;
-    if (dgamma) dgamma[c] = from_acc<T>(sum_dy_xhat);
-    if (dbeta) dbeta[c] = from_acc<T>(sum_dy);
+  double* sums;  // null, or (SyncBN) sum_dz[C], sum_dz_xmu[C]: written instead of coef
+  __device__ void coefs(int64_t c, A sum_dy, A sum_dy_xmu, A m) const {
+    const A is = invstd[c], sum_dy_xhat = sum_dy_xmu * is;
     const A gi = (gamma ? to_acc(gamma[c]) : A(1)) * is;
     coef[c] = gi;
-    coef[C + c] = training ? -gi * is * sum_dy_xhat / M : A(0);
-    coef[2 * C + c] = training ? -gi * sum_dy / M : A(0);
+    coef[C + c] = training ? -gi * is * sum_dy_xhat / m : A(0);
+    coef[2 * C + c] = training ? -gi * sum_dy / m : A(0);
+  }
+  __device__ void operator()(int64_t c, const detail::SumState<A>& st) const {
+    if (dgamma) dgamma[c] = from_acc<T>(st.b * invstd[c]);
+    if (dbeta) dbeta[c] = from_acc<T>(st.a);
+    if (sums) {
+      sums[c] = double(st.a);
+      sums[C + c] = double(st.b);
+    } else {
+      coefs(c, st.a, st.b, M);
+    }
   }
 };
+
+// SyncBN forward, the local reduction's finish: this process's block (count, mean[C], m2[C]).
+template <typename A>
+struct WriteMoments {
+  double* block;
+  int64_t C;
+  double count;
+  __device__ void operator()(int64_t c, const detail::WelfordState<A>& st) const {
+    if (c == 0) block[0] = count;
+    block[1 + c] = double(st.mean);
+    block[1 + C + c] = double(st.m2);
+  }
+};
+
+// SyncBN forward: k blocks merged per channel in process order (the host's merge_moments
+// does the same merges: engine/ops/batch_norm.cc), then finished like a local reduction.
+template <typename A, typename R>
+__global__ void merge_moments_kernel(int64_t C, int k, const double* blocks, double* count, WriteStats<A, R> out) {
+  const int64_t stride = 1 + 2 * C;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    detail::WelfordState<double> st = detail::WelfordState<double>::empty();
+    for (int i = 0; i < k; ++i) {
+      const double* b = blocks + i * stride;
+      st.merge(detail::WelfordState<double>{b[1 + c], b[1 + C + c], int64_t(b[0])});
+    }
+    if (c == 0) *count = double(st.n);
+    out(c, detail::WelfordState<A>{A(st.mean), A(st.m2), st.n});
+  }
+}
+
+// SyncBN backward: k processes' sums added per channel in process order, then the dx
+// coefficients with the global count.
+template <typename T, typename A>
+__global__ void sync_coefs_kernel(int k, const double* sums, const double* count, BackwardCoefs<T, A> f) {
+  const int64_t C = f.C;
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    double a = 0, b = 0;
+    for (int i = 0; i < k; ++i) {
+      a += sums[i * 2 * C + c];
+      b += sums[i * 2 * C + C + c];
+    }
+    f.coefs(c, A(a), A(b), A(*count));
+  }
+}
 
 // The backward's workspace: coef (3*C of A), then the partial sums, 16-byte aligned.
 template <typename A>
@@ -254,9 +310,37 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
   });
 }
 
-// y: null, or the output of the fused forward (the mask of dy). The residual's gradient
-// dres is dz itself: the reduction writes it, and the dx pass reads it back as its dy
-// (no second mask, one read less), as kernels/cpu/batch_norm.cc does.
+// The backward's reduction (pass 1). y: null, or the output of the fused forward (the mask
+// of dy). The residual's gradient dres is dz itself: the reduction writes it, and the dx
+// pass reads it back as its dy (no second mask, one read less), as kernels/cpu/batch_norm.cc
+// does. Writes the dx coefficients at the start of the workspace, or this process's sums
+// into `sums` (SyncBN) instead.
+template <typename T>
+void backward_reduce(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const acc_t<T>* mean,
+                     const acc_t<T>* invstd, const T* gamma, bool training, T* dgamma, T* dbeta, T* dres,
+                     double* sums, void* workspace, cudaStream_t s) {
+  using A = acc_t<T>;
+  const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
+  auto part = reinterpret_cast<detail::SumState<A>*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
+  detail::channel_reduce<T>(plan, BackwardFold<T>{x, dy, y, mean, y ? dres : nullptr},
+                            BackwardCoefs<T, A>{invstd, gamma, training, A(g.N * g.S), dgamma, dbeta,
+                                                static_cast<A*>(workspace), g.C, sums},
+                            part, s);
+}
+
+// The dx pass (pass 2) with the coefficients at the start of the workspace; dz read from
+// dres when the reduction wrote it there.
+template <typename T>
+void backward_dx(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const T* dres, const acc_t<T>* mean,
+                 const void* workspace, T* dx, cudaStream_t s) {
+  if (y && dres) {  // dz is in dres now
+    dy = dres;
+    y = nullptr;
+  }
+  const DxOp<T> f{x, y, dy, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
+  launch_channel_map<T>(g, {x, y, dy, dx}, f, s);
+}
+
 void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy, const void* mean,
                    const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                    void* dres, void* workspace, cudaStream_t s, const char* op) {
@@ -265,26 +349,13 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    auto px = static_cast<const T*>(x);
-    auto py = static_cast<const T*>(y);
-    auto pdy = static_cast<const T*>(dy);
-    auto pm = static_cast<const A*>(mean);
-    auto coef = static_cast<A*>(workspace);
-    auto pdres = py ? static_cast<T*>(dres) : nullptr;
-    const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
-    auto part = reinterpret_cast<detail::SumState<A>*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
-    detail::channel_reduce<T>(plan, BackwardFold<T>{px, pdy, py, pm, pdres},
-                              BackwardCoefs<T, A>{static_cast<const A*>(invstd), static_cast<const T*>(gamma),
-                                                  training, A(g.N * g.S), static_cast<T*>(dgamma),
-                                                  static_cast<T*>(dbeta), coef, g.C},
-                              part, s);
-    if (!dx) return;
-    if (pdres) {  // dz is in dres now
-      pdy = pdres;
-      py = nullptr;
-    }
-    const DxOp<T> f{px, py, pdy, pm, coef, g.C, static_cast<T*>(dx)};
-    launch_channel_map<T>(g, {px, py, pdy, dx}, f, s);
+    backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+                       static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(gamma),
+                       training, static_cast<T*>(dgamma), static_cast<T*>(dbeta), static_cast<T*>(dres), nullptr,
+                       workspace, s);
+    if (dx)
+      backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+                     static_cast<const T*>(dres), static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
   });
 }
 
@@ -374,6 +445,75 @@ void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, co
   RT_CHECK(y, "batch_norm_backward_relu: null pointer (the forward's output y)");
   backward_impl(g, t, x, y, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace, s,
                 "batch_norm_backward_relu");
+}
+
+void batch_norm_local_moments(const BatchNormGeom& g, DType t, const void* x, double* block, void* workspace,
+                              cudaStream_t s) {
+  check_geom(g, "batch_norm_local_moments");
+  RT_CHECK(x && block && workspace, "batch_norm_local_moments: null pointer");
+  detail::dispatch_floating(t, "batch_norm_local_moments", [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
+    detail::channel_reduce<T>(plan, StatsFold<T>{static_cast<const T*>(x)},
+                              WriteMoments<A>{block, g.C, double(g.N * g.S)},
+                              static_cast<detail::WelfordState<A>*>(workspace), s);
+  });
+}
+
+void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, double eps, void* mean, void* invstd,
+                              double* count, DType rt, void* running_mean, void* running_var, double momentum,
+                              cudaStream_t s) {
+  RT_CHECK(C >= 1 && k >= 1, "batch_norm_merge_moments: bad channel count ", C, " or process count ", k);
+  RT_CHECK(blocks && mean && invstd && count, "batch_norm_merge_moments: null pointer");
+  RT_CHECK((running_mean == nullptr) == (running_var == nullptr),
+           "batch_norm_merge_moments: running_mean and running_var go together");
+  detail::dispatch_floating(t, "batch_norm_merge_moments", [&](auto z) {
+    using A = acc_t<decltype(z)>;
+    detail::dispatch_floating(rt, "batch_norm running stats", [&](auto zr) {
+      using R = decltype(zr);
+      const WriteStats<A, R> out{static_cast<A*>(mean), static_cast<A*>(invstd), A(eps), static_cast<R*>(running_mean),
+                                 static_cast<R*>(running_var), momentum};
+      merge_moments_kernel<A, R><<<detail::grid_for(C, kThreads), kThreads, 0, s>>>(C, k, blocks, count, out);
+      CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                              const void* mean, const void* invstd, void* dgamma, void* dbeta, void* dresidual,
+                              double* sums, void* workspace, cudaStream_t s) {
+  const char* op = "batch_norm_backward_sums";
+  check_geom(g, op);
+  RT_CHECK(x && dy && mean && invstd && sums && workspace, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
+                       static_cast<const A*>(mean), static_cast<const A*>(invstd), nullptr, true,
+                       static_cast<T*>(dgamma), static_cast<T*>(dbeta), static_cast<T*>(dresidual), sums, workspace,
+                       s);
+  });
+}
+
+void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                                      const void* mean, const void* invstd, const void* gamma, int k,
+                                      const double* sums, const double* count, void* dx, void* workspace,
+                                      cudaStream_t s) {
+  const char* op = "batch_norm_backward_dx_from_sums";
+  check_geom(g, op);
+  RT_CHECK(k >= 1, op, ": bad process count ", k);
+  RT_CHECK(x && dy && mean && invstd && sums && count && dx && workspace, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const BackwardCoefs<T, A> f{static_cast<const A*>(invstd), static_cast<const T*>(gamma), true, A(0), nullptr,
+                                nullptr, static_cast<A*>(workspace), g.C, nullptr};
+    sync_coefs_kernel<T, A><<<detail::grid_for(g.C, kThreads), kThreads, 0, s>>>(k, sums, count, f);
+    CUDA_CHECK_LAUNCH();
+    backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), nullptr,
+                   static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
+  });
 }
 
 }  // namespace rt::cuda

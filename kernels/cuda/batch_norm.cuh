@@ -59,4 +59,39 @@ void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, co
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);
 
+// ---- synchronised batch norm (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h) --
+// The statistics and the backward's sums in three steps each; the middle one, an all-gather of
+// a small f64 block across processes, is the caller's. Nothing is read on the host, so the
+// steps queue on the stream with the collective between them.
+
+// Forward, step 1: this process's block = count, mean[C], m2[C] (f64, 1 + 2C values; m2 =
+// sum((x - mean)^2)), from the same one-pass reduction as batch_norm_stats. `workspace`:
+// batch_norm_stats_workspace_bytes.
+void batch_norm_local_moments(const BatchNormGeom& g, DType t, const void* x, double* block, void* workspace,
+                              cudaStream_t s);
+
+// Forward, step 3: k processes' blocks (k x (1 + 2C), process order) merged with Chan's
+// formula in process order, so every process gets the same bits: mean and invstd in the
+// statistics dtype of `t`, the global count in count[0] (f64, for the backward), and the
+// running statistics as batch_norm_stats updates them (when running_mean is non-null).
+void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, double eps, void* mean, void* invstd,
+                              double* count, DType rt, void* running_mean, void* running_var, double momentum,
+                              cudaStream_t s);
+
+// Backward, step 1: this process's sums = sum_dz[C], sum_dz_xmu[C] (f64; mean is the global
+// one), its own dgamma and dbeta, and dz in dresidual when y is given (the fused op; see
+// batch_norm_backward_relu). Any of dgamma, dbeta, dresidual may be null. `workspace`:
+// batch_norm_backward_workspace_bytes.
+void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                              const void* mean, const void* invstd, void* dgamma, void* dbeta, void* dresidual,
+                              double* sums, void* workspace, cudaStream_t s);
+
+// Backward, step 3: dx (training) from k processes' sums (k x 2C, added in process order)
+// and the global count (count[0]). dz = dy, or (y > 0 ? dy : 0) when y is non-null.
+// `workspace`: batch_norm_backward_workspace_bytes (the same one step 1 used may be reused).
+void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+                                      const void* mean, const void* invstd, const void* gamma, int k,
+                                      const double* sums, const double* count, void* dx, void* workspace,
+                                      cudaStream_t s);
+
 }  // namespace rt::cuda
