@@ -11,6 +11,7 @@
 
 #include "cli/doctor.h"
 #include "cli/flags.h"
+#include "cli/plot.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "kernels/cpu/gemm.h"
@@ -26,7 +27,8 @@ const char* kUsage =
     "  train   train a model (with no flags: a small ResNet on Fashion-MNIST)\n"
     "  eval    evaluate weights or a checkpoint on a dataset's test split\n"
     "  info    the devices ringtape sees, its CPU threads and instruction set\n"
-    "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n\n"
+    "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n"
+    "  plot    draw runs' metrics.jsonl (loss, accuracy, learning rate, images/s) as an SVG\n\n"
     "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
@@ -66,6 +68,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "info") return cmd_info();
     if (cmd == "doctor") return rt::cli::doctor_command(args);
+    if (cmd == "plot") return rt::cli::plot_command(args);
     if (cmd == "train" || cmd == "eval") {
       rt::cli::Flags flags(cmd == "train" ? rt::train::train_flags() : rt::train::eval_flags());
       for (const auto& a : args)
