@@ -33,9 +33,12 @@ double seconds(std::chrono::steady_clock::duration d) { return std::chrono::dura
 double LogWindow::mean_loss() const { return steps > skipped ? loss_sum / double(steps - skipped) : NAN; }
 
 TrainLog::TrainLog(const std::string& metrics_path, bool logging_rank, int64_t start_step, int64_t max_steps,
-                   bool skip_nonfinite)
+                   bool skip_nonfinite, const LiveOutputs& live)
     : start_step_(start_step), max_steps_(max_steps), skip_nonfinite_(skip_nonfinite) {
-  if (logging_rank) metrics_.emplace(metrics_path);
+  if (!logging_rank) return;
+  metrics_.emplace(metrics_path);
+  if (live.bar_columns > 0) bar_ = std::make_unique<ProgressBar>(stdout, live.bar_columns);
+  if (!live.tensorboard_dir.empty()) tensorboard_ = std::make_unique<TensorBoardWriter>(live.tensorboard_dir);
 }
 
 void TrainLog::start(Device device, int64_t images, int64_t steps_per_epoch, int64_t epochs,
@@ -43,24 +46,72 @@ void TrainLog::start(Device device, int64_t images, int64_t steps_per_epoch, int
   if (metrics_)
     std::printf("training on %s: %ld images, %ld steps per epoch, %ld epochs, %s; output %s\n", device.str().c_str(),
                 images, steps_per_epoch, epochs, schedule.c_str(), output_dir.c_str());
-  t_start_ = t_log_ = Clock::now();
+  if (tensorboard_) std::printf("TensorBoard scalars in %s\n", tensorboard_->path().c_str());
+  epochs_ = epochs;
+  steps_per_epoch_ = steps_per_epoch;
+  t_start_ = t_log_ = t_epoch_ = Clock::now();
+}
+
+double TrainLog::run_eta(int64_t step, Clock::time_point now) const {
+  if (step <= start_step_) return NAN;
+  return seconds(now - t_start_) / double(step - start_step_) * double(max_steps_ - step);
+}
+
+void TrainLog::begin_epoch(const Progress& p) {
+  epoch_step0_ = p.step;
+  epoch_samples0_ = p.samples_seen;
+  t_epoch_ = Clock::now();
+}
+
+void TrainLog::step(const Progress& p, int64_t step_in_epoch, double lr) {
+  if (!bar_) return;
+  const bool last = step_in_epoch >= steps_per_epoch_ || p.step >= max_steps_;
+  const auto now = Clock::now();
+  BarState s;
+  s.epoch = p.epoch + 1;
+  s.epochs = epochs_;
+  s.step = step_in_epoch;
+  s.steps = steps_per_epoch_;
+  const double dt = seconds(now - t_epoch_);
+  if (p.step > epoch_step0_ && dt > 0) {
+    s.img_per_s = double(p.samples_seen - epoch_samples0_) * double(world_) / dt;
+    s.eta_epoch_s = dt / double(p.step - epoch_step0_) * double(steps_per_epoch_ - step_in_epoch);
+  }
+  s.loss = last_loss_;
+  s.lr = lr;
+  s.eta_run_s = run_eta(p.step, now);
+  bar_->update(s, last);
+}
+
+void TrainLog::end_line() {
+  if (bar_) bar_->finish();
 }
 
 void TrainLog::train(const Progress& p, double lr, const LogWindow& w, const MixedPrecision& mp) {
   const auto now = Clock::now();
   // Every rank's images (each rank trains as many): the run's throughput.
   const double ips = double(w.samples) * double(world_) / std::max(seconds(now - t_log_), 1e-9);
-  const double eta = seconds(now - t_start_) / double(p.step - start_step_) * double(max_steps_ - p.step);
+  const double eta = run_eta(p.step, now);
   t_log_ = now;
   if (!metrics_) return;
   const double mean_loss = w.mean_loss();
-  std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps_,
-              fmt_loss(mean_loss, "n/a").c_str(), lr, ips, fmt_eta(eta).c_str());
-  if (w.skipped > 0) std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
-  if (mp.loss_scaling())
-    std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
-  std::printf("\n");
-  std::fflush(stdout);
+  if (!std::isnan(mean_loss)) last_loss_ = mean_loss;
+  // On a terminal the bar shows these; a line stays for steps skipped on NaN/Inf.
+  if (!bar_ || w.skipped > 0) {
+    end_line();
+    std::printf("epoch %ld step %ld/%ld  loss %s  lr %.5f  %.1f img/s  eta %s", p.epoch, p.step, max_steps_,
+                fmt_loss(mean_loss, "n/a").c_str(), lr, ips, fmt_eta(eta).c_str());
+    if (w.skipped > 0) std::printf("  %ld of %ld step(s) skipped on NaN/Inf (--skip-nonfinite)", w.skipped, w.steps);
+    if (mp.loss_scaling())
+      std::printf("  loss scale %g (%ld step(s) skipped on inf/NaN gradients)", mp.loss_scale(), w.overflow_skips);
+    std::printf("\n");
+    std::fflush(stdout);
+  }
+  if (tensorboard_) {
+    if (!std::isnan(mean_loss)) tensorboard_->scalar("train/loss", p.step, mean_loss);  // NaN: every step skipped
+    tensorboard_->scalar("train/lr", p.step, lr);
+    tensorboard_->scalar("train/img_per_s", p.step, ips);
+  }
   json::Value m = json::Value::object();
   m.set("type", "train");
   m.set("epoch", p.epoch);
@@ -79,6 +130,7 @@ void TrainLog::train(const Progress& p, double lr, const LogWindow& w, const Mix
 
 void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_train) {
   if (!metrics_) return;
+  end_line();
   std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
               fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
   if (skipped_train > 0 || e.skipped > 0)
@@ -97,10 +149,16 @@ void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_trai
   m.set("skipped_train_images", skipped_train);
   m.set("skipped_eval_images", e.skipped);
   metrics_->write(m);
+  if (tensorboard_) {
+    tensorboard_->scalar("eval/loss", p.step, e.loss);
+    tensorboard_->scalar("eval/top1", p.step, e.top1);
+    tensorboard_->scalar("eval/top5", p.step, e.top5);
+  }
 }
 
 void TrainLog::done(int64_t steps, int64_t skipped_steps, const std::string& weights_path) {
   if (!metrics_) return;
+  end_line();
   std::printf("done: %ld steps in %.1f s", steps, seconds(Clock::now() - t_start_));
   if (skipped_steps > 0) std::printf(" (%ld skipped on NaN/Inf by --skip-nonfinite)", skipped_steps);
   std::printf("; weights in %s\n", weights_path.c_str());

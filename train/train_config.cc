@@ -116,6 +116,9 @@ TrainConfig parse_train_config(const cli::Flags& f) {
   c.output.resume = f.str("resume");
   c.output.checkpoint_every = f.integer("checkpoint-every");
   c.output.print_freq = f.integer("print-freq");
+  c.output.progress_bar = !f.boolean("no-progress");
+  c.output.tensorboard = f.boolean("tensorboard");
+  c.output.tensorboard_dir = f.str("tensorboard-dir");
 
   c.parallel.nproc_per_node = int(f.integer("nproc-per-node"));
   c.parallel.nnodes = int(f.integer("nnodes"));

@@ -111,6 +111,9 @@ struct OutputConfig {
   std::string resume;      // a checkpoint to continue from; "" = a new run
   int64_t checkpoint_every = 0;  // also checkpoint every N optimizer steps; 0 = once per epoch
   int64_t print_freq = 50;       // a log line every N optimizer steps
+  bool progress_bar = true;      // false: --no-progress (drawn only on a terminal, train/progress_bar.h)
+  bool tensorboard = false;      // TensorBoard scalars (train/tensorboard.h)
+  std::string tensorboard_dir;   // "" = <output-dir>/tensorboard
 
   bool operator==(const OutputConfig&) const = default;
 };

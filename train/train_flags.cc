@@ -187,6 +187,8 @@ void validate_flags(const cli::Flags& f) {
   if (f.has("cudnn-benchmark-runtime-compiled") && f.boolean("cudnn-benchmark-runtime-compiled") &&
       !f.boolean("cudnn-benchmark"))
     throw cli::UsageError("--cudnn-benchmark-runtime-compiled applies to --cudnn-benchmark, which is not given");
+  if (f.has("tensorboard-dir") && !f.str("tensorboard-dir").empty() && !f.boolean("tensorboard"))
+    throw cli::UsageError("--tensorboard-dir applies to --tensorboard, which is not given");
 }
 
 std::vector<Flag> train_flags() {
@@ -219,6 +221,12 @@ std::vector<Flag> train_flags() {
       {"resume", FlagType::string, "", "continue from this checkpoint (bit-exact on CPU)", {}},
       {"checkpoint-every", FlagType::integer, "0", "also checkpoint every N optimizer steps (0 = per epoch)", {}},
       {"print-freq", FlagType::integer, "50", "log every N optimizer steps", {}},
+      {"no-progress", FlagType::boolean, "false",
+       "print the --print-freq lines instead of the progress bar drawn when stdout is a terminal", {}},
+      {"tensorboard", FlagType::boolean, "false",
+       "write TensorBoard scalars (training loss, lr, img/s; evaluation loss, top-1, top-5) to --tensorboard-dir", {}},
+      {"tensorboard-dir", FlagType::string, "",
+       "with --tensorboard: the events' directory (default <output-dir>/tensorboard)", {}},
       {"skip-nonfinite", FlagType::boolean, "false",
        "skip steps whose loss, gradients or updated weights are NaN/Inf (the step leaves the weights and optimizer "
        "state as they were) instead of stopping. On CUDA it reads the loss on the host every step (without it, "

@@ -58,6 +58,17 @@ fs::path run_dir(const TrainConfig& cfg, ParallelContext& par) {
   return dir;
 }
 
+// The logging rank's progress bar and TensorBoard events. The bar's terminal is asked about
+// before rank_log() turns stdout into a pipe (data parallel).
+LiveOutputs live_outputs(const TrainConfig& cfg, const ParallelContext& par, const fs::path& dir) {
+  LiveOutputs o;
+  if (!par.is_logging_rank()) return o;
+  o.bar_columns = bar_columns(cfg.output.progress_bar);
+  const std::string& tb = cfg.output.tensorboard_dir;
+  if (cfg.output.tensorboard) o.tensorboard_dir = tb.empty() ? (dir / "tensorboard").string() : tb;
+  return o;
+}
+
 // Data parallel: each rank's output copied to <dir>/logs/rank-K.log.
 std::unique_ptr<RankLog> rank_log(const fs::path& dir, const ParallelContext& par) {
   if (par.world_size() == 1) return nullptr;
@@ -112,6 +123,7 @@ class Trainer {
   ParallelContext& par_;
   Setup s_;
   fs::path dir_, ckpt_, weights_;
+  LiveOutputs live_;
   std::unique_ptr<RankLog> rank_log_;
   nn::Module& model_;
   std::unique_ptr<optim::Optimizer> opt_;
@@ -136,6 +148,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       dir_(run_dir(cfg, par)),
       ckpt_(dir_ / "checkpoint.safetensors"),
       weights_(dir_ / "model.safetensors"),
+      live_(live_outputs(cfg, par, dir_)),
       rank_log_(rank_log(dir_, par)),
       model_(ready_to_train(cfg, s_)),
       opt_(make_optimizer(cfg.optimizer, model_)),
@@ -146,7 +159,8 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       p_(cfg.output.resume.empty() ? Progress{} : resume(cfg.output.resume, model_, *opt_, mp_, flags_)),
       attached_(attach(par, model_, mp_, flags_, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
-      log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite),
+      log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
+           live_),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),
       window_(p_.step + 1) {}
 
@@ -163,6 +177,7 @@ int Trainer::run() {
   }
   if (const int sig = interrupt_.signal()) {  // also one that came after the last step
     checkpoint();
+    log_.end_line();
     std::fprintf(stderr, "ringtape train: interrupted by %s after step %ld: checkpoint saved to %s; continue with "
                  "--resume %s\n", signal_name(sig), p_.step, ckpt_.c_str(), ckpt_.c_str());
     return 128 + sig;
@@ -182,6 +197,7 @@ int Trainer::run() {
 // signal stopped them.
 bool Trainer::train_epoch() {
   data_.feed->start_epoch(p_.epoch, p_.batch);
+  log_.begin_epoch(p_);
   while (p_.step < max_steps_) {
     if (interrupt_.signal()) return false;
     opt_->set_lr(schedule_.lr_at(p_.step));
@@ -196,6 +212,7 @@ bool Trainer::train_epoch() {
     window_.overflow_skips += o.overflow;
     skipped_steps_ += o.skipped;
     if (p_.step % cfg_.output.print_freq == 0 || p_.step >= max_steps_) log_window();
+    log_.step(p_, p_.batch / cfg_.loop.accum_steps, opt_->lr());  // after log_window: its loss is the newest
     if (cfg_.output.checkpoint_every > 0 && p_.step % cfg_.output.checkpoint_every == 0) checkpoint();
   }
   return true;
