@@ -5,6 +5,7 @@
 #include <functional>
 
 #include "engine/error.h"
+#include "engine/memory_report.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {
@@ -18,6 +19,7 @@ struct CachingAllocator::Block {
   Block* prev = nullptr;     // neighbours in the segment
   Block* next = nullptr;
   bool allocated = false;
+  MemoryTag tag = MemoryTag::other;  // what it was allocated under (Note [Memory tags])
   size_t requested = 0;      // bytes asked for while allocated
   int event_count = 0;       // events of other streams still pending after its free
   std::vector<StreamId> uses;  // other streams it was used on (record_stream)
@@ -75,7 +77,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   b->allocated = true;
   b->requested = bytes;
   allocated_[b->ptr] = b;
-  note_alloc(bytes);
+  b->tag = note_alloc(bytes);
   update_stats([&](AllocatorStats& s) {
     s.allocated_bytes += int64_t(b->size);
     if (hit) s.num_cache_hits++;
@@ -145,10 +147,11 @@ void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) 
   }
   Block* b = it->second;
   allocated_.erase(it);
-  note_free(b->requested);
+  note_free(b->requested, b->tag);
   update_stats([&](AllocatorStats& s) { s.allocated_bytes -= int64_t(b->size); });
   b->allocated = false;
   b->requested = 0;
+  b->tag = MemoryTag::other;
   for (StreamId s : b->uses) {
     b->event_count++;  // stays counted if recording fails: the block is then never reused
     try {
@@ -260,19 +263,24 @@ std::vector<CachingAllocator::BlockInfo> CachingAllocator::snapshot() const {
 }
 
 void CachingAllocator::fail_oom(size_t requested, size_t size) {
-  size_t free_b = 0, total_b = 0;
+  OutOfMemoryFacts f;
+  f.failure = detail::cat(device_.is_cuda() ? "CUDA out of memory on " : "out of memory on ", device_.str());
+  f.requested = requested;
+  f.request_detail = detail::cat("a ", size, "-byte segment; the cache was emptied first");
+  // What is left cached sits in segments still partly in use: a large block here next to
+  // the failure means fragmentation rather than too much live memory.
+  for (const Pool* pool : {&small_, &large_})
+    for (const Block* b : *pool) f.largest_cached_free = std::max(f.largest_cached_free, int64_t(b->size));
+  f.stats = stats();
+  f.system = "the device";
   try {
+    size_t free_b = 0, total_b = 0;
     raw_->mem_info(&free_b, &total_b);
-  } catch (const std::exception&) {
+    f.system_free = int64_t(free_b);
+    f.system_total = int64_t(total_b);
+  } catch (const std::exception&) {  // unknown: said so in the message
   }
-  const AllocatorStats s = stats();
-  throw OutOfMemory(
-      detail::cat(device_.is_cuda() ? "CUDA out of memory on " : "out of memory on ", device_.str(),
-                  ": tried to allocate ", requested, " bytes (a ", size, "-byte segment); ", s.current_bytes,
-                  " bytes are allocated to tensors, ", s.reserved_bytes,
-                  " bytes reserved by the allocator (after emptying its cache); the device has ", free_b, " of ",
-                  total_b, " bytes free"),
-      "Use a smaller --batch-size, or --accum-steps to keep the global batch.");
+  throw out_of_memory_error(f);
 }
 
 // ---- CUDA -----------------------------------------------------------------------------

@@ -75,8 +75,9 @@ class CachingAllocator final : public Allocator {
   CachingAllocator(Device device, std::unique_ptr<RawMemory> raw, std::function<StreamId()> current_stream);
   ~CachingAllocator() override;
 
-  // On the current stream. Throws rt::Error (requested, allocated, reserved, device
-  // free/total, and what to do) when even an emptied cache leaves too little memory.
+  // On the current stream, charged to the thread's current MemoryTag. Throws
+  // rt::OutOfMemory (Note [Out-of-memory messages]) when even an emptied cache leaves too
+  // little memory.
   void* allocate(size_t bytes) override;
   void* allocate(size_t bytes, StreamId stream);
   void deallocate(void* ptr, size_t bytes) noexcept override;

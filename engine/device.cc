@@ -1,5 +1,7 @@
 #include "engine/device.h"
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <unordered_map>
@@ -8,6 +10,7 @@
 
 #include "engine/caching_allocator.h"
 #include "engine/error.h"
+#include "engine/memory_report.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
 
@@ -41,24 +44,58 @@ AllocatorStats Allocator::stats() const {
 void Allocator::reset_peak() {
   std::lock_guard<std::mutex> g(mu_);
   stats_.peak_bytes = stats_.current_bytes;
+  stats_.peak_reserved_bytes = stats_.reserved_bytes;
+  stats_.tag_peak = stats_.tag_bytes;
+  stats_.tag_at_peak = stats_.tag_bytes;
 }
-void Allocator::note_alloc(size_t bytes) {
+MemoryTag Allocator::note_alloc(size_t bytes) {
+  const MemoryTag tag = current_memory_tag();
+  // A MemoryTag cast from a bad integer is charged to `other` rather than index past the arrays.
+  const size_t t = size_t(tag) < kNumMemoryTags ? size_t(tag) : size_t(MemoryTag::other);
   std::lock_guard<std::mutex> g(mu_);
   stats_.current_bytes += int64_t(bytes);
   stats_.num_allocs++;
-  if (stats_.current_bytes > stats_.peak_bytes) stats_.peak_bytes = stats_.current_bytes;
+  stats_.tag_bytes[t] += int64_t(bytes);
+  if (stats_.tag_bytes[t] > stats_.tag_peak[t]) stats_.tag_peak[t] = stats_.tag_bytes[t];
+  if (stats_.current_bytes > stats_.peak_bytes) {
+    stats_.peak_bytes = stats_.current_bytes;
+    stats_.tag_at_peak = stats_.tag_bytes;  // a few words, copied only while memory grows past its peak
+  }
+  return MemoryTag(t);
 }
 void Allocator::note_reserved(int64_t delta) noexcept {
   std::lock_guard<std::mutex> g(mu_);
   stats_.reserved_bytes += delta;
+  if (stats_.reserved_bytes > stats_.peak_reserved_bytes) stats_.peak_reserved_bytes = stats_.reserved_bytes;
 }
-void Allocator::note_free(size_t bytes) noexcept {
+void Allocator::note_free(size_t bytes, MemoryTag tag) noexcept {
+  // An out-of-range tag (a corrupted block record) must not index past the arrays.
+  const size_t t = size_t(tag) < kNumMemoryTags ? size_t(tag) : size_t(MemoryTag::other);
   std::lock_guard<std::mutex> g(mu_);
   stats_.current_bytes -= int64_t(bytes);
   stats_.num_frees++;
+  stats_.tag_bytes[t] -= int64_t(bytes);
 }
 
 namespace {
+
+// The machine's available and total memory (/proc/meminfo's MemAvailable and MemTotal);
+// false where there is no such file.
+bool host_memory_info(int64_t* available, int64_t* total) {
+  std::FILE* f = std::fopen("/proc/meminfo", "r");
+  if (!f) return false;
+  long long avail_kib = -1, total_kib = -1, kib = 0;
+  char line[256];
+  while (std::fgets(line, sizeof line, f)) {
+    if (std::sscanf(line, "MemTotal: %lld kB", &kib) == 1) total_kib = kib;
+    if (std::sscanf(line, "MemAvailable: %lld kB", &kib) == 1) avail_kib = kib;
+  }
+  std::fclose(f);
+  if (avail_kib < 0 || total_kib < 0) return false;
+  *available = int64_t(avail_kib) * 1024;
+  *total = int64_t(total_kib) * 1024;
+  return true;
+}
 
 // Host memory, 64-byte aligned (a cache line; AVX-512 loads): pageable from the C library,
 // or page-locked from the CUDA driver (pinned_host_allocator()).
@@ -70,6 +107,14 @@ namespace {
 // touch, which costs as much as writing them). Small pageable blocks go straight to
 // malloc, which caches them; pinned blocks are all cached (cudaHostAlloc costs about a
 // millisecond per call and synchronises the device).
+//
+// Note [Tag of a small host block]: a block under `cache_min` goes straight to the C
+// library and has no record here, yet its free must know the tag it was allocated under
+// (Note [Memory tags]). The tag is kept in the byte just after the requested bytes, inside
+// the block: deallocate() gets the size allocate() got, so it finds the byte without a
+// lookup. That byte is free in the 64-byte rounding unless the size is a multiple of 64,
+// which costs one cache line more; a map from address to tag would cost a hash insert, an
+// erase and a node allocation per block, under a lock.
 class HostAllocator final : public Allocator {
  public:
   struct Backing {
@@ -86,10 +131,11 @@ class HostAllocator final : public Allocator {
   void* allocate(size_t bytes) override {
     const size_t want = std::max<size_t>(bytes, 1);
     if (want < b_.cache_min) {
-      void* p = b_.alloc((want + 63) / 64 * 64);
+      const size_t block = small_block_size(want);
+      void* p = b_.alloc(block);
       if (!p) fail_oom(bytes);
-      note_alloc(bytes);
-      note_reserved(int64_t((want + 63) / 64 * 64));
+      note_reserved(int64_t(block));
+      static_cast<uint8_t*>(p)[want] = uint8_t(note_alloc(bytes));  // Note [Tag of a small host block]
       return p;
     }
     const size_t size = (want + kRound - 1) / kRound * kRound;
@@ -98,9 +144,9 @@ class HostAllocator final : public Allocator {
       auto it = free_.lower_bound(size);
       if (it != free_.end() && it->first <= size + size / 8) {
         void* p = it->second;
-        live_[p] = it->first;
+        LiveBlock& rec = live_[p];
+        rec = {it->first, note_alloc(bytes)};
         free_.erase(it);
-        note_alloc(bytes);
         return p;
       }
     }
@@ -111,23 +157,25 @@ class HostAllocator final : public Allocator {
     }
     if (!p) fail_oom(bytes);
     std::lock_guard<std::mutex> g(mu_);
-    live_[p] = size;
-    note_alloc(bytes);
+    LiveBlock& rec = live_[p];
     note_reserved(int64_t(size));
+    rec = {size, note_alloc(bytes)};
     return p;
   }
 
   void deallocate(void* ptr, size_t bytes) noexcept override {
-    note_free(bytes);
-    if (std::max<size_t>(bytes, 1) < b_.cache_min) {
-      note_reserved(-int64_t((std::max<size_t>(bytes, 1) + 63) / 64 * 64));
+    const size_t want = std::max<size_t>(bytes, 1);
+    if (want < b_.cache_min) {
+      note_free(bytes, MemoryTag(static_cast<const uint8_t*>(ptr)[want]));  // Note [Tag of a small host block]
+      note_reserved(-int64_t(small_block_size(want)));
       b_.free(ptr);
       return;
     }
     std::lock_guard<std::mutex> g(mu_);
     auto it = live_.find(ptr);
     if (it == live_.end()) return;  // not ours: nothing sane to do in a noexcept path
-    free_.emplace(it->second, ptr);
+    note_free(bytes, it->second.tag);
+    free_.emplace(it->second.size, ptr);
     live_.erase(it);
   }
 
@@ -144,17 +192,32 @@ class HostAllocator final : public Allocator {
   bool pinned() const override { return b_.pinned; }
 
  private:
-  [[noreturn]] void fail_oom(size_t bytes) const {
-    const AllocatorStats s = stats();
-    throw OutOfMemory(detail::cat("out of ", b_.what, ": tried to allocate ", bytes, " bytes (", s.current_bytes,
-                                  " bytes in use by tensors, ", s.reserved_bytes, " reserved)"),
-                      "Use a smaller --batch-size.");
+  struct LiveBlock {
+    size_t size;     // cached size (the request rounded to kRound)
+    MemoryTag tag;   // what it was allocated under (Note [Memory tags])
+  };
+
+  // The requested bytes, the tag byte, rounded to 64 (aligned_alloc wants a multiple).
+  static size_t small_block_size(size_t want) { return (want + 1 + 63) / 64 * 64; }
+
+  [[noreturn]] void fail_oom(size_t bytes) {
+    OutOfMemoryFacts f;
+    f.failure = detail::cat("out of ", b_.what);
+    f.requested = bytes;
+    {
+      std::lock_guard<std::mutex> g(mu_);
+      f.largest_cached_free = free_.empty() ? 0 : int64_t(free_.rbegin()->first);
+    }
+    f.stats = stats();
+    f.system = "the machine";
+    host_memory_info(&f.system_free, &f.system_total);
+    throw out_of_memory_error(f);
   }
 
   Backing b_;
   std::mutex mu_;
-  std::multimap<size_t, void*> free_;          // cached blocks by size
-  std::unordered_map<void*, size_t> live_;     // cached-size blocks in use -> their size
+  std::multimap<size_t, void*> free_;           // cached blocks by size
+  std::unordered_map<void*, LiveBlock> live_;   // cached-size blocks in use
 };
 
 void* aligned_host_alloc(size_t bytes) { return std::aligned_alloc(64, bytes); }

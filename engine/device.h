@@ -1,11 +1,15 @@
 // Devices and their allocators. Every device has an allocator with statistics from the
-// start (current and peak bytes), so memory is measured the same way on CPU and GPU.
+// start (current and peak bytes, in total and by MemoryTag), so memory is measured the same
+// way on CPU and GPU. engine/memory_report.h turns them into log lines and JSON.
 #pragma once
 
+#include <array>
 #include <cstddef>
 #include <cstdint>
 #include <mutex>
 #include <string>
+
+#include "engine/memory_tag.h"
 
 namespace rt {
 
@@ -32,12 +36,21 @@ int cuda_device_count();
 // The best device present: cuda:0 when a GPU is usable, else cpu.
 Device default_device();
 
+// Bytes per MemoryTag, indexed by size_t(tag).
+using TagBytes = std::array<int64_t, kNumMemoryTags>;
+
 struct AllocatorStats {
   int64_t current_bytes = 0;   // bytes handed out and not yet returned
   int64_t peak_bytes = 0;      // maximum of current_bytes since the last reset_peak()
   int64_t num_allocs = 0;      // allocate() calls
   int64_t num_frees = 0;       // deallocate() calls
   int64_t reserved_bytes = 0;  // held from the system: in use plus cached for reuse
+  int64_t peak_reserved_bytes = 0;  // maximum of reserved_bytes since the last reset_peak()
+  // By the tag each allocation was made under (Note [Memory tags]), in requested bytes
+  // like current_bytes.
+  TagBytes tag_bytes{};    // now; sums to current_bytes
+  TagBytes tag_peak{};     // each tag's own maximum since reset_peak() (reached at different times)
+  TagBytes tag_at_peak{};  // tag_bytes when current_bytes first reached peak_bytes; sums to peak_bytes
   // Caching allocators only (engine/caching_allocator.h); zero elsewhere.
   int64_t allocated_bytes = 0;   // bytes of the blocks handed out (requests rounded up)
   int64_t num_cache_hits = 0;    // allocations served from cached blocks
@@ -49,21 +62,25 @@ struct AllocatorStats {
 class Allocator {
  public:
   virtual ~Allocator() = default;
-  // Returns memory for `bytes` (64-byte aligned at least) or throws rt::Error saying how
-  // much was asked for and what to do about it.
+  // Returns memory for `bytes` (64-byte aligned at least), charged to the calling thread's
+  // current_memory_tag(), or throws rt::OutOfMemory saying how much was asked for, what
+  // holds memory and what to do about it (Note [Out-of-memory messages]).
   virtual void* allocate(size_t bytes) = 0;
   virtual void deallocate(void* ptr, size_t bytes) noexcept = 0;
   virtual Device device() const = 0;
   virtual bool pinned() const { return false; }  // page-locked host memory
 
   AllocatorStats stats() const;
+  // Peaks (bytes, reserved, per tag, tag_at_peak) start again from the current values.
   void reset_peak();
   // Returns cached, unused blocks to the system (a no-op for allocators without a cache).
   virtual void empty_cache() {}
 
  protected:
-  void note_alloc(size_t bytes);
-  void note_free(size_t bytes) noexcept;
+  // Counts an allocation of `bytes` under the calling thread's current tag and returns that
+  // tag: the allocator keeps it with the block and gives it back to note_free.
+  MemoryTag note_alloc(size_t bytes);
+  void note_free(size_t bytes, MemoryTag tag) noexcept;
   void note_reserved(int64_t delta) noexcept;
   // Any other change to the statistics, made under their lock: update_stats([](auto& s) {...}).
   template <typename F>

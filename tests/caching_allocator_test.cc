@@ -3,9 +3,12 @@
 #include <cstdio>
 #include <cstdint>
 #include <map>
+#include <numeric>
 #include <set>
+#include <thread>
 
 #include "engine/caching_allocator.h"
+#include "engine/memory_report.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
 #include "tests/test_util.h"
@@ -28,6 +31,7 @@ struct FakeDevice {
   std::set<size_t> done, destroyed;
   int waits = 0;
   int queries = 0;  // non-blocking event queries
+  bool mem_info_fails = false;
 };
 
 class FakeRaw final : public RawMemory {
@@ -52,6 +56,7 @@ class FakeRaw final : public RawMemory {
     d_->live.erase(ptr);
   }
   void mem_info(size_t* free_bytes, size_t* total_bytes) override {
+    if (d_->mem_info_fails) RT_FAIL("fake device: mem_info failed");
     *free_bytes = d_->capacity - d_->used;
     *total_bytes = d_->capacity;
   }
@@ -364,9 +369,9 @@ TEST_CASE("out of memory: the cache is emptied and the request retried, then a c
     INFO(m);
     CHECK(m.find("cuda:0") != std::string::npos);
     CHECK(m.find("tried to allocate 3145733 bytes") != std::string::npos);
-    CHECK(m.find(std::to_string(8 * kMiB) + " bytes reserved") != std::string::npos);
-    CHECK(m.find(std::to_string(8 * kMiB) + " bytes are allocated") != std::string::npos);
-    CHECK(m.find("has 0 of 8388608 bytes free") != std::string::npos);
+    CHECK(m.find("(of 8.0 MiB reserved)") != std::string::npos);
+    CHECK(m.find("tensors hold 8.0 MiB") != std::string::npos);
+    CHECK(m.find("the device has 0 B of 8.0 MiB free") != std::string::npos);
     CHECK(m.find("--batch-size") != std::string::npos);
     CHECK(m.find("--accum-steps") != std::string::npos);
   }
@@ -375,6 +380,175 @@ TEST_CASE("out of memory: the cache is emptied and the request retried, then a c
   f.a.deallocate(d, 0);
   CHECK(f.a.allocate(3 * kMiB + 5) == b);  // fits in the cached 6 MiB block
   CHECK(f.dev.failed == 4);
+}
+
+TEST_CASE("out of memory names the request, the state by tag, the largest cached block and the flags") {
+  Fixture f;
+  f.dev.capacity = 8 * kMiB;
+  void* x;
+  void* y;
+  {
+    MemoryTagScope s(MemoryTag::activations);
+    x = f.a.allocate(3 * kMiB);  // a 4 MiB segment: 3 MiB + a cached 1 MiB rest
+  }
+  {
+    MemoryTagScope s(MemoryTag::parameters);
+    y = f.a.allocate(3 * kMiB);  // the same again: the device is full
+  }
+  // Neither 1 MiB rest fits 2 MiB and neither segment can be returned: fragmentation.
+  try {
+    f.a.allocate(2 * kMiB);
+    FAIL("expected an out-of-memory error");
+  } catch (const OutOfMemory& e) {
+    CHECK(e.without_hint() ==
+          "CUDA out of memory on cuda:0: tried to allocate 2097152 bytes (2.0 MiB, a 2097152-byte segment; the "
+          "cache was emptied first); the device has 0 B of 8.0 MiB free; tensors hold 6.0 MiB (activations 3.0 MiB, "
+          "parameters 3.0 MiB); the largest free block in the allocator's cache is 1.0 MiB (of 8.0 MiB reserved)");
+    const std::string m = e.what();
+    INFO(m);
+    for (const char* flag : {"--batch-size", "--accum-steps K", "--precision bf16", "--memory-format channels_last"})
+      CHECK(m.find(flag) != std::string::npos);
+    CHECK(e.without_hint().find("--") == std::string::npos);
+  }
+  // A device that cannot say what it has free: the message says so instead.
+  f.dev.mem_info_fails = true;
+  CHECK_THROWS_WITH_AS(f.a.allocate(2 * kMiB), doctest::Contains("; what the device has free is unknown;"),
+                       OutOfMemory);
+  f.a.deallocate(x, 0);
+  f.a.deallocate(y, 0);
+}
+
+int64_t tag(const AllocatorStats& s, MemoryTag t) { return s.tag_bytes[size_t(t)]; }
+int64_t sum(const TagBytes& b) { return std::accumulate(b.begin(), b.end(), int64_t(0)); }
+
+TEST_CASE("allocations are charged to the thread's tag; frees to the block's tag, whoever frees it") {
+  Fixture f;
+  void* p;
+  void* a;
+  void* w;
+  void* a2;
+  {
+    MemoryTagScope s1(MemoryTag::parameters);
+    p = f.a.allocate(1000);
+    {
+      MemoryTagScope s2(MemoryTag::activations);
+      a = f.a.allocate(3 * kMiB);
+      {
+        MemoryTagScope s3(MemoryTag::workspace);
+        w = f.a.allocate(512 * kKiB);
+      }
+      a2 = f.a.allocate(100);  // activations again once the inner scope has ended
+    }
+  }
+  void* o = f.a.allocate(7);  // no scope: other
+  AllocatorStats s = f.a.stats();
+  CHECK(tag(s, MemoryTag::parameters) == 1000);
+  CHECK(tag(s, MemoryTag::activations) == int64_t(3 * kMiB + 100));
+  CHECK(tag(s, MemoryTag::workspace) == int64_t(512 * kKiB));
+  CHECK(tag(s, MemoryTag::other) == 7);
+  CHECK(tag(s, MemoryTag::gradients) == 0);
+  CHECK(sum(s.tag_bytes) == s.current_bytes);
+  // Another thread: its own tag (other), whatever scope this thread is in; its free of an
+  // activation under its `gradients` scope still subtracts from activations.
+  {
+    MemoryTagScope here(MemoryTag::optimizer_state);
+    void* t = nullptr;
+    std::thread([&] { t = f.a.allocate(512); }).join();
+    CHECK(tag(f.a.stats(), MemoryTag::other) == 7 + 512);
+    CHECK(tag(f.a.stats(), MemoryTag::optimizer_state) == 0);
+    std::thread([&] {
+      MemoryTagScope g(MemoryTag::gradients);
+      f.a.deallocate(a, 0);
+      f.a.deallocate(t, 0);
+    }).join();
+    f.a.deallocate(p, 0);  // under optimizer_state: still a parameter's free
+  }
+  s = f.a.stats();
+  CHECK(tag(s, MemoryTag::activations) == 100);
+  CHECK(tag(s, MemoryTag::parameters) == 0);
+  CHECK(tag(s, MemoryTag::gradients) == 0);
+  CHECK(tag(s, MemoryTag::optimizer_state) == 0);
+  CHECK(tag(s, MemoryTag::other) == 7);
+  CHECK(sum(s.tag_bytes) == s.current_bytes);
+  // A reused block takes the tag of its new allocation, not its last one.
+  MemoryTagScope g(MemoryTag::gradients);
+  void* r = f.a.allocate(3 * kMiB);
+  CHECK(r == a);
+  CHECK(tag(f.a.stats(), MemoryTag::gradients) == int64_t(3 * kMiB));
+  CHECK(tag(f.a.stats(), MemoryTag::activations) == 100);
+  for (void* x : {r, w, a2, o}) f.a.deallocate(x, 0);
+  s = f.a.stats();
+  CHECK(s.tag_bytes == TagBytes{});
+  CHECK(s.tag_peak[size_t(MemoryTag::activations)] == int64_t(3 * kMiB + 100));
+}
+
+TEST_CASE("peaks: total, reserved, per tag, and the breakdown at the total's peak; reset_peak") {
+  Fixture f;
+  auto under = [&](MemoryTag t, size_t bytes) {
+    MemoryTagScope s(t);
+    return f.a.allocate(bytes);
+  };
+  void* p = under(MemoryTag::parameters, 1000);         // small segment: 2 MiB reserved
+  void* a = under(MemoryTag::activations, 3 * kMiB);    // 4 MiB segment: 6 MiB reserved
+  void* w = under(MemoryTag::workspace, 512 * kKiB);    // small segment
+  void* a2 = under(MemoryTag::activations, 100);
+  const int64_t peak1 = int64_t(1000 + 3 * kMiB + 512 * kKiB + 100);
+  AllocatorStats s = f.a.stats();
+  CHECK(s.peak_bytes == peak1);
+  CHECK(s.tag_at_peak == s.tag_bytes);
+  f.a.deallocate(a, 0);                                 // its 4 MiB segment is free and cached
+  void* g = under(MemoryTag::gradients, 2 * kMiB);      // from it: 2 MiB + a cached 2 MiB rest
+  s = f.a.stats();
+  CHECK(s.current_bytes == int64_t(1000 + 512 * kKiB + 100 + 2 * kMiB));  // under peak1
+  CHECK(s.peak_bytes == peak1);
+  TagBytes at1{};
+  at1[size_t(MemoryTag::parameters)] = 1000;
+  at1[size_t(MemoryTag::activations)] = int64_t(3 * kMiB + 100);
+  at1[size_t(MemoryTag::workspace)] = int64_t(512 * kKiB);
+  CHECK(s.tag_at_peak == at1);  // a fall and a smaller rise leave the breakdown of peak1
+  CHECK(s.tag_peak[size_t(MemoryTag::gradients)] == int64_t(2 * kMiB));
+  void* o = under(MemoryTag::optimizer_state, 3 * kMiB / 2);  // the 2 MiB rest, whole: a new peak
+  s = f.a.stats();
+  const int64_t peak2 = int64_t(1000 + 100 + 4 * kMiB);
+  CHECK(s.peak_bytes == peak2);
+  TagBytes at2 = at1;
+  at2[size_t(MemoryTag::activations)] = 100;
+  at2[size_t(MemoryTag::gradients)] = int64_t(2 * kMiB);
+  at2[size_t(MemoryTag::optimizer_state)] = int64_t(3 * kMiB / 2);
+  CHECK(s.tag_at_peak == at2);
+  CHECK(sum(s.tag_at_peak) == s.peak_bytes);
+  TagBytes peaks = at2;
+  peaks[size_t(MemoryTag::activations)] = int64_t(3 * kMiB + 100);  // its own peak came earlier
+  CHECK(s.tag_peak == peaks);
+  CHECK(s.reserved_bytes == int64_t(6 * kMiB));
+  CHECK(s.peak_reserved_bytes == int64_t(6 * kMiB));
+  // Free all but the parameters and give the cache back: peaks stay until reset_peak().
+  for (void* x : {a2, w, g, o}) f.a.deallocate(x, 0);
+  f.a.empty_cache();  // the small segment holds p; the large one goes
+  s = f.a.stats();
+  CHECK(s.reserved_bytes == int64_t(2 * kMiB));
+  CHECK(s.peak_reserved_bytes == int64_t(6 * kMiB));
+  CHECK(s.peak_bytes == peak2);
+  f.a.reset_peak();
+  s = f.a.stats();
+  CHECK(s.peak_bytes == 1000);
+  CHECK(s.peak_reserved_bytes == int64_t(2 * kMiB));
+  TagBytes params{};
+  params[size_t(MemoryTag::parameters)] = 1000;
+  CHECK(s.tag_bytes == params);
+  CHECK(s.tag_peak == params);
+  CHECK(s.tag_at_peak == params);
+  // After the reset a smaller step sets the peaks again.
+  void* x = under(MemoryTag::activations, 512);
+  f.a.deallocate(x, 0);
+  s = f.a.stats();
+  CHECK(s.peak_bytes == 1512);
+  CHECK(s.tag_at_peak[size_t(MemoryTag::activations)] == 512);
+  CHECK(s.tag_peak[size_t(MemoryTag::activations)] == 512);
+  CHECK(memory_log_line(Device::cuda(0), s) ==
+        "memory cuda:0: peak 1.5 KiB allocated, 2.0 MiB reserved; at peak: activations 512 B, parameters 1000 B, "
+        "gradients 0 B, optimizer state 0 B, workspace 0 B, other 0 B");
+  f.a.deallocate(p, 0);
 }
 
 TEST_CASE("sizes beyond any device are refused before rounding overflows") {
