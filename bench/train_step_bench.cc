@@ -10,6 +10,12 @@
 //   bazel run //bench:train_step_bench -- --model resnet50 --batch 8 --size 3x224x224
 //       --classes 1000 [--width 64] [--small-stem] [--steps 5] [--warmup 2] [--channels-last]
 //       [--device cuda] [--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark]
+//       [--profile-steps A:B [--profile-group op|layer|kernel] [--profile-dir DIR]]
+//
+// --profile-steps records steps A..B-1 (counting the warm-up steps, 1-based) with the
+// profiler (profile/session.h): the table goes to stderr, profile.json and trace.json to
+// --profile-dir (default "."). The JSON line then also gives the median time of the
+// profiled steps ("profiled_step_ms") next to the others' ("step_ms").
 //
 // Each step's time ends with loss.item(), which waits for the device, so a step's time is
 // complete (the next step's host work does not overlap it: a slight underestimate of what
@@ -26,10 +32,13 @@
 
 #include <omp.h>
 
+#include "engine/nn/module.h"
 #include "engine/ops.h"
+#include "engine/profiler.h"
 #include "engine/random.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
+#include "profile/session.h"
 #include "train/precision.h"
 
 namespace {
@@ -41,13 +50,15 @@ struct Options {
   int stem_stride = 1;
   std::string device = "cpu", precision = "fp32";
   int steps = 5, warmup = 2;
+  std::string profile_steps, profile_group = "op", profile_dir = ".";
 };
 
 [[noreturn]] void usage(const char* why) {
   std::fprintf(stderr,
                "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
                "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
-               "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N]\n",
+               "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N] "
+               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR]\n",
                why);
   std::exit(2);
 }
@@ -75,6 +86,9 @@ Options parse(int argc, char** argv) {
     else if (a == "--channels-last") o.channels_last = true;
     else if (a == "--steps") o.steps = std::atoi(next().c_str());
     else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
+    else if (a == "--profile-steps") o.profile_steps = next();
+    else if (a == "--profile-group") o.profile_group = next();
+    else if (a == "--profile-dir") o.profile_dir = next();
     else usage(("unknown argument " + a).c_str());
   }
   if (o.batch < 1 || o.steps < 1 || o.warmup < 0) usage("--batch and --steps must be positive");
@@ -103,6 +117,7 @@ int run(const Options& o) {
   mo.small_stem = o.small_stem;
   mo.stem_stride = o.stem_stride;
   auto model = rt::models::make_model(o.model, mo);
+  rt::nn::name_modules_for_profiling(*model);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
   const rt::Device dev = rt::Device::parse(o.device);
   const rt::train::Precision prec = rt::train::resolve_precision(o.precision, dev);
@@ -120,27 +135,53 @@ int run(const Options& o) {
   const rt::Tensor x = rt::randn({o.batch, o.C, o.H, o.W}, g, rt::DType::f32, dev, fmt).to(mp.input_dtype());
   const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes, dev);
 
-  std::vector<double> ms;
+  const rt::prof::ProfileConfig pc = rt::prof::parse_profile_steps(o.profile_steps, o.profile_group);
+  rt::prof::ProfileSession session(pc, dev, prec == rt::train::Precision::tf32, o.profile_dir);
+  session.set_table_stream(stderr);  // stdout carries the one JSON line
+  std::vector<double> ms, profiled_ms;
   double loss = 0;
+  using rt::prof::EventKind;
+  using rt::prof::RangeScope;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
+    session.begin_step(s);
+    const bool profiled = session.recording();
     const auto t0 = std::chrono::steady_clock::now();
-    opt->zero_grad();
-    rt::Tensor l = rt::cross_entropy(mp.forward(x), y);
-    mp.backward(l);
-    mp.step(*opt);
-    loss = l.item();  // also waits for the device, so the step's time is complete
+    {
+      const RangeScope step(EventKind::step, "step " + std::to_string(s + 1));
+      rt::prof::set_step(s);
+      opt->zero_grad();
+      rt::Tensor l;
+      {
+        const RangeScope phase(EventKind::phase, "forward");
+        l = rt::cross_entropy(mp.forward(x), y);
+      }
+      {
+        const RangeScope phase(EventKind::phase, "backward");
+        mp.backward(l);
+      }
+      {
+        const RangeScope phase(EventKind::phase, "optimizer");
+        mp.step(*opt);
+      }
+      loss = l.item();  // also waits for the device, so the step's time is complete
+    }
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    if (s >= o.warmup) ms.push_back(t);
+    session.end_step(s);
+    if (profiled) profiled_ms.push_back(t);
+    else if (s >= o.warmup) ms.push_back(t);
   }
+  RT_CHECK(!ms.empty(), "train_step_bench: every timed step was profiled; add --steps");
   std::sort(ms.begin(), ms.end());
+  std::sort(profiled_ms.begin(), profiled_ms.end());
   const double med = ms[ms.size() / 2];
+  const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
               "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
-              "\"reserved_bytes\": %ld}\n",
+              "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
               o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", omp_get_max_threads(), o.steps,
-              med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes);
+              med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }

@@ -10,6 +10,11 @@ is torch.cuda.max_memory_allocated (tensors; ringtape's "peak_bytes") and memory
 
 Prints one JSON line like the C++ benchmark (with "error" instead of timings when the
 configuration could not run).
+
+--profile-steps A:B records steps A..B-1 (1-based, warm-up included, as the C++ benchmark's
+flag) with torch.profiler and writes --profile-out (JSON: each op's self CPU time, calls and
+the steps' wall time; bench/compare_profiles.py reads it next to ringtape's profile.json),
+printing torch's own table to stderr. The timed median then leaves those steps out.
 """
 import argparse
 import json
@@ -78,6 +83,8 @@ def main():
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuBLAS and cuDNN (default: off)")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--profile-steps", default="", help="A:B: profile steps A..B-1 with torch.profiler")
+    ap.add_argument("--profile-out", default="torch_profile.json", help="where --profile-steps writes its JSON")
     a = ap.parse_args()
     torch.set_num_threads(a.threads)
     torch.manual_seed(1)
@@ -128,23 +135,42 @@ def main():
             scaler.step(opt)
             scaler.update()
         else:
-            loss.backward()
-            opt.step()
+            with torch.autograd.profiler.record_function("phase:backward"):
+                loss.backward()
+            with torch.autograd.profiler.record_function("phase:optimizer"):
+                opt.step()
         return loss.item()  # waits for the device: the step's time is complete
+
+    prof_first, prof_end = 0, 0
+    if a.profile_steps:
+        first, end = (int(v) for v in a.profile_steps.split(":"))
+        prof_first, prof_end = first - 1, end - 1
+    profiler = None
+    profiled_ms = []
 
     times = []
     loss = float("nan")
     for s in range(a.warmup + a.steps):
+        if s == prof_first and prof_end > prof_first:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], record_shapes=False)
+            profiler.__enter__()
         t0 = time.perf_counter()
         try:
-            loss = step()
+            with torch.autograd.profiler.record_function("phase:step"):
+                loss = step()
         except Exception as e:  # noqa: BLE001 - compile errors surface at the first call
             what = "torch.compile failed" if a.compile and s == 0 else "step %d failed" % (s + 1)
             fail("%s: %s: %s" % (what, type(e).__name__, e))
         if cuda:
             torch.cuda.synchronize(dev)
         dt = (time.perf_counter() - t0) * 1000
-        if s >= a.warmup:
+        if profiler is not None:
+            profiled_ms.append(dt)
+            if s + 1 == prof_end:
+                profiler.__exit__(None, None, None)
+                write_profile(profiler, a.profile_out, prof_first, prof_end, profiled_ms)
+                profiler = None
+        elif s >= a.warmup:
             times.append(dt)
     times.sort()
     med = times[len(times) // 2]
@@ -152,7 +178,32 @@ def main():
     if cuda:
         out["peak_bytes"] = torch.cuda.max_memory_allocated(dev)
         out["reserved_bytes"] = torch.cuda.memory_reserved(dev)
+    if profiled_ms:
+        out["profiled_step_ms"] = round(sorted(profiled_ms)[len(profiled_ms) // 2], 3)
     print(json.dumps(out))
+
+
+def write_profile(profiler, path, first, end, step_ms):
+    """Self CPU time per (op, phase) and the steps' wall time; the phase of an op is the
+    innermost "phase:" range above it (backward, optimizer; forward otherwise)."""
+    sys.stderr.write(profiler.key_averages().table(sort_by="self_cpu_time_total", row_limit=40) + "\n")
+    rows = {}
+    for e in profiler.events():
+        if e.name.startswith("phase:"):
+            continue
+        phase, p = "forward", e.cpu_parent
+        while p is not None:
+            if p.name in ("phase:backward", "phase:optimizer"):
+                phase = p.name[len("phase:"):]
+                break
+            p = p.cpu_parent
+        r = rows.setdefault((e.name, phase), {"name": e.name, "pass": phase, "calls": 0, "self_cpu_us": 0.0})
+        r["calls"] += 1
+        r["self_cpu_us"] += e.self_cpu_time_total
+    with open(path, "w") as f:
+        json.dump({"impl": "torch", "torch": torch.__version__, "first_step": first + 1, "last_step": end,
+                   "steps": end - first, "step_ms": step_ms,
+                   "ops": sorted(rows.values(), key=lambda r: -r["self_cpu_us"])}, f)
 
 
 if __name__ == "__main__":

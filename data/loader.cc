@@ -1,5 +1,7 @@
 #include "data/loader.h"
 
+#include "engine/profiler.h"
+
 #include <algorithm>
 #include <cstdio>
 
@@ -72,6 +74,7 @@ Batch Loader::deliver(Batch b) {
 }
 
 void Loader::worker_loop() {
+  prof::thread_id("loader");  // its track in a profile's timeline
   std::unique_lock<std::mutex> lock(mu_);
   const int64_t end = num_batches();
   for (;;) {
@@ -83,6 +86,7 @@ void Loader::worker_loop() {
     lock.unlock();
     Slot s;
     try {
+      const prof::RangeScope range(prof::EventKind::range, "batch " + std::to_string(k + 1));
       s.batch = build(k);
     } catch (...) {
       s.error = std::current_exception();

@@ -1,5 +1,7 @@
 #include "dist/work_queue.h"
 
+#include "engine/profiler.h"
+
 #include <utility>
 
 #include "engine/error.h"
@@ -75,6 +77,7 @@ void WorkQueue::finish(State& s, std::string error) noexcept {
 }
 
 void WorkQueue::loop() {
+  prof::thread_id("communication");  // its track in a profile's timeline
   for (;;) {
     Job job;
     std::string failed_before;
@@ -94,6 +97,7 @@ void WorkQueue::loop() {
     const auto start = Clock::now();
     std::string error;
     try {
+      const prof::RangeScope range(prof::EventKind::range, job.what);  // a bucket's all-reduce, on its own track
       job.fn(start + job.timeout);
     } catch (...) {
       try {

@@ -1,5 +1,7 @@
 #include "engine/autograd.h"
 
+#include "engine/profiler.h"
+
 #include <algorithm>
 #include <atomic>
 #include <unordered_map>
@@ -43,6 +45,7 @@ void record(const char* name, Tensor& out, const std::vector<Tensor>& inputs, Ba
   node->name = name;
   node->out_shape = out.shape();
   node->backward = std::move(backward);
+  node->profile = prof::current_backward_info();  // null unless profiling (Note [Backward attribution])
   node->inputs.reserve(inputs.size());
   for (const Tensor& t : inputs) {
     Edge e;
@@ -186,7 +189,10 @@ void Tensor::backward(const Tensor& seed_in, bool retain_graph) const {
     if (g.defined()) {
       std::vector<bool> needs;
       for (const Edge& e : node->inputs) needs.push_back(e.node || e.leaf);
-      grads = node->backward(g, needs);
+      {
+        const prof::BackwardScope scope(node->name, node->profile.get());
+        grads = node->backward(g, needs);
+      }
       RT_CHECK(grads.size() == node->inputs.size(), "autograd: op '", node->name, "' returned ", grads.size(),
                " gradients for ", node->inputs.size(), " inputs");
     }

@@ -28,6 +28,7 @@
 #include <memory>
 #include <vector>
 
+#include "engine/profiler.h"
 #include "engine/tensor.h"
 
 namespace rt {
@@ -49,6 +50,7 @@ struct Node {
   bool released = false;
   Tensor grad;              // gradient of the output, accumulated during backward
   Shape out_shape;          // for checking what flows back
+  std::shared_ptr<const prof::BackwardInfo> profile;  // while profiling: who ran it, its cost
 };
 
 bool grad_enabled();

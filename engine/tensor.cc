@@ -4,6 +4,7 @@
 #include <sstream>
 
 #include "engine/autograd.h"
+#include "engine/profiler.h"
 #include "engine/stream.h"
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/relayout.cuh"
@@ -225,6 +226,9 @@ void host_copy(const Tensor& src, Tensor& dst) {
 
 // Same bytes, new storage on another device (dtype and format kept).
 Tensor transfer(const Tensor& src, Device d) {
+  // A host <-> device copy shows as its own op (Note [Profiler scopes] in engine/profiler.h).
+  prof::OpScope scope(src.device().is_cpu() && d.is_cpu() ? "copy" : d.is_cpu() ? "copy_d2h" : "copy_h2d");
+  if (scope.active()) scope.describe({&src}, {{0, 2.0 * double(src.nbytes())}, {}});
   Tensor out = Tensor::empty(src.shape(), src.dtype(), d, src.format());
   const Device sd = src.device();
   if (sd.is_cpu() && d.is_cpu()) {
@@ -245,6 +249,9 @@ Tensor transfer(const Tensor& src, Device d) {
 void Tensor::copy_(const Tensor& src) {
   RT_CHECK(src.shape() == shape(), "copy_: source shape ", shape_str(src.shape()), " differs from destination shape ",
            shape_str(shape()));
+  // A copy, cast or relayout (to(dtype), to(format), clone) shows as its own op.
+  prof::OpScope scope(src.format() != format() ? "relayout" : src.dtype() != dtype() ? "convert" : "copy");
+  if (scope.active()) scope.describe({&src}, {{0, double(src.nbytes()) + double(nbytes())}, {}});
   if (src.device() == device() && src.dtype() == dtype() && src.format() == format()) {
     if (device().is_cpu()) {
       std::memcpy(raw_data(), src.raw_data(), nbytes());

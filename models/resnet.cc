@@ -1,5 +1,7 @@
 #include "models/resnet.h"
 
+#include "engine/profiler.h"
+
 namespace rt::models {
 namespace {
 
@@ -27,6 +29,7 @@ BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generato
 }
 
 Tensor BasicBlock::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
   Tensor out = bn1->forward_relu(conv1->forward(x));
   out = conv2->forward(out);
   return bn2->forward_relu(out, downsample ? downsample->forward(x) : x);
@@ -43,6 +46,7 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generato
 }
 
 Tensor Bottleneck::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
   Tensor out = bn1->forward_relu(conv1->forward(x));
   out = bn2->forward_relu(conv2->forward(out));
   out = conv3->forward(out);
@@ -96,6 +100,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
 }
 
 Tensor ResNet::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
   RT_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_channels, "ResNet: expected input (N, ", cfg_.in_channels,
            ", H, W), got ", x.str());
   Tensor h = bn1_->forward_relu(conv1_->forward(x));

@@ -47,6 +47,9 @@ class AdamW final : public Optimizer {
       : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()) {}
 
   void step() override {
+    // p, g, both moments read; p and both moments written; ~12 flops (decay, moments, sqrt, step).
+    prof::OpScope scope("adamw_step");
+    if (scope.active()) scope.describe({}, update_cost(params_, 12, 7));
     NoGradGuard no_grad;
     const std::vector<Tensor> grads = grads_for_step(params_, lr_, kWho);
 

@@ -49,6 +49,15 @@ Tensor grad_for_update(const std::string& name, const Tensor& param, const char*
   return g.to(param.format());
 }
 
+prof::OpCost update_cost(const nn::NamedTensors& params, double flops, int tensors) {
+  double n = 0, bytes = 0;
+  for (const auto& [name, p] : params) {
+    n += double(p.numel());
+    bytes += double(p.nbytes());
+  }
+  return {{flops * n, tensors * bytes}, {}};
+}
+
 void check_non_negative(double value, const char* what, const char* who) {
   RT_CHECK(std::isfinite(value) && value >= 0.0, who, ": ", what, " must be a finite number >= 0, got ", value);
 }

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "engine/nn/module.h"
+#include "engine/profiler.h"
 #include "engine/tensor.h"
 
 namespace rt::optim {
@@ -24,6 +25,10 @@ Tensor grad_for_update(const std::string& name, const Tensor& param, const char*
 // parameter changes (a bad one must not leave the model half updated). One entry per
 // parameter, undefined where it has no gradient.
 std::vector<Tensor> grads_for_step(const nn::NamedTensors& params, double lr, const char* who);
+
+// The profiler's cost of one update over every parameter: `flops` per element and
+// `tensors` parameter-sized tensors read or written per element (Note [Profiler scopes]).
+prof::OpCost update_cost(const nn::NamedTensors& params, double flops, int tensors);
 
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
 void check_non_negative(double value, const char* what, const char* who);

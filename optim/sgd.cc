@@ -31,6 +31,9 @@ class Sgd final : public Optimizer {
       : Optimizer(std::move(params), opt.lr), opt_(opt), buffers_(params_.size()) {}
 
   void step() override {
+    // p, g, momentum read; p, momentum written; ~5 flops (decay, momentum, step).
+    prof::OpScope scope("sgd_step");
+    if (scope.active()) scope.describe({}, update_cost(params_, 5, 5));
     NoGradGuard no_grad;
     const std::vector<Tensor> grads = grads_for_step(params_, lr_, kWho);
 

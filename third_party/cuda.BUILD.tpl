@@ -17,3 +17,5 @@ cc_library(name = "cudart", deps = [":cuda_headers"], linkopts = L + ["-lcudart_
 cc_library(name = "cublas", deps = [":cudart"], linkopts = L + ["-lcublas", "-lcublasLt"])
 cc_library(name = "cudnn", deps = [":cudart"], linkopts = L + ["-lcudnn"])
 cc_library(name = "nccl", deps = [":cudart"], linkopts = L + ["-lnccl"])
+# CUPTI's activity API (kernel and copy records for the profiler; ships with the toolkit).
+cc_library(name = "cupti", deps = [":cudart"], linkopts = L + ["-lcupti"])

@@ -4,12 +4,13 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/profiler.h"
 #include "train/metrics.h"
 
 namespace rt::train {
 
 EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg, ParallelContext& par,
-                    const InterruptHandler* interrupt) {
+                    const InterruptHandler* interrupt, prof::ProfileSession* profile) {
   NoGradGuard ng;
   nn::Module& model = *s.model;
   par.before_evaluation(model);
@@ -26,13 +27,31 @@ EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg,
   EvalResult r;
   EvalCounts c;
   feed.start_epoch(0, 0);
-  while (auto b = feed.next()) {
+  for (int64_t batch = 0;; ++batch) {
+    if (profile) profile->begin_step(batch);
+    const prof::RangeScope step(prof::EventKind::step, "batch " + std::to_string(batch + 1));
+    prof::set_step(batch);
+    std::optional<data::DeviceBatch> b;
+    {
+      const prof::RangeScope phase(prof::EventKind::phase, "data");
+      b = feed.next();
+    }
+    if (!b) break;
     if (interrupt && interrupt->signal()) {
       r.interrupted = true;
       break;
     }
     const int64_t n = std::min(b->input.size(0), shard.valid - c.n);  // without the padding
     if (n <= 0) break;
+    // The batch's step ends (and a profile of it with it) at the end of this iteration.
+    struct EndStep {
+      prof::ProfileSession* p;
+      int64_t i;
+      ~EndStep() {
+        if (p) p->end_step(i);
+      }
+    } end_step{profile, batch};
+    const prof::RangeScope phase(prof::EventKind::phase, "forward");
     const Tensor input = n < b->input.size(0) ? b->input.slice_batch(0, n) : b->input;
     const Tensor labels = n < b->input.size(0) ? b->labels.slice_batch(0, n) : b->labels;
     const Tensor logits = mp.forward(input);
@@ -41,6 +60,7 @@ EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg,
     topk_hits(host.data<float>(), b->host_labels.data<int64_t>(), n, host.size(1), &c.top1, &c.top5, &c.nonfinite);
     c.n += n;
   }
+  if (profile) profile->stop();  // the test set ended inside the profiled batches
   c.skipped = loader.skipped_in_epoch();
   model.train();
   if (r.interrupted) return r;

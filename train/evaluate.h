@@ -33,7 +33,8 @@ struct EvalResult {
 // Evaluates `s.model` on `s.test_set` in batches of cfg.loader.batch_size, the loss with
 // cfg.label_smoothing, in eval mode (left in train mode after). `interrupt` (training only):
 // a signal ends the evaluation between batches, unfinished.
+// `profile` (may be null): a profile session over the batches (`ringtape eval --profile-steps`).
 EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg, ParallelContext& par,
-                    const InterruptHandler* interrupt = nullptr);
+                    const InterruptHandler* interrupt = nullptr, prof::ProfileSession* profile = nullptr);
 
 }  // namespace rt::train

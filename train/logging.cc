@@ -1,5 +1,7 @@
 #include "train/logging.h"
 
+#include "engine/memory_report.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -154,6 +156,21 @@ void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_trai
     tensorboard_->scalar("eval/top1", p.step, e.top1);
     tensorboard_->scalar("eval/top5", p.step, e.top5);
   }
+}
+
+void TrainLog::memory(const Progress& p, Device device, const AllocatorStats& stats, int rank) {
+  end_line();
+  std::printf("%sepoch %ld %s\n", world_ > 1 ? ("rank " + std::to_string(rank) + ": ").c_str() : "", p.epoch,
+              memory_log_line(device, stats).c_str());
+  std::fflush(stdout);
+  if (!metrics_) return;
+  json::Value m = json::Value::object();
+  m.set("type", "memory");
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("rank", rank);
+  for (auto& [k, v] : memory_json(device, stats).as_object()) m.set(k, std::move(v));
+  metrics_->write(m);
 }
 
 void TrainLog::done(int64_t steps, int64_t skipped_steps, const std::string& weights_path) {

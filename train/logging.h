@@ -61,6 +61,11 @@ class TrainLog {
   void train(const Progress& p, double lr, const LogWindow& w, const MixedPrecision& mp);
   // The end-of-epoch evaluation's; `skipped_train`: unreadable training images of the epoch.
   void eval(const Progress& p, const EvalResult& e, int64_t skipped_train);
+  // The memory this process's device allocator held over the epoch (peaks, what filled it
+  // at the peak, by tag: engine/memory_report.h): printed by every rank (`rank K` when
+  // data parallel; the other ranks' lines go to their logs/rank-K.log), and a metrics.jsonl
+  // record of type "memory" from the logging rank.
+  void memory(const Progress& p, Device device, const AllocatorStats& stats, int rank);
   // The last line: steps done, time, skipped steps, where the weights are.
   void done(int64_t steps, int64_t skipped_steps, const std::string& weights_path);
   // Data parallel: who takes part and the global batch (first); the communication hidden

@@ -1,5 +1,7 @@
 #include "train/setup.h"
 
+#include "engine/memory_tag.h"
+
 #include <omp.h>
 
 #include <algorithm>
@@ -101,7 +103,10 @@ Setup set_up(const CommonConfig& cfg, bool training) {
   if (s.train_set) data::check_labels(*s.train_set, mo.num_classes);
   data::check_labels(*s.test_set, mo.num_classes);
   s.format = cfg.model.memory_format;
-  s.model = models::make_model(cfg.model.name, mo);
+  {
+    const MemoryTagScope tag(MemoryTag::parameters);  // the allocator's attribution (engine/memory_tag.h)
+    s.model = models::make_model(cfg.model.name, mo);
+  }
   std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters, %s, %s\n",
               cfg.model.name.c_str(), mo.width,
               !mo.small_stem ? "imagenet" : mo.stem_stride == 1 ? "small stride-1" : "small stride-2",

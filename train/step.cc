@@ -5,6 +5,8 @@
 
 #include "engine/error.h"
 #include "engine/ops.h"
+#include "engine/memory_tag.h"
+#include "engine/profiler.h"
 
 namespace rt::train {
 
@@ -25,24 +27,40 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
 StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
   StepOutcome out;
   std::string skip_why;  // why this step is skipped (--skip-nonfinite); "" while it stands
+  // Phases (prof::RangeScope): named ranges in NVTX and in a profile (Note [Profiler scopes]).
+  using prof::EventKind;
   for (int64_t micro = 0; micro < accum_; ++micro) {
-    const std::optional<data::DeviceBatch> b = feed.next();
+    std::optional<data::DeviceBatch> b;
+    {
+      const prof::RangeScope phase(EventKind::phase, "data");
+      b = feed.next();
+    }
     if (!b) {  // the end of the epoch: a partial accumulation is dropped, like drop_last
       losses_.end_step(false);
       opt_.zero_grad();
       return out;
     }
     out.samples += b->input.size(0);
-    Tensor loss = cross_entropy(mp_.forward(b->input), b->labels, label_smoothing_);
-    const std::optional<double> l = losses_.add(loss, accum_);  // nullopt: it stays on the device
+    Tensor loss;
+    std::optional<double> l;
+    {
+      const prof::RangeScope phase(EventKind::phase, "forward");
+      const MemoryTagScope tag(MemoryTag::activations);  // what the allocator attributes (engine/memory_tag.h)
+      loss = cross_entropy(mp_.forward(b->input), b->labels, label_smoothing_);
+      l = losses_.add(loss, accum_);  // nullopt: it stays on the device
+    }
     if (l && skip_why.empty() && !std::isfinite(*l)) skip_why = nonfinite_loss(*l, b->input, p);
     if (!skip_why.empty()) continue;  // the rest of a skipped step only reads its batches
     if (accum_ > 1) loss = mul(loss, 1.0 / double(accum_));
     const bool last = micro + 1 == accum_;
+    const prof::RangeScope phase(EventKind::phase, "backward");
+    const MemoryTagScope tag(MemoryTag::gradients);
     par_.before_backward(last);
     mp_.backward(loss);  // the gradients sum over the micro-batches
     par_.after_backward(last);
   }
+  const prof::RangeScope phase(EventKind::phase, "optimizer");
+  const MemoryTagScope tag(MemoryTag::optimizer_state);
   out.complete = stepped_ = true;
   if (skip_why.empty()) {
     par_.before_optimizer_step();

@@ -65,6 +65,12 @@ void read_common(const cli::Flags& f, CommonConfig& c) {
   c.init_weights_strict = !f.boolean("init-weights-non-strict");
   c.label_smoothing = f.number("label-smoothing");
   c.seed = uint64_t(f.integer("seed"));
+  try {
+    c.profile = prof::parse_profile_steps(f.str("profile-steps"), f.str("profile-group"));
+  } catch (const Error& e) {
+    throw cli::UsageError(e.what());
+  }
+  c.profile_dir = f.str("profile-dir");
 }
 
 optim::LrScheduleOptions read_lr_schedule(const cli::Flags& f) {

@@ -16,6 +16,7 @@
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "optim/schedule.h"
+#include "profile/session.h"
 #include "train/precision.h"
 
 namespace rt::train {
@@ -80,6 +81,8 @@ struct CommonConfig {
   bool init_weights_strict = true;  // false: --init-weights-non-strict
   double label_smoothing = 0;      // of the training loss, and of the loss evaluation reports
   uint64_t seed = 0;               // initialisation, data order, augmentation, synthetic data
+  prof::ProfileConfig profile;     // --profile-steps, --profile-group (profile/session.h)
+  std::string profile_dir;         // "" = train: the output directory; eval: the current directory
 
   bool operator==(const CommonConfig&) const = default;
 };

@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "dist/local_launcher.h"
+#include "engine/profiler.h"
+#include "profile/session.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
 #include "train/interrupt.h"
@@ -31,6 +33,7 @@ namespace fs = std::filesystem;
 
 // The model with --init-weights loaded, on the device, in training mode.
 nn::Module& ready_to_train(const TrainConfig& cfg, const Setup& s) {
+  const MemoryTagScope tag(MemoryTag::parameters);  // the copies on the device, too
   load_init_weights(cfg, *s.model);
   s.model->to(s.device, s.format);
   s.model->train();
@@ -138,6 +141,7 @@ class Trainer {
   InterruptHandler interrupt_;
   TrainStep step_;
   LogWindow window_;
+  prof::ProfileSession profile_;  // --profile-steps (profile/session.h)
   int64_t skipped_steps_ = 0;  // by --skip-nonfinite, in this process
 };
 
@@ -152,7 +156,10 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       rank_log_(rank_log(dir_, par)),
       model_(ready_to_train(cfg, s_)),
       opt_(make_optimizer(cfg.optimizer, model_)),
-      mp_(model_, mixed_precision_options(s_.precision)),
+      mp_([&] {
+        const MemoryTagScope tag(MemoryTag::parameters);  // the compute copies
+        return MixedPrecision(model_, mixed_precision_options(s_.precision));
+      }()),
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
       flags_(flags_to_record(cfg, s_.precision, par.world_size())),
@@ -162,7 +169,11 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
            live_),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),
-      window_(p_.step + 1) {}
+      window_(p_.step + 1),
+      profile_(cfg.profile, s_.device, s_.precision == Precision::tf32,
+               cfg.profile_dir.empty() ? dir_.string() : cfg.profile_dir, par.rank(), par.world_size()) {
+  nn::name_modules_for_profiling(model_);  // layer paths in profiles and NVTX ranges
+}
 
 int Trainer::run() {
   log_.start(s_.device, s_.train_set->size(), data_.steps_per_epoch, cfg_.loop.epochs, schedule_.describe(),
@@ -182,6 +193,7 @@ int Trainer::run() {
                  "--resume %s\n", signal_name(sig), p_.step, ckpt_.c_str(), ckpt_.c_str());
     return 128 + sig;
   }
+  profile_.stop();  // --steps ended inside the profiled steps
   checkpoint();
   if (par_.is_logging_rank()) {
     SaveInProgress saving(weights_.string());
@@ -201,7 +213,14 @@ bool Trainer::train_epoch() {
   while (p_.step < max_steps_) {
     if (interrupt_.signal()) return false;
     opt_->set_lr(schedule_.lr_at(p_.step));
-    const StepOutcome o = step_.run(*data_.feed, p_);
+    profile_.begin_step(p_.step);
+    StepOutcome o;
+    {
+      const prof::RangeScope step(prof::EventKind::step, "step " + std::to_string(p_.step + 1));
+      prof::set_step(p_.step);
+      o = step_.run(*data_.feed, p_);
+    }
+    profile_.end_step(p_.step);
     p_.samples_seen += o.samples;
     window_.samples += o.samples;
     if (!o.complete) return true;  // the epoch has no batches left
@@ -225,6 +244,9 @@ bool Trainer::end_epoch() {
   const EvalResult e = evaluate(s_, mp_, cfg_, par_, &interrupt_);
   if (e.interrupted) return false;
   log_.eval(p_, e, skipped_train);
+  Allocator& mem = allocator_for(s_.device);
+  log_.memory(p_, s_.device, mem.stats(), par_.rank());
+  mem.reset_peak();  // the next epoch's peaks are its own
   ++p_.epoch;
   p_.batch = 0;
   return true;
@@ -256,8 +278,11 @@ int eval(const EvalConfig& cfg) {
   s.model->to(s.device, s.format);
   MixedPrecision mp(*s.model, mixed_precision_options(s.precision));
   SingleProcess one;
+  nn::name_modules_for_profiling(*s.model);
+  prof::ProfileSession profile(cfg.profile, s.device, s.precision == Precision::tf32,
+                               cfg.profile_dir.empty() ? "." : cfg.profile_dir);
   const auto t0 = std::chrono::steady_clock::now();
-  const EvalResult e = evaluate(s, mp, cfg, one);
+  const EvalResult e = evaluate(s, mp, cfg, one, nullptr, &profile);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   print_eval(cfg.model.name, dataset_name(cfg.data.dataset), e, dt);
   return 0;

@@ -2,6 +2,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/profiler.h"
 
 namespace rt::nn {
 
@@ -10,6 +11,10 @@ Tensor cast(const Tensor& x, DType dtype) {
   RT_CHECK(is_floating(x.dtype()) && is_floating(dtype), "cast: converts between floating dtypes, got ", x.str(),
            " to ", dtype_name(dtype));
   if (x.dtype() == dtype) return x;
+  // Cost: x read, y written; back the same in reverse.
+  RT_PROFILE_OP("cast", (prof::OpCost{{0, double(x.numel()) * double(dtype_size(x.dtype()) + dtype_size(dtype))},
+                                      {0, double(x.numel()) * double(dtype_size(x.dtype()) + dtype_size(dtype))}}),
+                &x);
   Tensor y = x.to(dtype);
   record("cast", y, {x}, [from = x.dtype()](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{g.to(from)};

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "engine/nn/compute_copies.h"
+#include "engine/profiler.h"
 
 namespace rt::nn {
 
@@ -14,7 +15,10 @@ Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Gen
   if (with_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 
-Tensor Conv2d::forward(const Tensor& x) { return conv2d(x, compute(weight), compute(bias), params); }
+Tensor Conv2d::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
+  return conv2d(x, compute(weight), compute(bias), params);
+}
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double m, double e) : momentum(m), eps(e) {
   weight = register_parameter("weight", Tensor::full({channels}, 1.0));
@@ -33,6 +37,7 @@ void BatchNorm2d::count_batch() {
 }
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+  const prof::ModuleScope scope(this);
   count_batch();
   // As in forward (Note [Batch norm in mixed precision]).
   const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
@@ -43,6 +48,7 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
 }
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
   count_batch();
   // Note [Batch norm in mixed precision]: the parameters and running statistics stay in the
   // master dtype (keeps_master_dtype) while x comes in the compute dtype. batch_norm takes
@@ -71,6 +77,9 @@ Linear::Linear(int64_t in, int64_t out, Generator& g, bool with_bias) {
   if (with_bias) bias = register_parameter("bias", rand_uniform({out}, g, -bound, bound));
 }
 
-Tensor Linear::forward(const Tensor& x) { return linear(x, compute(weight), compute(bias)); }
+Tensor Linear::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
+  return linear(x, compute(weight), compute(bias));
+}
 
 }  // namespace rt::nn

@@ -1,5 +1,7 @@
 #include "engine/nn/module.h"
 
+#include "engine/profiler.h"
+
 #include <functional>
 #include <set>
 
@@ -175,6 +177,17 @@ void Module::for_each_module(const std::function<void(Module&)>& f) {
   for (auto& [name, child] : children_) child->for_each_module(f);
 }
 
+std::vector<std::pair<std::string, Module*>> Module::named_modules() {
+  std::vector<std::pair<std::string, Module*>> out{{"", this}};
+  for (auto& [name, child] : children_)
+    for (auto& [path, m] : child->named_modules()) out.emplace_back(path.empty() ? name : name + "." + path, m);
+  return out;
+}
+
+void name_modules_for_profiling(Module& root) {
+  for (const auto& [path, m] : root.named_modules()) prof::register_module(m, path);
+}
+
 Tensor Module::compute(const Tensor& p) const {
   for (size_t i = 0; i < copies_.size(); ++i)
     if (params_[i].second.same(p)) return copies_[i].defined() ? copies_[i] : p;
@@ -198,6 +211,7 @@ void Sequential::push_back(std::shared_ptr<Module> m) {
 }
 
 Tensor Sequential::forward(const Tensor& x) {
+  const prof::ModuleScope scope(this);
   Tensor h = x;
   for (auto& m : layers_) h = m->forward(h);
   return h;

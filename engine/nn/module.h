@@ -72,6 +72,9 @@ class Module {
 
   // f(m) for this module and every descendant, depth first, each before its children.
   void for_each_module(const std::function<void(Module&)>& f);
+  // This module ("") and every descendant with its dotted path ("layer3.1.conv2"), in
+  // for_each_module's order, like torch.nn.Module.named_modules().
+  std::vector<std::pair<std::string, Module*>> named_modules();
 
  protected:
   // What forward computes with for parameter `p` (or an undefined tensor): its bound
@@ -107,5 +110,10 @@ class Sequential : public Module {
  private:
   std::vector<std::shared_ptr<Module>> layers_;
 };
+
+// Registers every module of `root`'s tree with the profiler under its path (the root as
+// "model"), so the ops inside each layer's forward (prof::ModuleScope) and their backward
+// are attributed to it and NVTX shows the model's structure.
+void name_modules_for_profiling(Module& root);
 
 }  // namespace rt::nn

@@ -278,6 +278,17 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   }
 
   const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
+  // Cost (training): statistics (x read, ~4 flops per value: Welford), the normalising map
+  // (x [+ residual] read, y written, 2 flops [+ relu, + add]); back: the two sums (x, dy
+  // [, y] read, 4 flops) then dx (x, dy [, y] read, dx [, dresidual] written, 4 flops).
+  const auto cost = [&] {
+    const double n = double(x.numel()), es = double(dtype_size(x.dtype()));
+    const double res = tail.residual.defined() ? 1 : 0, masked = tail.relu ? 1 : 0;
+    const prof::Cost fwd{n * ((training ? 4 : 0) + 2 + res + masked), n * es * ((training ? 1 : 0) + 2 + res)};
+    const prof::Cost bwd{8 * n, n * es * (2 * (2 + masked) + 1 + res)};
+    return prof::OpCost{fwd, bwd};
+  };
+  RT_PROFILE_OP(op, cost(), &x, &tail.residual);
   if (on_cuda)
     return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
                            cuda::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));

@@ -6,6 +6,7 @@
 #include <map>
 #include <mutex>
 
+#include "engine/memory_tag.h"
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"
 
@@ -26,6 +27,7 @@ void* conv_workspace(Device d, size_t bytes) {
   Tensor& ws = (*buffers)[d.index];
   if (!ws.defined() || ws.nbytes() < bytes) {
     ws = Tensor();  // return the old buffer before asking for the larger one
+    const MemoryTagScope tag(MemoryTag::workspace);
     ws = Tensor::empty({int64_t(bytes)}, DType::u8, d);
   }
   return ws.raw_data();
@@ -86,6 +88,15 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
            ": kernel ", KH, "x", KW, " (dilation ", p.dilation_h, ", ", p.dilation_w, ") is larger than the padded input ",
            H + 2 * p.pad_h, "x", W + 2 * p.pad_w);
 
+  // Cost: a multiply-add per output element per (C/groups)*KH*KW taps; the backward computes
+  // dx and dw, each as many; bytes: x, w, y once each forward, dy twice and x, w, dx, dw back.
+  const auto cost = [&] {
+    const double macs = double(N * O * HO * WO) * double(C / p.groups * KH * KW);
+    const double xb = ops::nbytes_of(x.numel(), x.dtype()), wb = ops::nbytes_of(weight.numel(), x.dtype()),
+                 yb = ops::nbytes_of(N * O * HO * WO, x.dtype());
+    return prof::OpCost{{2 * macs, xb + wb + yb}, {4 * macs, 2 * yb + 2 * xb + 2 * wb}};
+  };
+  RT_PROFILE_OP(op, cost(), &x, &weight);
   // cuDNN takes the weight in x's layout (OIHW with NCHW, OHWI with NHWC).
   const bool on_cuda = x.device().is_cuda();
   const Tensor wk = on_cuda ? ops::in_format(weight, x.format()) : weight;

@@ -72,6 +72,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
   RT_CHECK(N > 0 && K > 0, op, ": empty logits ", logits.str());
   RT_CHECK(label_smoothing >= 0.0 && label_smoothing <= 1.0, op, ": label_smoothing must be in [0, 1], got ",
            label_smoothing);
+  // Cost: log-softmax (max, exp, sum, log: ~4 per logit) and the probabilities kept; back:
+  // probabilities read, gradient written.
+  const auto cost = [&] {
+    const double n = double(N * K), b = ops::nbytes_of(N * K, logits.dtype());
+    return prof::OpCost{{4 * n, 2 * b}, {2 * n, 2 * b}};
+  };
+  RT_PROFILE_OP(op, cost(), &logits);
   if (on_cuda) return cross_entropy_cuda(logits, target, label_smoothing);
   const int64_t* t = target.data<int64_t>();
   for (int64_t i = 0; i < N; ++i)

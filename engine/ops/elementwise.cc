@@ -88,12 +88,14 @@ Tensor relu_grad(const Tensor& y, const Tensor& g) {
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
+  RT_PROFILE_OP("add", ops::elementwise_cost(a, 2, 1, 1), &a, &b);
   Tensor y = binary_raw(Binary::add, a, b, "add");
   record("add", y, {a, b}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g, g}; });
   return y;
 }
 
 Tensor sub(const Tensor& a, const Tensor& b) {
+  RT_PROFILE_OP("sub", ops::elementwise_cost(a, 2, 1, 1), &a, &b);
   Tensor y = binary_raw(Binary::sub, a, b, "sub");
   record("sub", y, {a, b}, [](const Tensor& g, const std::vector<bool>& needs) {
     return std::vector<Tensor>{g, needs[1] ? mul(g, -1.0) : Tensor()};
@@ -102,6 +104,7 @@ Tensor sub(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, const Tensor& b) {
+  RT_PROFILE_OP("mul", ops::elementwise_cost(a, 2, 1, 1), &a, &b);
   Tensor y = binary_raw(Binary::mul, a, b, "mul");
   // d(a*b)/da needs b and vice versa: save each only if the other side needs a gradient.
   const Tensor sa = b.defined() && b.requires_grad() ? a.detach() : Tensor();
@@ -114,18 +117,21 @@ Tensor mul(const Tensor& a, const Tensor& b) {
 }
 
 Tensor mul(const Tensor& a, double s) {
+  RT_PROFILE_OP("mul_scalar", ops::elementwise_cost(a, 1, 1, 1), &a);
   Tensor y = affine_raw(a, s, 0.0, "mul");
   record("mul_scalar", y, {a}, [s](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{mul(g, s)}; });
   return y;
 }
 
 Tensor add(const Tensor& a, double s) {
+  RT_PROFILE_OP("add_scalar", ops::elementwise_cost(a, 1, 1, 1), &a);
   Tensor y = affine_raw(a, 1.0, s, "add");
   record("add_scalar", y, {a}, [](const Tensor& g, const std::vector<bool>&) { return std::vector<Tensor>{g}; });
   return y;
 }
 
 Tensor relu(const Tensor& x) {
+  RT_PROFILE_OP("relu", ops::elementwise_cost(x, 1, 1, 1, 2, 1, 1), &x);
   Tensor y = unary_raw(Unary::relu, x, "relu");
   record("relu", y, {x}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{relu_grad(y, g)};
@@ -134,6 +140,7 @@ Tensor relu(const Tensor& x) {
 }
 
 Tensor add_relu(const Tensor& a, const Tensor& b) {
+  RT_PROFILE_OP("add_relu", ops::elementwise_cost(a, 2, 1, 2, 2, 1, 1), &a, &b);
   Tensor y = binary_raw(Binary::add_relu, a, b, "add_relu");
   record("add_relu", y, {a, b}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
     Tensor d = relu_grad(y, g);
@@ -143,6 +150,7 @@ Tensor add_relu(const Tensor& a, const Tensor& b) {
 }
 
 Tensor square(const Tensor& x) {
+  RT_PROFILE_OP("square", ops::elementwise_cost(x, 1, 1, 1), &x);
   Tensor y = unary_raw(Unary::square, x, "square");
   record("square", y, {x}, [x = x.detach()](const Tensor& g, const std::vector<bool>&) {
     return std::vector<Tensor>{mul(mul(ops::in_format(g, x.format()), x), 2.0)};
@@ -151,6 +159,7 @@ Tensor square(const Tensor& x) {
 }
 
 Tensor sqrt(const Tensor& x) {
+  RT_PROFILE_OP("sqrt", ops::elementwise_cost(x, 1, 1, 1, 2, 1, 2), &x);
   Tensor y = unary_raw(Unary::sqrt, x, "sqrt");
   record("sqrt", y, {x}, [y = y.detach()](const Tensor& g, const std::vector<bool>&) {
     // d sqrt(x) = g / (2 sqrt(x))
@@ -173,6 +182,7 @@ Tensor sqrt(const Tensor& x) {
 }
 
 void add_(Tensor a, const Tensor& b, double alpha) {
+  RT_PROFILE_OP("add_", ops::elementwise_cost(a, 2, 1, 2), &a, &b);
   Tensor bb = check_binary(a, b, "add_");
   if (a.device().is_cuda()) {
     cuda::axpy(a.dtype(), a.numel(), alpha, bb.raw_data(), a.raw_data(), ops::stream_of(a));
@@ -185,6 +195,7 @@ void add_(Tensor a, const Tensor& b, double alpha) {
 }
 
 void mul_(Tensor a, double s) {
+  RT_PROFILE_OP("mul_", ops::elementwise_cost(a, 1, 1, 1), &a);
   check_defined(a, "mul_", "a");
   if (a.device().is_cuda()) {
     cuda::affine(a.dtype(), a.numel(), a.raw_data(), s, 0.0, a.raw_data(), ops::stream_of(a));

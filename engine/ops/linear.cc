@@ -27,6 +27,14 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     check_same_device(x, bias, op);
     RT_CHECK(bias.shape() == Shape{out}, op, ": bias must be [", out, "], got ", bias.str());
   }
+  // Cost: N*in*out multiply-adds forward, twice that back (dx, dw); bytes: x, W, y; dy twice, x, W, dx, dW.
+  const auto cost = [&] {
+    const double macs = double(N) * double(in) * double(out);
+    const double xb = ops::nbytes_of(N * in, x.dtype()), wb = ops::nbytes_of(out * in, x.dtype()),
+                 yb = ops::nbytes_of(N * out, x.dtype());
+    return prof::OpCost{{2 * macs, xb + wb + yb}, {4 * macs, 2 * yb + 2 * xb + 2 * wb}};
+  };
+  RT_PROFILE_OP(op, cost(), &x, &weight);
   Tensor y = Tensor::empty({N, out}, x.dtype(), x.device());
   if (x.device().is_cuda()) {
     cuda::linear_forward(x.dtype(), N, in, out, x.raw_data(), weight.raw_data(),

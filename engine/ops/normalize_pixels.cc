@@ -28,6 +28,9 @@ Tensor normalize_pixels(const Tensor& pixels, const std::vector<double>& mean, c
     scale[size_t(c)] = 1.0 / (255.0 * s);
     bias[size_t(c)] = -m / s;
   }
+  // Cost: a multiply-add per pixel value; bytes: u8 in, dtype out.
+  RT_PROFILE_OP(op, (prof::OpCost{{2.0 * double(pixels.numel()), double(pixels.numel()) * (1 + dtype_size(dtype))}, {}}),
+                &pixels);
   Tensor y = Tensor::empty({N, C, H, W}, dtype, pixels.device(), format);
   const bool nhwc = format == MemoryFormat::channels_last;
   if (pixels.device().is_cuda()) {

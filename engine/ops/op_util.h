@@ -2,6 +2,7 @@
 #pragma once
 
 #include "engine/autograd.h"
+#include "engine/profiler.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/stream.cuh"
@@ -30,5 +31,19 @@ inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dt
 
 // g in memory format f (a no-op when it already is, or when g is not 4-D).
 inline Tensor in_format(const Tensor& g, MemoryFormat f) { return g.ndim() == 4 ? g.to(f) : g; }
+
+// Bytes of n elements of dtype t: the profiler's cost formulas (Note [Profiler scopes]).
+inline double nbytes_of(int64_t n, DType t) { return double(n) * double(dtype_size(t)); }
+
+// The cost of an elementwise op over a's elements: `reads` inputs and `writes` outputs of
+// a's size and dtype, `flops` per element; likewise for the work its backward closure does
+// itself (the ops it calls count their own). Zero for an undefined a (the op's checks
+// report it).
+inline prof::OpCost elementwise_cost(const Tensor& a, int reads, int writes, double flops, int bwd_reads = 0,
+                                     int bwd_writes = 0, double bwd_flops = 0) {
+  if (!a.defined()) return {};
+  const double n = double(a.numel()), es = double(dtype_size(a.dtype()));
+  return {{flops * n, (reads + writes) * n * es}, {bwd_flops * n, (bwd_reads + bwd_writes) * n * es}};
+}
 
 }  // namespace rt::ops

@@ -50,6 +50,13 @@ Tensor max_pool2d(const Tensor& x, const Pool2dParams& p) {
            "): the output would be ", HO, "x", WO);
   const cpu::Pool2dGeom g{N, C, H, W, HO, WO, p.kernel_h, p.kernel_w, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
                           p.dilation_h, p.dilation_w, x.format() == MemoryFormat::channels_last};
+  // Cost: a comparison per tap; bytes: x, y and the i64 argmax; back: dy, argmax, dx.
+  const auto cost = [&] {
+    const double out = double(N * C * HO * WO), xb = ops::nbytes_of(x.numel(), x.dtype());
+    const double yb = ops::nbytes_of(N * C * HO * WO, x.dtype()), ib = out * 8;
+    return prof::OpCost{{out * p.kernel_h * p.kernel_w, xb + yb + ib}, {out, yb + ib + xb}};
+  };
+  RT_PROFILE_OP(op, cost(), &x);
   Tensor y = Tensor::empty({N, C, HO, WO}, x.dtype(), x.device(), x.format());
   Tensor idx = Tensor::empty({N, C, HO, WO}, DType::i64, x.device(), x.format());
   if (x.device().is_cuda()) {
@@ -86,6 +93,12 @@ Tensor adaptive_avg_pool2d(const Tensor& x, int out_h, int out_w) {
   RT_CHECK(x.size(2) > 0 && x.size(3) > 0, op, ": empty input ", x.str());
   const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
   const cpu::Pool2dGeom g{N, C, H, W, out_h, out_w, 0, 0, 0, 0, 0, 0, 0, 0, x.format() == MemoryFormat::channels_last};
+  // Cost: an add per input element; bytes: x and y, back dy and dx.
+  const auto cost = [&] {
+    const double xb = ops::nbytes_of(x.numel(), x.dtype()), yb = ops::nbytes_of(N * C * out_h * out_w, x.dtype());
+    return prof::OpCost{{double(x.numel()), xb + yb}, {double(x.numel()), xb + yb}};
+  };
+  RT_PROFILE_OP(op, cost(), &x);
   Tensor y = Tensor::empty({N, C, out_h, out_w}, x.dtype(), x.device(), x.format());
   if (x.device().is_cuda()) {
     cuda::adaptive_avg_pool2d_forward(on_cuda(g), x.dtype(), x.raw_data(), y.raw_data(), ops::stream_of(x));

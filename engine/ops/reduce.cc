@@ -25,6 +25,9 @@ Tensor reduce_cuda(const Tensor& x, double scale, const char* op) {
 
 Tensor reduce(const Tensor& x, double scale, const char* op) {
   check_defined(x, op, "x");
+  // Cost: an add per element reading x; back: dx written.
+  RT_PROFILE_OP(op, (prof::OpCost{{double(x.numel()), ops::nbytes_of(x.numel(), x.dtype())},
+                                  {0, ops::nbytes_of(x.numel(), x.dtype())}}), &x);
   if (x.device().is_cuda()) return reduce_cuda(x, scale, op);
   const double s = ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);

@@ -29,6 +29,8 @@ Tensor flatten(const Tensor& x, int start_dim) {
 
 Tensor to_format(const Tensor& x, MemoryFormat f) {
   check_defined(x, "to_format", "x");
+  // Cost: x read and written in the other layout, both ways (the copy is Tensor::copy_'s).
+  RT_PROFILE_OP("to_format", ops::elementwise_cost(x, 0, 0, 0), &x);
   Tensor y = x.to(f);
   if (y.same(x)) return x;
   // A fresh tensor: it must not share autograd state with x.

@@ -18,6 +18,7 @@
 #include <thread>
 #include <vector>
 
+#include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "tests/train/process_util.h"
 
@@ -227,6 +228,73 @@ TEST_CASE("doctor: the exit status follows the verdict, --help documents it, a b
   CHECK(run({"doctor", "--help"}, logs, 60) == 0);
   CHECK(read(logs / "stdout.txt").find("exit status: 0 when the verdict is usable") != std::string::npos);
   CHECK(run({"doctor", "--ports", "0"}, logs, 60) == 2);
+}
+
+}  // namespace
+}  // namespace rt
+
+namespace rt {
+namespace {
+
+TEST_CASE("--profile-steps: the table, profile.json and trace.json; the epoch's memory line and record") {
+  const fs::path out = tmpdir("profile");
+  // 64 images in batches of 8: one epoch of 8 steps, profiled 3..5, then evaluated.
+  std::vector<std::string> args = {"train", "--dataset", "synthetic", "--synthetic-size", "64x1x8x8",
+                                   "--num-classes", "4", "--width", "4", "--batch-size", "8", "--epochs", "1",
+                                   "--workers", "1", "--device", "cpu", "--threads", "1", "--output-dir",
+                                   out.string(), "--profile-steps", "3:6", "--profile-group", "layer"};
+  REQUIRE(run(args, out) == 0);
+  const std::string so = read(out / "stdout.txt");
+  CHECK(so.find("profile of steps 3-5 on cpu") != std::string::npos);
+  CHECK(so.find("layer1.0.conv1") != std::string::npos);  // grouped by layer
+  CHECK(so.find("memory of the last profiled step") != std::string::npos);
+  CHECK(so.find("epoch 0 memory cpu: peak") != std::string::npos);
+  const json::Value prof = json::parse(read(out / "profile.json"));
+  CHECK(prof.find("first_step")->as_int() == 3);
+  CHECK(prof.find("last_step")->as_int() == 5);
+  CHECK(prof.find("totals")->find("steps")->as_int() == 3);
+  CHECK(prof.find("memory")->as_array().size() == 3);
+  CHECK(!prof.find("by_op")->as_array().empty());
+  const json::Value trace = json::parse(read(out / "trace.json"));
+  CHECK(trace.find("traceEvents")->as_array().size() > 100);
+  // The loader's thread has its own track.
+  CHECK(read(out / "trace.json").find("\"loader\"") != std::string::npos);
+  // metrics.jsonl: a memory record after the evaluation, with the allocator's tags.
+  bool memory = false;
+  std::istringstream lines(read(out / "metrics.jsonl"));
+  for (std::string line; std::getline(lines, line);) {
+    const json::Value r = json::parse(line);
+    if (r.find("type")->as_string() != "memory") continue;
+    memory = true;
+    CHECK(r.find("device")->as_string() == "cpu");
+    CHECK(r.find("peak_allocated_bytes")->as_int() > 0);
+    CHECK(r.find("at_peak")->find("activations")->as_int() > 0);
+    CHECK(r.find("at_peak")->find("parameters")->as_int() >= 0);
+  }
+  CHECK(memory);
+
+  // Bad values: exit 2, naming the flag.
+  args.back() = "layers";
+  CHECK(run(args, out) == 2);
+  CHECK(read(out / "stderr.txt").find("--profile-group") != std::string::npos);
+  args[args.size() - 3] = "5:5";
+  args.back() = "op";
+  CHECK(run(args, out) == 2);
+  CHECK(read(out / "stderr.txt").find("--profile-steps") != std::string::npos);
+}
+
+TEST_CASE("ringtape eval --profile-steps profiles evaluation batches into --profile-dir") {
+  const fs::path out = tmpdir("profile_eval");
+  REQUIRE(run(tiny_run(out), out) == 0);
+  const fs::path pdir = out / "eval_profile";
+  REQUIRE(run({"eval", "--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
+               "--batch-size", "8", "--workers", "0", "--device", "cpu", "--init-weights",
+               (out / "model.safetensors").string(), "--profile-steps", "2:4", "--profile-dir", pdir.string()},
+              out) == 0);
+  CHECK(read(out / "stdout.txt").find("profile of steps 2-3 on cpu") != std::string::npos);
+  const json::Value prof = json::parse(read(pdir / "profile.json"));
+  CHECK(prof.find("totals")->find("backward_seconds")->as_double() == 0);  // evaluation: forward only
+  CHECK(fs::exists(pdir / "trace.json"));
 }
 
 }  // namespace
