@@ -113,7 +113,7 @@ void ProfileSession::finish() {
     std::fprintf(table_out_, "%s", format_table(*profile_, cfg_.group, cfg_.top).c_str());
     if (!memory_.empty())
       std::fprintf(table_out_, "  memory of the last profiled step: %s\n", memory_log_line(device_, memory_.back()).c_str());
-    std::fprintf(table_out_, "profile: %s; timeline: %s (open in ui.perfetto.dev or chrome://tracing)\n",
+    std::fprintf(table_out_, "profile: %s; timeline: %s (open it in Perfetto or chrome://tracing)\n",
                  profile_path_.c_str(), trace_path_.c_str());
     std::fflush(table_out_);
   }

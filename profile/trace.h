@@ -1,5 +1,5 @@
 // A recorded profile as a timeline in the Chrome trace event format (JSON object form),
-// which Perfetto (ui.perfetto.dev) and chrome://tracing open.
+// which Perfetto and chrome://tracing open.
 //
 // Tracks: one process per rank for the host, with a track per host thread (main, the
 // loader's workers, the communication thread: whatever named itself with

@@ -19,7 +19,7 @@ std::vector<Flag> model_and_data_flags() {
   return {
       {"profile-steps", FlagType::string, "",
        "profile steps A..B-1 (A:B, 1-based like the log lines; eval: batches): print the table, write "
-       "profile.json and trace.json (Chrome trace: ui.perfetto.dev), then go on unprofiled", {}},
+       "profile.json and trace.json (Chrome trace: Perfetto, chrome://tracing), then go on unprofiled", {}},
       {"profile-group", FlagType::string, "op", "the profile table's rows", {"op", "layer", "kernel"}},
       {"profile-dir", FlagType::string, "",
        "where profile.json and trace.json go (default: train: the output directory; eval: the current one)", {}},

@@ -247,8 +247,9 @@ TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
 
 TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets in launch order") {
   const fs::path dir = tmpdir("timeline");
+  // Profiled too (steps 2-3): every rank writes its own profile and trace.
   const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--steps", "3", "--bucket-cap-mb", "0.0001",
-                                            "--comm-timeline"}),
+                                            "--comm-timeline", "--profile-steps", "2:4"}),
                          dir / "out.txt");
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -280,6 +281,24 @@ TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets i
     CHECK(buckets[0].find("launched")->as_double() < backward_end);
   }
   CHECK(steps == 3);
+  // The profile: one table (rank 0's), files per rank; each rank's trace has the Gloo
+  // communication thread's track with its bucket all-reduces.
+  CHECK(r.output.find("profile of steps 2-3 on cpu") != std::string::npos);
+  for (int rank : {0, 1}) {
+    const fs::path trace = dir / "run" / ("trace.rank-" + std::to_string(rank) + ".json");
+    CHECK(fs::exists(dir / "run" / ("profile.rank-" + std::to_string(rank) + ".json")));
+    REQUIRE(fs::exists(trace));
+    const json::Value t = json::parse(read(trace));
+    int64_t comm_tid = -1;
+    for (const json::Value& e : t.find("traceEvents")->as_array())
+      if (e.find("ph")->as_string() == "M" && e.find("args")->find("name")->as_string() == "communication")
+        comm_tid = e.find("tid")->as_int();
+    REQUIRE(comm_tid >= 0);
+    int reduces = 0;
+    for (const json::Value& e : t.find("traceEvents")->as_array())
+      if (e.find("ph")->as_string() == "X" && e.find("tid")->as_int() == comm_tid) ++reduces;
+    CHECK(reduces > 2);  // about one bucket per parameter, two steps
+  }
 }
 
 

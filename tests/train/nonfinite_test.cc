@@ -85,10 +85,14 @@ std::string train_error(std::vector<std::string> args, const std::vector<std::st
   return "";
 }
 
+// The training and evaluation records (not the per-epoch memory records).
 std::vector<json::Value> metrics(const std::string& dir) {
   std::vector<json::Value> out;
   std::istringstream in(read(fs::path(dir) / "metrics.jsonl"));
-  for (std::string line; std::getline(in, line);) out.push_back(json::parse(line));
+  for (std::string line; std::getline(in, line);) {
+    json::Value v = json::parse(line);
+    if (v.find("type")->as_string() != "memory") out.push_back(std::move(v));
+  }
   return out;
 }
 
