@@ -52,6 +52,7 @@
 #include "kernels/cuda/pool.cuh"
 #include "kernels/cuda/runtime.h"
 #include "models/registry.h"
+#include "profile/peaks.h"
 
 namespace {
 
@@ -657,6 +658,19 @@ int run(const Options& o) {
   const double copy = copy_gbps();
   std::printf("device-to-device copy, 1 GiB: %.0f GB/s (read + write); target per kernel: %.0f%% = %.0f GB/s\n\n",
               copy, kTargetPct, copy * kTargetPct / 100);
+  // The profiler's %bw column measures against this copy (Note [Device peaks] in profile/peaks.h).
+  try {
+    rt::prof::DevicePeaks peaks;
+    peaks.key = rt::prof::key_for(gpu());
+    peaks.copy_bytes_per_s = copy * 1e9;
+    peaks.flops = rt::prof::gpu_datasheet_flops(peaks.key);
+    if (!peaks.flops.empty()) peaks.flops_source = "datasheet (dense)";
+    rt::prof::store_peaks(peaks);
+    std::printf("stored in %s for the profiler\n\n", rt::prof::peaks_cache_path().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "cuda_kernel_bench: warning: the copy bandwidth was not stored for the profiler: %s\n",
+                 e.what());
+  }
   print_header();
 
   std::vector<Row> rows;
