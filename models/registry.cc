@@ -5,17 +5,27 @@
 namespace rt::models {
 namespace {
 
-ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> layers) {
+// groups / width_per_group: the values the model fixes (0: torchvision's default 1 / 64,
+// which ModelOptions may override); `title` starts the description.
+ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> layers, int64_t groups = 0,
+                  int64_t width_per_group = 0, const std::string& title = "") {
   return {name,
-          detail::cat(bottleneck ? "bottleneck" : "basic-block", " ResNet, stages ", layers[0], "-", layers[1], "-",
-                      layers[2], "-", layers[3], " (torchvision topology and names)"),
-          [bottleneck, layers](const ModelOptions& o) -> std::shared_ptr<nn::Module> {
+          detail::cat(title, bottleneck ? "bottleneck" : "basic-block", " ResNet, stages ", layers[0], "-", layers[1],
+                      "-", layers[2], "-", layers[3], " (torchvision topology and names)"),
+          [name, bottleneck, layers, groups, width_per_group](const ModelOptions& o) -> std::shared_ptr<nn::Module> {
+            // torchvision's _ovewrite_named_param: a fixed value may be passed again, not changed.
+            auto pick = [&name](int64_t fixed, int64_t asked, int64_t dflt, const char* what) {
+              RT_CHECK(fixed == 0 || asked == 0 || asked == fixed, name, " has ", what, " ", fixed, ", not ", asked);
+              return fixed != 0 ? fixed : asked != 0 ? asked : dflt;
+            };
             ResNetConfig c;
             c.bottleneck = bottleneck;
             c.layers = layers;
             c.num_classes = o.num_classes;
             c.in_channels = o.in_channels;
             c.width = o.width;
+            c.groups = pick(groups, o.groups, 1, "groups");
+            c.width_per_group = pick(width_per_group, o.width_per_group, 64, "width_per_group");
             c.small_stem = o.small_stem;
             c.stem_stride = o.stem_stride;
             c.zero_init_residual = o.zero_init_residual;
@@ -31,6 +41,9 @@ const std::vector<ModelEntry>& model_registry() {
       resnet("resnet18", false, {2, 2, 2, 2}),  resnet("resnet34", false, {3, 4, 6, 3}),
       resnet("resnet50", true, {3, 4, 6, 3}),   resnet("resnet101", true, {3, 4, 23, 3}),
       resnet("resnet152", true, {3, 8, 36, 3}),
+      resnet("resnext50_32x4d", true, {3, 4, 6, 3}, 32, 4,
+             "ResNeXt-50 32x4d (3x3 convs in 32 groups, 4 channels each in the first stage): "),
+      resnet("wide_resnet50_2", true, {3, 4, 6, 3}, 0, 128, "Wide ResNet-50-2 (inner widths x2): "),
   };
   return r;
 }

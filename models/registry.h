@@ -18,6 +18,12 @@ struct ModelOptions {
   int stem_stride = 1;         // the small stem's stride
   bool zero_init_residual = false;
   uint64_t seed = 0;
+  // torchvision's ResNet(groups=, width_per_group=) for the bottleneck models; 0: the
+  // model's own (1 and 64; resnext50_32x4d: 32 and 4; wide_resnet50_2: 1 and 128). A value
+  // the model fixes cannot be changed, as in torchvision's builders. The group width
+  // scales with `width` (Note [Group width] in resnet.cc).
+  int64_t groups = 0;
+  int64_t width_per_group = 0;
 };
 
 struct ModelEntry {

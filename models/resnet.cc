@@ -1,5 +1,7 @@
 #include "models/resnet.h"
 
+#include <numeric>
+
 #include "engine/profiler.h"
 
 namespace rt::models {
@@ -35,12 +37,19 @@ Tensor BasicBlock::forward(const Tensor& x) {
   return bn2->forward_relu(out, downsample ? downsample->forward(x) : x);
 }
 
-Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g) {
-  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(in, planes, 1, 1, 0, g));
-  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
-  conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(planes, planes, 3, stride, 1, g));
-  bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
-  conv3 = register_module("conv3", std::make_shared<nn::Conv2d>(planes, planes * kExpansion, 1, 1, 0, g));
+Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g, int64_t groups,
+                       int64_t width_per_group) {
+  RT_CHECK(groups > 0 && groups <= (int64_t(1) << 30) && width_per_group > 0 && planes * width_per_group % 64 == 0,
+           "Bottleneck: planes ", planes, " x width_per_group ", width_per_group,
+           " must be a positive multiple of 64, groups in [1, 2^30] (got ", groups, ")");
+  // torchvision: width = int(planes * (base_width / 64.)) * groups, exact here.
+  const int64_t width = planes * width_per_group / 64 * groups;
+  conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(in, width, 1, 1, 0, g));
+  bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(width));
+  conv2 = register_module("conv2",
+                          std::make_shared<nn::Conv2d>(width, width, 3, stride, 1, g, /*bias=*/false, int(groups)));
+  bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(width));
+  conv3 = register_module("conv3", std::make_shared<nn::Conv2d>(width, planes * kExpansion, 1, 1, 0, g));
   bn3 = register_module("bn3", std::make_shared<nn::BatchNorm2d>(planes * kExpansion));
   if (ds) downsample = register_module("downsample", make_downsample(in, planes * kExpansion, stride, g));
 }
@@ -67,6 +76,28 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
                !__builtin_mul_overflow(fc_bytes, int64_t(sizeof(float)), &fc_bytes),
            "ResNet: num_classes ", cfg.num_classes, " is too large: the classifier's weight [", cfg.num_classes, ", ",
            fc_in, "] of f32 would need more than 2^63 bytes");
+  // Note [Group width]: a bottleneck's 3x3 conv has groups x (planes * width_per_group / 64)
+  // channels, planes = width << stage. torchvision truncates the group width to an integer
+  // (to 0 below 1); here a width for which it is not a positive integer at the first stage
+  // (and so at every stage) is refused, so that --width scales every group alike.
+  RT_CHECK(cfg.bottleneck || (cfg.groups == 1 && cfg.width_per_group == 64),
+           "ResNet: the basic block (resnet18/34) supports only groups 1 and width_per_group 64, got groups ",
+           cfg.groups, " and width_per_group ", cfg.width_per_group, " (as torchvision)");
+  RT_CHECK(cfg.groups > 0 && cfg.groups <= (int64_t(1) << 30) && cfg.width_per_group > 0,
+           "ResNet: groups must be in [1, 2^30] and width_per_group positive, got ", cfg.groups, " and ",
+           cfg.width_per_group);
+  if (cfg.bottleneck) {
+    int64_t last_inner = 0;  // the last stage's group width x 64, then its inner width x 64
+    RT_CHECK(!__builtin_mul_overflow(cfg.width * 8, cfg.width_per_group, &last_inner) &&
+                 !__builtin_mul_overflow(last_inner, cfg.groups, &last_inner),
+             "ResNet: width ", cfg.width, " x width_per_group ", cfg.width_per_group, " x groups ", cfg.groups,
+             " is too large");
+    const int64_t unit = 64 / std::gcd(cfg.width_per_group, int64_t(64));  // the smallest width that divides
+    RT_CHECK(cfg.width % unit == 0, "ResNet: width ", cfg.width, " with width_per_group ", cfg.width_per_group,
+             " gives the first stage's bottleneck groups ", cfg.width, " x ", cfg.width_per_group,
+             " / 64 channels each, not a whole number: use a width that is a multiple of ", unit, " (the ",
+             cfg.groups, " groups stay)");
+  }
   Generator g(cfg.seed);
   const int64_t w = cfg.width;
   RT_CHECK(cfg.stem_stride == 1 || (cfg.small_stem && cfg.stem_stride == 2),
@@ -84,7 +115,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
       const int st = b == 0 ? stride : 1;
       const bool ds = b == 0 && (st != 1 || in != planes * expansion);
       if (cfg.bottleneck) {
-        auto blk = std::make_shared<Bottleneck>(in, planes, st, ds, g);
+        auto blk = std::make_shared<Bottleneck>(in, planes, st, ds, g, cfg.groups, cfg.width_per_group);
         if (cfg.zero_init_residual) blk->bn3->weight.fill_(0.0);
         stage->push_back(blk);
       } else {

@@ -1,6 +1,6 @@
-// ResNet18-152 with torchvision's topology (v1.5: a bottleneck's stride sits on its 3x3
-// conv), parameter names and initialisation; plus a small-image stem and a width
-// multiplier for 28x28 / 32x32 inputs.
+// ResNet18-152, ResNeXt-50 32x4d and Wide ResNet-50-2 with torchvision's topology (v1.5: a
+// bottleneck's stride sits on its 3x3 conv), parameter names and initialisation; plus a
+// small-image stem and a width multiplier for 28x28 / 32x32 inputs.
 #pragma once
 
 #include <memory>
@@ -17,6 +17,14 @@ struct ResNetConfig {
   int64_t num_classes = 1000;
   int64_t in_channels = 3;
   int64_t width = 64;                    // channels of the first stage (torchvision: 64)
+  // torchvision's ResNet(groups=, width_per_group=), bottleneck only: a bottleneck of
+  // `planes` (width << stage) has the inner width planes * width_per_group / 64 * groups
+  // and its 3x3 conv runs in `groups` groups (ResNeXt-50 32x4d: 32 and 4; Wide ResNet-50-2:
+  // 1 and 128). Scaling `width` scales the group width with it; a width whose first-stage
+  // group width planes * width_per_group / 64 is not a positive integer is refused
+  // (torchvision would truncate it, to 0 below 1).
+  int64_t groups = 1;
+  int64_t width_per_group = 64;
   bool small_stem = false;               // 3x3 conv1 (stride stem_stride) and no max-pool
   int stem_stride = 1;                   // small stem only: 2 halves every stage's resolution
   bool zero_init_residual = false;       // zero the last BN weight of every block
@@ -36,7 +44,10 @@ class BasicBlock : public nn::Module {
 class Bottleneck : public nn::Module {
  public:
   static constexpr int kExpansion = 4;
-  Bottleneck(int64_t in, int64_t planes, int stride, bool downsample, Generator& g);
+  // The 3x3 conv has planes * width_per_group / 64 * groups channels in `groups` groups;
+  // planes * width_per_group must be a multiple of 64.
+  Bottleneck(int64_t in, int64_t planes, int stride, bool downsample, Generator& g, int64_t groups = 1,
+             int64_t width_per_group = 64);
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;

@@ -4,9 +4,10 @@
 // torchvision 0.14 (reference files written by gen_golden.py; see its docstring for the
 // keys and for how the narrow models are torchvision's own classes).
 //
-// Every case runs in both memory layouts (NCHW and channels_last, the training default),
-// and a second set of cases (gradients at 20, 32 and 40 px) checks one forward and
-// backward at image sizes whose stages end in odd and 1x1 spatial sizes.
+// The cases are narrow resnet18, resnet50, small-stem resnet18, wide_resnet50_2 and a
+// 32-group ResNeXt-50. Every case runs in both memory layouts (NCHW and channels_last, the
+// training default), and a second set of cases (gradients at 20, 32 and 40 px) checks one
+// forward and backward at image sizes whose stages end in odd and 1x1 spatial sizes.
 //
 // Two runs per model, following ../shared/conventions/NUMERICS.md:
 //   * float64 against PyTorch's float64 run. Both sides compute the same formulas in
@@ -162,6 +163,9 @@ std::shared_ptr<rt::nn::Module> make_case_model(const Case& c, DType dt, rt::Mem
   o.num_classes = int64_t(c.meta_num("num_classes"));
   o.width = int64_t(c.meta_num("width"));
   o.small_stem = c.meta.at("small_stem") == "true";
+  // torchvision's groups / width_per_group kwargs, where the case sets them (gen_golden.py).
+  if (c.meta.contains("groups")) o.groups = int64_t(c.meta_num("groups"));
+  if (c.meta.contains("width_per_group")) o.width_per_group = int64_t(c.meta_num("width_per_group"));
   auto model = rt::models::make_model(c.meta.at("model"), o);
   rt::nn::Module& m = *model;
   convert_module(m, dt);
@@ -345,6 +349,28 @@ TEST_CASE("resnet18 (width 2, small stem) trains like torchvision in float64") {
 TEST_CASE("resnet18 (width 2, small stem) trains like torchvision in float32") {
   check_f32("resnet18_w2_small_stem", kNCHW);
   check_f32("resnet18_w2_small_stem", kNHWC);
+}
+// Grouped and widened bottlenecks. wide_resnet50_2 at width 2 is the registered model
+// (inner widths 2x planes); resnet50 with groups 32 and width_per_group 32 at width 2 is a
+// ResNeXt-50 whose 3x3 convs are resnext50_32x4d's at width 16 (the --width for small
+// images): 32 groups of 1, 2, 4 and 8 channels. (The full resnext50_32x4d at width 16 has
+// 1.5M parameters, too many for a reference file; names_test checks that it is resnet50
+// with these two kwargs.)
+TEST_CASE("wide_resnet50_2 (width 2) trains like torchvision in float64") {
+  check_f64("wide_resnet50_2_w2", kNCHW);
+  check_f64("wide_resnet50_2_w2", kNHWC);
+}
+TEST_CASE("wide_resnet50_2 (width 2) trains like torchvision in float32") {
+  check_f32("wide_resnet50_2_w2", kNCHW);
+  check_f32("wide_resnet50_2_w2", kNHWC);
+}
+TEST_CASE("ResNeXt-50 with 32 groups (width 2, width_per_group 32) trains like torchvision in float64") {
+  check_f64("resnext50_32x32d_w2", kNCHW);
+  check_f64("resnext50_32x32d_w2", kNHWC);
+}
+TEST_CASE("ResNeXt-50 with 32 groups (width 2, width_per_group 32) trains like torchvision in float32") {
+  check_f32("resnext50_32x32d_w2", kNCHW);
+  check_f32("resnext50_32x32d_w2", kNHWC);
 }
 TEST_CASE("gradients at 20, 32 and 40 px match torchvision in float64 and float32, both layouts") {
   for (const char* name : {"grads_resnet18_w4_px20", "grads_resnet18_w4_px32", "grads_resnet18_w2_small_stem_px40",
