@@ -72,4 +72,37 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   return res;
 }
 
+std::vector<Tensor> gradcheck_leaves(const std::vector<Shape>& shapes, uint64_t seed, GradcheckValues values,
+                                     const std::vector<MemoryFormat>& formats) {
+  Generator g(seed);
+  std::vector<Tensor> leaves;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor v = randn(shapes[i], g, DType::f64, Device::cpu());
+    if (values == GradcheckValues::positive) {
+      double* p = v.data<double>();
+      for (int64_t j = 0; j < v.numel(); ++j) p[j] = std::abs(p[j]) + 0.25;
+    }
+    if (i < formats.size() && v.ndim() == 4) v = v.to(formats[i]);
+    v.set_requires_grad(true);
+    leaves.push_back(v);
+  }
+  return leaves;
+}
+
+GradcheckResult gradcheck_shapes(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                 const std::vector<Shape>& shapes, uint64_t seed, GradcheckValues values,
+                                 const std::vector<MemoryFormat>& formats, const GradcheckOptions& opt) {
+  const std::vector<Tensor> leaves = gradcheck_leaves(shapes, seed, values, formats);
+  GradcheckResult r = gradcheck(f, leaves, opt);
+  if (!r.ok) {
+    std::ostringstream head;
+    head << "gradcheck of";
+    for (const Tensor& t : leaves) head << " " << t.str() << ";";
+    head << " seed " << seed << (values == GradcheckValues::positive ? ", positive values" : "")
+         << ": max abs err " << r.max_abs_err << "\n";
+    r.message = head.str() + r.message;
+  }
+  return r;
+}
+
 }  // namespace rt

@@ -33,4 +33,24 @@ struct GradcheckResult {
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 
+// ---- one line in a test ------------------------------------------------------------------
+// The values gradcheck_leaves draws: normal, or |v| + 0.25 (the inputs of log, sqrt, a
+// fractional pow, a division's denominator).
+enum class GradcheckValues { normal, positive };
+
+// f64 CPU leaves that require grad, one per shape, seeded random values; formats[i] for a
+// 4-D input i (missing entries: contiguous).
+std::vector<Tensor> gradcheck_leaves(const std::vector<Shape>& shapes, uint64_t seed = 1,
+                                     GradcheckValues values = GradcheckValues::normal,
+                                     const std::vector<MemoryFormat>& formats = {});
+
+// gradcheck on gradcheck_leaves(shapes, ...); on failure the message starts with the inputs
+// (shape, format), the seed and the values, so a test needs one line:
+//   const auto r = gradcheck_shapes([](const std::vector<Tensor>& x) { return silu(x[0]); }, {{2, 3, 4, 5}});
+//   CHECK_MESSAGE(r.ok, r.message);
+GradcheckResult gradcheck_shapes(const std::function<Tensor(const std::vector<Tensor>&)>& f,
+                                 const std::vector<Shape>& shapes, uint64_t seed = 1,
+                                 GradcheckValues values = GradcheckValues::normal,
+                                 const std::vector<MemoryFormat>& formats = {}, const GradcheckOptions& opt = {});
+
 }  // namespace rt

@@ -15,18 +15,44 @@
 
 namespace rt {
 
-// ---- elementwise (same shape, dtype, device; the result takes a's format) -------------
+// ---- elementwise ------------------------------------------------------------------
+// One table of ops for both backends, formulas forward and backward (kernels/elementwise_ops.h,
+// Note [Elementwise op table]: a new op is one entry there plus its function here).
+// Floating dtypes; CPU: f32, f64; CUDA: also bf16, f16 (computed in float, rounded once).
+//
+// Binary ops broadcast as in NumPy/PyTorch: the shapes are aligned at their last dim and each
+// pair of sizes must be equal or one of them 1; the result takes the larger size of each pair
+// ((N, C, H, W) * (N, C, 1, 1), (N, C) + (C), (N, C, H, W) - (1, C, 1, 1), (2, 1) * (1, 3) ->
+// (2, 3)). Operands must share dtype and device; shapes that do not broadcast are an error
+// naming both. The gradient of a broadcast operand is summed over the dims it was broadcast
+// along, back to its own shape and format. Operands may differ in memory format (an NHWC
+// image times an (N, C, 1, 1) NCHW scale): values are matched by logical coordinates. The
+// result takes the format of the first operand of the result's shape (a's when both are),
+// else of the first 4-D operand. Equal shapes take a single dense pass.
 Tensor add(const Tensor& a, const Tensor& b);
 Tensor sub(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add_relu(const Tensor& a, const Tensor& b);  // relu(a + b): a residual block's tail
+// With a scalar (y = a * s, y = a + s).
 Tensor mul(const Tensor& a, double s);
 Tensor add(const Tensor& a, double s);
+
+// Unary ops: the result has x's shape and format. The backward is one fused kernel of the
+// op's derivative from the saved input or output (sigmoid: dy * y * (1 - y)).
 Tensor relu(const Tensor& x);
-Tensor add_relu(const Tensor& a, const Tensor& b);  // relu(a + b): a residual block's tail
 Tensor square(const Tensor& x);
 Tensor sqrt(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+Tensor neg(const Tensor& x);
+Tensor silu(const Tensor& x);               // x * sigmoid(x)
+Tensor pow(const Tensor& x, double p);      // x^p; gradient p * x^(p-1) (0 for p = 0)
 
-// In place, not recorded (gradient accumulation, optimizers): a += alpha * b.
+// In place, not recorded (gradient accumulation, optimizers): a += alpha * b (b of a's shape;
+// no broadcasting in place).
 void add_(Tensor a, const Tensor& b, double alpha = 1.0);
 void mul_(Tensor a, double s);
 
@@ -106,5 +132,63 @@ Tensor normalize_pixels(const Tensor& pixels, const std::vector<double>& mean, c
 // Mean over the batch of softmax cross-entropy; logits (N, K), target i64 (N) in [0, K).
 // With label smoothing e: loss_i = (1 - e) * nll_i + e * mean_k(-log p_ik).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+
+// ---- tensor primitives: reductions over dims, shape, matmul, softmax, dropout ----
+// Small differentiable pieces that layers are composed from (global average pooling is
+// mean(x, {2, 3}, true), a squeeze-and-excitation gate is a few of them) on both backends:
+// CPU f32/f64; CUDA f32/f64/bf16/f16 (the shape ops: any dtype). Dims may be negative
+// (counted from the end). Each is checked by an f64 gradcheck and a GPU-vs-CPU test.
+class Generator;
+
+// sum / mean over `dims` (at least one; each at most once). keepdim keeps them as size 1.
+// Works by logical dims on either memory format with no relayout (Note [Reductions over
+// dims] in engine/ops/reduce.cc). The result's format: a 4-D keepdim result takes x's
+// format (when only H, W or only C are reduced, as in (N, C, 1, 1) or (N, 1, H, W), both
+// formats are the same memory and the result views as either); any other result is
+// contiguous. Sums accumulate in double on the CPU, in float (f64: double) on CUDA, in an
+// order fixed by the shape (deterministic). An empty sum is 0, an empty mean NaN.
+Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
+Tensor mean(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
+// The maximum over `dim` (which must not be empty), formats as for sum. The gradient goes to
+// the first index holding the maximum (ties: the lowest index; NaN counts as the largest
+// value), like PyTorch's max(dim).
+Tensor max(const Tensor& x, int dim, bool keepdim = false);
+// That index, as i64 (not differentiable).
+Tensor argmax(const Tensor& x, int dim, bool keepdim = false);
+
+// A differentiable view: like reshape but never copies; throws where x's layout does not
+// allow one (a channels_last x unless its H = W = 1).
+Tensor view(const Tensor& x, const Shape& shape);
+// x in the contiguous format (differentiable; x itself when it already is).
+Tensor contiguous(const Tensor& x);
+// Dims reordered: result dim k is x's dim order[k]. Always a copy into a contiguous result
+// (there are no strided views; Note [Shape ops copy] in engine/ops/shape.cc), except that a
+// contiguous x with the identity order is returned as is.
+Tensor permute(const Tensor& x, const std::vector<int>& order);
+// Elements [start, start + length) of dim `dim`, copied; a 4-D result keeps x's format.
+Tensor narrow(const Tensor& x, int dim, int64_t start, int64_t length);
+// x cut along `dim` into pieces of the given sizes (which must add up to x.size(dim)), each
+// a narrow (a copy). Note: each piece's backward writes a full-size gradient of x (zeros
+// outside its slice), so k pieces cost k full tensors in backward.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int dim);
+// Tensors of the same rank, dtype and device, equal except along `dim`, joined along it.
+// The result is channels_last when every input is, else contiguous.
+Tensor concat(const std::vector<Tensor>& tensors, int dim);
+
+// (M, K) x (K, N) -> (M, N), or batched (B, M, K) x (B, K, N) -> (B, M, N) (no broadcasting).
+// CPU: Eigen's GEMM; CUDA: cuBLAS (bf16/f16 accumulate in f32; f32 uses TF32 only when
+// cuda::set_allow_tf32(true)). The backward runs the same GEMMs.
+Tensor matmul(const Tensor& a, const Tensor& b);
+
+// softmax / log_softmax over `dim`, max-subtracted (a row of -inf gives NaN, like PyTorch).
+// The result has x's shape and format; the backward reads only the result, one pass each.
+Tensor softmax(const Tensor& x, int dim);
+Tensor log_softmax(const Tensor& x, int dim);
+
+// Training: each element zeroed with probability p, the others scaled by 1 / (1 - p); the
+// mask comes from g (Note [Dropout mask] in kernels/cpu/dropout.h: the same on CPU and CUDA
+// for the same state, in either format) and g advances by numel(x) draws. Eval, p = 0 or an
+// empty x: x itself, no draw. p = 1: x * 0, no draw. p must lie in [0, 1].
+Tensor dropout(const Tensor& x, double p, bool training, Generator& g);
 
 }  // namespace rt

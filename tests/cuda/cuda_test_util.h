@@ -9,11 +9,14 @@
 
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <limits>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/random.h"
@@ -120,6 +123,76 @@ inline void check_close(const Tensor& got, const Tensor& want, Tol tol, const st
 
 inline std::string label(const std::string& op, DType t, const Shape& s, MemoryFormat f = MemoryFormat::contiguous) {
   return op + " " + dtype_name(t) + shape_str(s) + (f == MemoryFormat::channels_last ? " NHWC" : "");
+}
+
+// ---- one line per op: GPU against CPU, forward and backward -------------------------------
+
+using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
+
+// MatchOptions().positive().with_formats({MemoryFormat::channels_last}) in one expression.
+struct MatchOptions {
+  std::vector<MemoryFormat> formats;  // per input (4-D inputs only); missing entries: contiguous
+  bool positive_inputs = false;       // inputs |v| + 0.25 (log, sqrt, a fractional pow, a divisor)
+  uint64_t seed = 1;
+  double tol_scale = 1.0;             // widens tol_for(t); a test that needs it says why
+
+  MatchOptions& with_formats(std::vector<MemoryFormat> f) {
+    formats = std::move(f);
+    return *this;
+  }
+  MatchOptions& positive() {
+    positive_inputs = true;
+    return *this;
+  }
+  MatchOptions& with_seed(uint64_t s) {
+    seed = s;
+    return *this;
+  }
+};
+
+// Runs op f on the same random inputs (one per shape) on the GPU in dtype t and on the CPU
+// in ref_dtype(t) (the values rounded to t first), then backward from the same random
+// upstream gradient, and checks the output and every input's gradient within tol_for(t); a
+// gradient summed over broadcast dims (an input with fewer elements than the output) is
+// allowed sqrt(output / input elements) times the absolute tolerance. Without a GPU it prints
+// the SKIPPED line and returns. A user's new op, checked on every dtype:
+//   cuda_test::check_matches_cpu("silu", [](const std::vector<Tensor>& in) { return silu(in[0]); }, {{2, 3, 4, 5}});
+inline void check_matches_cpu(const std::string& name, const OpFn& f, const std::vector<Shape>& shapes,
+                              const std::vector<DType>& dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16},
+                              const MatchOptions& opt = {}) {
+  if (!have_gpu(name.c_str())) return;
+  for (DType t : dtypes) {
+    Generator g(opt.seed);
+    std::string what = name + " " + dtype_name(t);
+    std::vector<Tensor> dev, ref;
+    int64_t biggest = 1;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      Tensor v = randn(shapes[i], g, DType::f64, Device::cpu());
+      if (opt.positive_inputs) {
+        double* p = v.data<double>();
+        for (int64_t j = 0; j < v.numel(); ++j) p[j] = std::abs(p[j]) + 0.25;
+      }
+      const MemoryFormat fmt = i < opt.formats.size() ? opt.formats[i] : MemoryFormat::contiguous;
+      dev.push_back(to_gpu(v, t, fmt).set_requires_grad(true));
+      ref.push_back(to_ref(v, t, fmt).set_requires_grad(true));
+      what += " " + shape_str(shapes[i]) + (dev.back().format() == MemoryFormat::channels_last ? "NHWC" : "");
+      biggest = std::max(biggest, v.numel());
+    }
+    const Tol tol{tol_for(t).atol * opt.tol_scale, tol_for(t).rtol * opt.tol_scale};
+    poison_allocator(biggest);
+    const Tensor yd = f(dev), yr = f(ref);
+    check_close(yd, yr, tol, what + " forward");
+    CHECK_MESSAGE(yd.format() == yr.format(), what, ": result formats differ");
+    const Tensor up = randn(yr.shape(), g, DType::f64, Device::cpu());
+    poison_allocator(std::max(biggest, up.numel()));
+    yd.backward(to_gpu(up, t, yd.format()));
+    yr.backward(to_ref(up, t, yr.format()));
+    for (size_t i = 0; i < dev.size(); ++i) {
+      const double terms = double(std::max<int64_t>(1, yr.numel())) / double(std::max<int64_t>(1, ref[i].numel()));
+      check_close(dev[i].grad(), ref[i].grad(), tol, what + " grad " + std::to_string(i),
+                  std::sqrt(std::max(1.0, terms)));
+    }
+  }
 }
 
 }  // namespace rt::cuda_test

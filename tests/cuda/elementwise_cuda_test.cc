@@ -1,7 +1,9 @@
 // GPU-vs-CPU tests of the elementwise, reduction and cast kernels: first each launcher on
-// NaN-poisoned outputs (aligned and misaligned pointers, odd sizes), then every op through
-// autograd on CUDA against the same op on the CPU. Without a GPU every GPU test prints a
-// SKIPPED line and passes; the host-side checks (argument validation) still run.
+// NaN-poisoned outputs (aligned and misaligned pointers, odd sizes) for every op of the
+// table (kernels/elementwise_ops.h: an op added there is tested here without a new line),
+// then every op through autograd on CUDA against the same op on the CPU, broadcasting
+// included (cuda_test::check_matches_cpu). Without a GPU every GPU test prints a SKIPPED line
+// and passes; the host-side checks (argument validation) still run.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -63,12 +65,40 @@ void check_untouched(const Placed& p, int64_t off, const std::string& what) {
   CHECK_MESSAGE(std::isnan(guard), what, ": wrote outside the output");
 }
 
+// Every op of the table (Note [Elementwise op table]).
+const std::vector<ew::Unary> kAllUnary = {
+#define RT_EW_LIST(name, Op) ew::Unary::name,
+    RT_EW_UNARY_OPS(RT_EW_LIST)
+#undef RT_EW_LIST
+};
+const std::vector<ew::Binary> kAllBinary = {
+#define RT_EW_LIST(name, Op) ew::Binary::name,
+    RT_EW_BINARY_OPS(RT_EW_LIST)
+#undef RT_EW_LIST
+};
+// Ops defined for positive inputs only (pow: at the fractional power kPow).
+bool positive_domain(ew::Unary op) { return op == ew::Unary::sqrt || op == ew::Unary::log || op == ew::Unary::pow; }
+constexpr double kPow = 1.7;
+
 TEST_CASE("launchers reject bad arguments on the host (runs without a GPU)") {
   CHECK_THROWS_WITH_AS(cuda::binary(cuda::Binary::add, DType::i32, 4, nullptr, nullptr, nullptr, nullptr),
                        doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
-  CHECK_THROWS_WITH_AS(cuda::unary(cuda::Unary::relu, DType::f32, -1, nullptr, nullptr, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::unary(cuda::Unary::relu, DType::f32, -1, nullptr, nullptr, 0.0, nullptr),
                        doctest::Contains("negative element count"), Error);
   CHECK_THROWS_WITH_AS(cuda::axpy(DType::f32, 8, 1.0, nullptr, nullptr, nullptr), doctest::Contains("null pointer"),
+                       Error);
+  // A backward formula's inputs must be there; those it does not read may be null.
+  CHECK_THROWS_WITH_AS(cuda::unary_backward(cuda::Unary::sigmoid, DType::f32, 8, nullptr, nullptr, nullptr, nullptr,
+                                            0.0, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  ew::BroadcastPlan plan;
+  plan.nd = 2;
+  plan.size[0] = 3, plan.size[1] = 4;
+  plan.stride[0][0] = 4, plan.stride[0][1] = 1, plan.stride[1][1] = 1;
+  CHECK_THROWS_WITH_AS(cuda::binary_backward(cuda::Binary::mul, DType::f32, plan, nullptr, nullptr, nullptr, nullptr,
+                                             nullptr, reinterpret_cast<void*>(16), nullptr),
+                       doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(cuda::sum_to(DType::f32, plan, 2, nullptr, nullptr, nullptr), doctest::Contains("operand 2"),
                        Error);
   CHECK_THROWS_WITH_AS(cuda::cast(DType::i32, DType::f32, 4, nullptr, nullptr, nullptr),
                        doctest::Contains("i32 -> f32 has no CUDA kernel"), Error);
@@ -107,25 +137,57 @@ TEST_CASE("elementwise launchers write every element, aligned and misaligned") {
           check_untouched(y, off, what);
         };
         const cudaStream_t s = stream();
-        for (auto [op, cop, name] : {std::tuple{cpu::Binary::add, cuda::Binary::add, "add"},
-                                     std::tuple{cpu::Binary::sub, cuda::Binary::sub, "sub"},
-                                     std::tuple{cpu::Binary::mul, cuda::Binary::mul, "mul"},
-                                     std::tuple{cpu::Binary::add_relu, cuda::Binary::add_relu, "add_relu"}}) {
-          run(name, [&](void* y) { cuda::binary(cop, t, n, a.view.raw_data(), b.view.raw_data(), y, s); },
+        for (ew::Binary op : kAllBinary) {
+          // A divisor away from 0.
+          const Placed& bb = op == ew::Binary::div ? p : b;
+          const Tensor& bbr = op == ew::Binary::div ? pr : br;
+          run(ew::name(op), [&](void* y) { cuda::binary(op, t, n, a.view.raw_data(), bb.view.raw_data(), y, s); },
               [&](auto z, Tensor& w) {
                 using R = decltype(z);
-                cpu::binary<R>(op, n, ar.data<R>(), br.data<R>(), w.data<R>());
+                cpu::binary<R>(op, n, ar.data<R>(), bbr.data<R>(), w.data<R>());
               });
+          // The backward formulas on the same values (a, b, y = p, dy = b): da, db and both.
+          const ew::BroadcastPlan dense = ew::BroadcastPlan::dense(n);
+          for (int which = 0; which < 3; ++which) {
+            const std::string gname = std::string(ew::name(op)) + (which == 0 ? " da" : which == 1 ? " db" : " da+db");
+            Placed other = poisoned_out(n, t, off);
+            run(gname,
+                [&](void* y) {
+                  cuda::binary_backward(op, t, dense, a.view.raw_data(), bb.view.raw_data(), p.view.raw_data(),
+                                        b.view.raw_data(), which != 1 ? y : nullptr,
+                                        which == 1 ? y : which == 2 ? other.view.raw_data() : nullptr, s);
+                },
+                [&](auto z, Tensor& w) {
+                  using R = decltype(z);
+                  Tensor spare = Tensor::empty({n}, ref_dtype(t));
+                  cpu::binary_backward<R>(op, dense, ar.data<R>(), bbr.data<R>(), pr.data<R>(), br.data<R>(),
+                                          which != 1 ? w.data<R>() : nullptr,
+                                          which == 1 ? w.data<R>() : which == 2 ? spare.data<R>() : nullptr);
+                  if (which == 2) {  // the second output too
+                    check_close(other.view, spare, tol_for(t), label(gname + " (db)", t, {n}) + sfx);
+                    check_untouched(other, off, gname + " (db)");
+                  }
+                });
+          }
         }
-        for (auto [op, cop, name] : {std::tuple{cpu::Unary::relu, cuda::Unary::relu, "relu"},
-                                     std::tuple{cpu::Unary::square, cuda::Unary::square, "square"},
-                                     std::tuple{cpu::Unary::sqrt, cuda::Unary::sqrt, "sqrt"}}) {
-          const Placed& x = op == cpu::Unary::sqrt ? p : a;
-          const Tensor& xr = op == cpu::Unary::sqrt ? pr : ar;
-          run(name, [&](void* y) { cuda::unary(cop, t, n, x.view.raw_data(), y, s); },
+        for (ew::Unary op : kAllUnary) {
+          const bool pos = positive_domain(op);
+          const Placed& x = pos ? p : a;
+          const Tensor& xr = pos ? pr : ar;
+          const double pw = op == ew::Unary::pow ? kPow : 0.0;
+          run(ew::name(op), [&](void* y) { cuda::unary(op, t, n, x.view.raw_data(), y, pw, s); },
               [&](auto z, Tensor& w) {
                 using R = decltype(z);
-                cpu::unary<R>(op, n, xr.data<R>(), w.data<R>());
+                cpu::unary<R>(op, n, xr.data<R>(), w.data<R>(), pw);
+              });
+          // The backward formula on the same values (x, y = p, dy = b).
+          run(std::string(ew::name(op)) + " backward",
+              [&](void* y) {
+                cuda::unary_backward(op, t, n, x.view.raw_data(), p.view.raw_data(), b.view.raw_data(), y, pw, s);
+              },
+              [&](auto z, Tensor& w) {
+                using R = decltype(z);
+                cpu::unary_backward<R>(op, n, xr.data<R>(), pr.data<R>(), br.data<R>(), w.data<R>(), pw);
               });
         }
         run("affine", [&](void* y) { cuda::affine(t, n, a.view.raw_data(), -1.75, 0.5, y, s); },
@@ -245,6 +307,13 @@ const std::vector<OpCase>& op_cases() {
       {"add_relu", 2, false, [](const std::vector<Tensor>& x) { return add_relu(x[0], x[1]); }, false},
       {"square", 1, false, [](const std::vector<Tensor>& x) { return square(x[0]); }, false},
       {"sqrt", 1, true, [](const std::vector<Tensor>& x) { return sqrt(x[0]); }, false},
+      {"exp", 1, false, [](const std::vector<Tensor>& x) { return exp(x[0]); }, false},
+      {"log", 1, true, [](const std::vector<Tensor>& x) { return log(x[0]); }, false},
+      {"neg", 1, false, [](const std::vector<Tensor>& x) { return neg(x[0]); }, false},
+      {"silu", 1, false, [](const std::vector<Tensor>& x) { return silu(x[0]); }, false},
+      {"pow 3", 1, false, [](const std::vector<Tensor>& x) { return pow(x[0], 3.0); }, false},
+      {"pow 2.5", 1, true, [](const std::vector<Tensor>& x) { return pow(x[0], 2.5); }, false},
+      {"div", 2, true, [](const std::vector<Tensor>& x) { return div(x[0], x[1]); }, false},
       {"sum", 1, false, [](const std::vector<Tensor>& x) { return sum(x[0]); }, true},
       {"mean", 1, false, [](const std::vector<Tensor>& x) { return mean(x[0]); }, true},
       // x used twice: its gradient is accumulated with add_ on the device. (Compositions
@@ -315,6 +384,81 @@ TEST_CASE("in-place add_ and mul_ on CUDA match the CPU") {
       check_close(ad, ar, tol_for(t), label("add_ then mul_", t, sc.shape, sc.fmt));
     }
   }
+}
+
+TEST_CASE("sigmoid and tanh on CUDA match the CPU") {
+  if (!have_gpu("sigmoid and tanh on CUDA match the CPU")) return;
+  // Their backward reads the saved output y, stored in the dtype: y(1 - y) and 1 - y^2 near
+  // |y| = 1 lose the digits y was rounded by (half an ulp: 2^-12 in f16, 2^-9 in bf16), up to
+  // 2 * 2^-9 * |dy| absolute in bf16 (PyTorch's backward reads the same rounded output). Twice
+  // the dtype's tolerance covers |dy| up to 5.
+  for (const ShapeCase& sc : kOpShapes) {
+    const MatchOptions opt = MatchOptions().with_formats({sc.fmt}).with_seed(uint64_t(shape_numel(sc.shape)));
+    MatchOptions wide = opt;
+    wide.tol_scale = 2.0;
+    check_matches_cpu("sigmoid", [](const std::vector<Tensor>& in) { return sigmoid(in[0]); }, {sc.shape},
+                      {DType::f32, DType::f64}, opt);
+    check_matches_cpu("sigmoid", [](const std::vector<Tensor>& in) { return sigmoid(in[0]); }, {sc.shape},
+                      {DType::bf16, DType::f16}, wide);
+    check_matches_cpu("tanh", [](const std::vector<Tensor>& in) { return tanh(in[0]); }, {sc.shape},
+                      {DType::f32, DType::f64}, opt);
+    check_matches_cpu("tanh", [](const std::vector<Tensor>& in) { return tanh(in[0]); }, {sc.shape},
+                      {DType::bf16, DType::f16}, wide);
+  }
+}
+
+// Broadcast pairs: NHWC and NCHW images against per-channel and per-sample values, a
+// scalar-like (1, 1, 1, 1), (N, C) + (C), both operands broadcast, and a channels_last
+// operand against an NCHW one.
+struct BroadcastCase {
+  Shape a, b;
+  MemoryFormat fa, fb;
+};
+const std::vector<BroadcastCase> kBroadcastCases = {
+    {{4, 16, 8, 8}, {4, 16, 1, 1}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    {{4, 16, 8, 8}, {4, 16, 1, 1}, MemoryFormat::channels_last, MemoryFormat::contiguous},
+    {{4, 16, 8, 8}, {1, 16, 1, 1}, MemoryFormat::channels_last, MemoryFormat::channels_last},
+    {{2, 3, 5, 7}, {1, 1, 1, 1}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    {{2, 3, 5, 7}, {1, 3, 5, 7}, MemoryFormat::channels_last, MemoryFormat::contiguous},
+    {{2, 3, 5, 7}, {2, 1, 5, 7}, MemoryFormat::channels_last, MemoryFormat::contiguous},
+    {{1, 3, 1, 7}, {2, 1, 5, 1}, MemoryFormat::contiguous, MemoryFormat::channels_last},
+    {{8, 100}, {100}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    {{100}, {8, 100}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    {{33, 1}, {1, 65}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    {{2, 64, 9, 9}, {64, 1, 1}, MemoryFormat::channels_last, MemoryFormat::contiguous},
+    {{2, 64, 9, 9}, {}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+    // Sums of many terms per output (block kernel) and of few (thread kernel).
+    {{32, 8, 32, 32}, {1, 8, 1, 1}, MemoryFormat::channels_last, MemoryFormat::contiguous},
+    {{2, 8, 32, 32}, {1, 8, 32, 32}, MemoryFormat::contiguous, MemoryFormat::contiguous},
+};
+
+TEST_CASE("broadcasting binary ops on CUDA match the CPU, gradients summed to each operand") {
+  if (!have_gpu("broadcasting binary ops on CUDA match the CPU, gradients summed to each operand")) return;
+  const std::vector<std::pair<const char*, OpFn>> ops = {
+      {"add", [](const std::vector<Tensor>& in) { return add(in[0], in[1]); }},
+      {"sub", [](const std::vector<Tensor>& in) { return sub(in[0], in[1]); }},
+      {"mul", [](const std::vector<Tensor>& in) { return mul(in[0], in[1]); }},
+      {"add_relu", [](const std::vector<Tensor>& in) { return add_relu(in[0], in[1]); }},
+  };
+  uint64_t seed = 300;
+  for (const BroadcastCase& bc : kBroadcastCases) {
+    for (const auto& [name, f] : ops)
+      check_matches_cpu(name, f, {bc.a, bc.b}, {DType::f32, DType::f64, DType::bf16, DType::f16},
+                        MatchOptions().with_formats({bc.fa, bc.fb}).with_seed(++seed));
+    // div: positive operands (a divisor away from 0).
+    check_matches_cpu("div", [](const std::vector<Tensor>& in) { return div(in[0], in[1]); }, {bc.a, bc.b},
+                      {DType::f32, DType::f64, DType::bf16, DType::f16},
+                      MatchOptions().with_formats({bc.fa, bc.fb}).with_seed(++seed).positive());
+  }
+}
+
+TEST_CASE("check_matches_cpu: a user's composed op in one line") {
+  if (!have_gpu("check_matches_cpu: a user's composed op in one line")) return;
+  // A gate composed of primitives: x * silu(s), s per (N, C).
+  check_matches_cpu("x * silu(s)", [](const std::vector<Tensor>& in) { return mul(in[0], silu(in[1])); },
+                    {{2, 8, 5, 5}, {2, 8, 1, 1}});
+  check_matches_cpu("log(x) / x", [](const std::vector<Tensor>& in) { return div(log(in[0]), in[0]); }, {{3, 17}},
+                    {DType::f32, DType::f64}, MatchOptions().positive());
 }
 
 // conv2d, global_avg_pool, linear and cross_entropy used to be checked here for throwing "has no

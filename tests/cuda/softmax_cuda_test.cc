@@ -1,0 +1,97 @@
+// GPU-vs-CPU tests of softmax and log_softmax: forward and backward through autograd, every
+// float dtype, both formats, on shapes that pick each kernel (warp per row, block per long
+// row, a thread per column) and seeded random ones; -inf entries. Without a GPU the GPU
+// tests print SKIPPED lines; the launchers' host-side checks still run.
+#include <cmath>
+#include <limits>
+
+#include "engine/ops.h"
+#include "kernels/cuda/softmax.cuh"
+#include "tests/cuda/cuda_test_util.h"
+
+namespace rt {
+namespace {
+
+using namespace cuda_test;
+
+constexpr MemoryFormat kNCHW = MemoryFormat::contiguous, kNHWC = MemoryFormat::channels_last;
+
+TEST_CASE("softmax launchers: host-side checks (runs without a GPU)") {
+  CHECK_THROWS_WITH_AS(cuda::softmax_forward(DType::i32, false, 1, 1, 1, nullptr, nullptr, nullptr),
+                       doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
+  CHECK_THROWS_WITH_AS(cuda::softmax_backward(DType::f32, true, 1, -1, 1, nullptr, nullptr, nullptr, nullptr),
+                       doctest::Contains("negative extent"), Error);
+  CHECK_THROWS_WITH_AS(cuda::softmax_forward(DType::f32, false, 2, 3, 1, nullptr, nullptr, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  cuda::softmax_forward(DType::f16, true, 4, 0, 3, nullptr, nullptr, nullptr);  // empty: no launch
+}
+
+struct Case {
+  Shape shape;
+  int dim;
+  MemoryFormat format;
+};
+
+std::vector<Case> cases() {
+  std::vector<Case> cs = {
+      {{300, 10}, 1, kNCHW},      // a warp per row
+      {{4, 1000}, -1, kNCHW},     // a warp per row at its limit (1024)
+      {{3, 5000}, 1, kNCHW},      // a block per row
+      {{2, 17, 5, 4}, 1, kNCHW},  // softmax over C of NCHW: a thread per column
+      {{2, 17, 5, 4}, 1, kNHWC},  // over C of NHWC: rows (C innermost)
+      {{2, 3, 5, 4}, 2, kNHWC},   // over H of NHWC: columns
+      {{1, 1, 1, 1}, 0, kNHWC},
+  };
+  Generator g(71);
+  const int64_t sizes[] = {1, 2, 3, 5, 7, 33, 70};
+  for (int c = 0; c < 30; ++c) {
+    Case k;
+    const int n = int(g.randint(1, 6));
+    for (int d = 0; d < n; ++d) k.shape.push_back(sizes[g.randint(0, 7)]);
+    k.dim = int(g.randint(-n, n));
+    k.format = n == 4 && g.randint(0, 2) == 1 ? kNHWC : kNCHW;
+    cs.push_back(k);
+  }
+  return cs;
+}
+
+TEST_CASE("softmax and log_softmax on CUDA match the CPU: forward and backward, every dtype") {
+  if (!have_gpu("softmax forward/backward")) return;
+  uint64_t seed = 100;
+  for (DType t : kFloatTypes)
+    for (const Case& k : cases())
+      for (bool log : {false, true}) {
+        const std::string w = label(log ? "log_softmax" : "softmax", t, k.shape, k.format) + " dim " +
+                              std::to_string(k.dim);
+        CAPTURE(w);
+        const Tensor x64 = rnd(k.shape, ++seed), g64 = rnd(k.shape, ++seed);
+        poison_allocator(x64.numel());
+        Tensor xd = to_gpu(x64, t, k.format).set_requires_grad(true);
+        Tensor xr = to_ref(x64, t, k.format).set_requires_grad(true);
+        const Tensor yd = log ? log_softmax(xd, k.dim) : softmax(xd, k.dim);
+        const Tensor yr = log ? log_softmax(xr, k.dim) : softmax(xr, k.dim);
+        CHECK(yd.format() == k.format);
+        check_close(yd, yr, tol_for(t), w + " y");
+        poison_allocator(x64.numel());
+        yd.backward(to_gpu(g64, t, k.format));
+        yr.backward(to_ref(g64, t, k.format));
+        // The backward sums over the row; in bf16/f16 the GPU also reads the rounded y.
+        const int64_t n = k.shape[size_t(k.dim < 0 ? k.dim + int(k.shape.size()) : k.dim)];
+        check_close(xd.grad(), xr.grad(), tol_for(t), w + " dx", std::sqrt(double(n)));
+      }
+}
+
+TEST_CASE("softmax on CUDA: -inf entries get 0, a row of -inf gives NaN like the CPU") {
+  if (!have_gpu("softmax -inf")) return;
+  const double inf = std::numeric_limits<double>::infinity();
+  const Tensor x = Tensor::from_vector(std::vector<double>{1000, 1001, 1002, -inf, 0, 0, -inf, -inf, -inf}, {3, 3});
+  for (DType t : {DType::f32, DType::f64}) {
+    const std::vector<double> got = softmax(x.to(t).to(gpu()), 1).to_vector<double>();
+    const std::vector<double> want = softmax(x.to(t), 1).to_vector<double>();
+    for (size_t i = 0; i < 6; ++i) CHECK(std::abs(got[i] - want[i]) <= 1e-6);
+    for (size_t i = 6; i < 9; ++i) CHECK(std::isnan(got[i]));
+  }
+}
+
+}  // namespace
+}  // namespace rt
