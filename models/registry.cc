@@ -34,10 +34,10 @@ ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> lay
           }};
 }
 
-}  // namespace
-
-const std::vector<ModelEntry>& model_registry() {
-  static const std::vector<ModelEntry> r = {
+// The registry: built-ins first; register_model appends. Function-local statics, so a
+// registration from another file's static initialiser finds them constructed.
+std::vector<ModelEntry>& entries() {
+  static std::vector<ModelEntry> r = {
       resnet("resnet18", false, {2, 2, 2, 2}),  resnet("resnet34", false, {3, 4, 6, 3}),
       resnet("resnet50", true, {3, 4, 6, 3}),   resnet("resnet101", true, {3, 4, 23, 3}),
       resnet("resnet152", true, {3, 8, 36, 3}),
@@ -46,6 +46,33 @@ const std::vector<ModelEntry>& model_registry() {
       resnet("wide_resnet50_2", true, {3, 4, 6, 3}, 0, 128, "Wide ResNet-50-2 (inner widths x2): "),
   };
   return r;
+}
+
+std::string& registration_error() {
+  static std::string e;
+  return e;
+}
+
+}  // namespace
+
+bool register_model(ModelEntry entry) {
+  std::string& err = registration_error();
+  if (entry.name.empty() || !entry.make) {
+    if (err.empty()) err = "a model was registered with an empty name or no factory";
+    return false;
+  }
+  for (const ModelEntry& e : entries())
+    if (e.name == entry.name) {
+      if (err.empty()) err = "model '" + entry.name + "' is registered twice (RT_REGISTER_MODEL): rename one";
+      return false;
+    }
+  entries().push_back(std::move(entry));
+  return true;
+}
+
+const std::vector<ModelEntry>& model_registry() {
+  RT_CHECK(registration_error().empty(), registration_error());
+  return entries();
 }
 
 std::vector<std::string> model_names() {

@@ -1,4 +1,6 @@
-// Every model selectable by name (--model). A new model is added in registry.cc, once.
+// Every model selectable by name (--model): the built-in ones (registry.cc) and any model a
+// program registers from its own source file with RT_REGISTER_MODEL, without editing this
+// directory (examples/ shows one, trained by the ringtape command line).
 #pragma once
 
 #include <functional>
@@ -32,9 +34,26 @@ struct ModelEntry {
   std::function<std::shared_ptr<nn::Module>(const ModelOptions&)> make;
 };
 
+// The built-in models, then the registered ones in registration order.
 const std::vector<ModelEntry>& model_registry();
+// Adds a model (usually through RT_REGISTER_MODEL, at static initialisation). A name already
+// taken, or empty, is remembered and reported by every later lookup (model_names,
+// make_model) as an rt::Error naming it: static initialisation cannot report errors itself.
+bool register_model(ModelEntry entry);
 std::vector<std::string> model_names();
 // Throws rt::Error listing the known names when `name` is not one.
 std::shared_ptr<nn::Module> make_model(const std::string& name, const ModelOptions& opt);
 
 }  // namespace rt::models
+
+// Registers a model from a source file of its own, at static initialisation:
+//   RT_REGISTER_MODEL("tiny_convnet", "a 3-layer ConvNet", [](const rt::models::ModelOptions& o) {
+//     return std::make_shared<TinyConvNet>(o);
+//   });
+// The file must be linked into the binary (list it in the cc_binary's srcs, or mark its
+// cc_library alwayslink = True): nothing else refers to it.
+#define RT_REGISTER_MODEL_CAT2(a, b) a##b
+#define RT_REGISTER_MODEL_CAT(a, b) RT_REGISTER_MODEL_CAT2(a, b)
+#define RT_REGISTER_MODEL(name, description, factory)                                 \
+  [[maybe_unused]] static const bool RT_REGISTER_MODEL_CAT(rt_registered_model_, __COUNTER__) = \
+      ::rt::models::register_model(::rt::models::ModelEntry{name, description, factory})
