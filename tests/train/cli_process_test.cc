@@ -246,7 +246,9 @@ TEST_CASE("--profile-steps: the table, profile.json and trace.json; the epoch's 
   REQUIRE(run(args, out) == 0);
   const std::string so = read(out / "stdout.txt");
   CHECK(so.find("profile of steps 3-5 on cpu") != std::string::npos);
-  CHECK(so.find("layer1.0.conv1") != std::string::npos);  // grouped by layer
+  // Grouped by layer: rows are module paths (which ones make the top 30 depends on timing).
+  CHECK(so.find("\nlayer ") != std::string::npos);
+  CHECK(so.find(".conv") != std::string::npos);
   CHECK(so.find("memory of the last profiled step") != std::string::npos);
   CHECK(so.find("epoch 0 memory cpu: peak") != std::string::npos);
   const json::Value prof = json::parse(read(out / "profile.json"));
