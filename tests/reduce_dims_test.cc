@@ -13,15 +13,7 @@
 namespace rt {
 namespace {
 
-// The op events called `name` that one profiled run of f records (Note [Profiler scopes]).
-std::vector<prof::Event> op_events(const std::function<void()>& f, const std::string& name) {
-  prof::start();
-  f();
-  std::vector<prof::Event> out;
-  for (const prof::Event& e : prof::stop())
-    if (e.kind == prof::EventKind::op && e.name == name) out.push_back(e);
-  return out;
-}
+using test::op_events;
 
 constexpr MemoryFormat kNCHW = MemoryFormat::contiguous, kNHWC = MemoryFormat::channels_last;
 

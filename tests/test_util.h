@@ -5,11 +5,13 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <functional>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "engine/gradcheck.h"
+#include "engine/profiler.h"
 #include "engine/random.h"
 #include "engine/tensor.h"
 
@@ -70,5 +72,16 @@ inline void check_gradcheck(const std::function<Tensor(const std::vector<Tensor>
 }
 
 inline const char* fmt_name(MemoryFormat f) { return f == MemoryFormat::contiguous ? "NCHW" : "NHWC"; }
+
+// The op events called `name` that one profiled run of f records (Note [Profiler scopes]):
+// how an op's test checks its profiler scope and cost formula.
+inline std::vector<prof::Event> op_events(const std::function<void()>& f, const std::string& name) {
+  prof::start();
+  f();
+  std::vector<prof::Event> out;
+  for (const prof::Event& e : prof::stop())
+    if (e.kind == prof::EventKind::op && e.name == name) out.push_back(e);
+  return out;
+}
 
 }  // namespace rt::test

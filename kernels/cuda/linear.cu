@@ -22,15 +22,8 @@
 
 #include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/blas.cuh"
 #include "kernels/cuda/linear.cuh"
-
-#define CUBLAS_CHECK(call)                                                                        \
-  do {                                                                                            \
-    cublasStatus_t rt_st_ = (call);                                                               \
-    if (rt_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      RT_FAIL(__FILE__, ":", __LINE__, ": ", #call, " failed: ", cublasGetStatusName(rt_st_), " (", \
-              cublasGetStatusString(rt_st_), ")");                                                \
-  } while (0)
 
 namespace rt::cuda {
 namespace {
@@ -76,47 +69,6 @@ struct WriteColumn {
   __device__ void operator()(int64_t c, const detail::SumState<acc_t<T>>& st) const { db[c] = from_acc<T>(st.a); }
 };
 
-// ---- the handle cache --------------------------------------------------------------------
-
-class BlasHandle {
- public:
-  BlasHandle() {
-    CUBLAS_CHECK(cublasCreate(&h_));
-    // bf16/f16 GEMMs accumulate in f32 all the way (no reduced-precision split-K reductions).
-    CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  }
-  BlasHandle(const BlasHandle&) = delete;
-  BlasHandle& operator=(const BlasHandle&) = delete;
-  ~BlasHandle() {
-    const cublasStatus_t st = cublasDestroy(h_);
-    if (st != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "%s:%d: cublasDestroy failed: %s\n", __FILE__, __LINE__,
-                                                  cublasGetStatusName(st));
-  }
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
-
-constexpr int kMaxDevices = 64;
-
-// The current device's handle, bound to stream s.
-cublasHandle_t handle_for(cudaStream_t s) {
-  static std::mutex mu;
-  static std::array<std::unique_ptr<BlasHandle>, kMaxDevices> handles;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  RT_CHECK(dev >= 0 && dev < kMaxDevices, "linear: device ", dev, " is beyond the cuBLAS handle cache (", kMaxDevices,
-           " devices)");
-  cublasHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!handles[dev]) handles[dev] = std::make_unique<BlasHandle>();
-    h = handles[dev]->get();
-  }
-  CUBLAS_CHECK(cublasSetStream(h, s));
-  return h;
-}
 
 // ---- launchers -------------------------------------------------------------------------
 
@@ -153,7 +105,7 @@ void gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_
     CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(m) * size_t(n) * dtype_size(t), s));
     return;
   }
-  cublasHandle_t h = handle_for(s);
+  cublasHandle_t h = blas_handle_for(s);
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;

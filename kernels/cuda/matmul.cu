@@ -18,60 +18,13 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/blas.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/matmul.cuh"
-
-#define RT_MATMUL_CUBLAS_CHECK(call)                                                              \
-  do {                                                                                            \
-    cublasStatus_t rt_st_ = (call);                                                               \
-    if (rt_st_ != CUBLAS_STATUS_SUCCESS)                                                          \
-      RT_FAIL(__FILE__, ":", __LINE__, ": ", #call, " failed: ", cublasGetStatusName(rt_st_), " (", \
-              cublasGetStatusString(rt_st_), ")");                                                \
-  } while (0)
 
 namespace rt::cuda {
 namespace {
 
-// ---- the handle cache --------------------------------------------------------------------
-
-class BlasHandle {
- public:
-  BlasHandle() {
-    RT_MATMUL_CUBLAS_CHECK(cublasCreate(&h_));
-    // bf16/f16 products accumulate in f32 all the way (no reduced-precision split-K reductions).
-    RT_MATMUL_CUBLAS_CHECK(cublasSetMathMode(h_, CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION));
-  }
-  BlasHandle(const BlasHandle&) = delete;
-  BlasHandle& operator=(const BlasHandle&) = delete;
-  ~BlasHandle() {
-    const cublasStatus_t st = cublasDestroy(h_);
-    if (st != CUBLAS_STATUS_SUCCESS) std::fprintf(stderr, "%s:%d: cublasDestroy failed: %s\n", __FILE__, __LINE__,
-                                                  cublasGetStatusName(st));
-  }
-  cublasHandle_t get() const { return h_; }
-
- private:
-  cublasHandle_t h_ = nullptr;
-};
-
-constexpr int kMaxDevices = 64;
-
-cublasHandle_t handle_for(cudaStream_t s) {
-  static std::mutex mu;
-  static std::array<std::unique_ptr<BlasHandle>, kMaxDevices> handles;
-  int dev = 0;
-  CUDA_CHECK(cudaGetDevice(&dev));
-  RT_CHECK(dev >= 0 && dev < kMaxDevices, "matmul: device ", dev, " is beyond the cuBLAS handle cache (", kMaxDevices,
-           " devices)");
-  cublasHandle_t h;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (!handles[dev]) handles[dev] = std::make_unique<BlasHandle>();
-    h = handles[dev]->get();
-  }
-  RT_MATMUL_CUBLAS_CHECK(cublasSetStream(h, s));
-  return h;
-}
 
 // ---- launcher helpers ----------------------------------------------------------------------
 
@@ -109,13 +62,13 @@ void matmul(DType t, int64_t batch, bool ta, bool tb, int64_t M, int64_t N, int6
     CUDA_CHECK(cudaMemsetAsync(c, 0, size_t(batch) * size_t(M) * size_t(N) * dtype_size(t), s));
     return;
   }
-  cublasHandle_t h = handle_for(s);
+  cublasHandle_t h = blas_handle_for(s);
   const double one_d = 1.0, zero_d = 0.0;
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = g.double_scalars ? static_cast<const void*>(&zero_d) : &zero_f;
   // c^T (N x M) = op(b)^T (N x K) op(a)^T (K x M), column-major.
-  RT_MATMUL_CUBLAS_CHECK(cublasGemmStridedBatchedEx(
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(
       h, tb ? CUBLAS_OP_T : CUBLAS_OP_N, ta ? CUBLAS_OP_T : CUBLAS_OP_N, as_int(N, "N"), as_int(M, "M"),
       as_int(K, "K"), alpha, b, g.data, as_int(tb ? K : N, "ldb"), (long long)(K * N), a, g.data,
       as_int(ta ? M : K, "lda"), (long long)(M * K), beta, c, g.data, as_int(N, "ldc"), (long long)(M * N),
