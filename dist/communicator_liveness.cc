@@ -132,7 +132,7 @@ PeerLiveness::~PeerLiveness() {
   thread_.join();
 }
 
-void PeerLiveness::poll_peers(int timeout_ms) {
+bool PeerLiveness::poll_peers(int timeout_ms) {
   std::vector<pollfd> fds;
   std::vector<Peer*> who;
   for (Peer& p : peers_)
@@ -140,7 +140,8 @@ void PeerLiveness::poll_peers(int timeout_ms) {
       fds.push_back(pollfd{p.fd.get(), POLLIN, 0});
       who.push_back(&p);
     }
-  if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return;
+  if (fds.empty() || ::poll(fds.data(), fds.size(), timeout_ms) <= 0) return false;
+  bool newly_lost = false;
   for (size_t i = 0; i < fds.size(); ++i) {
     if (!fds[i].revents) continue;
     uint8_t buf[64];
@@ -152,7 +153,28 @@ void PeerLiveness::poll_peers(int timeout_ms) {
     if (k < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) continue;
     who[i]->open = false;  // closed (0) or reset: the process is gone
     lost_.push_back(Loss{who[i]->rank, Clock::now()});
+    newly_lost = true;
   }
+  return newly_lost;
+}
+
+void PeerLiveness::on_loss(std::function<void()> f) {
+  bool already;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    on_loss_ = std::move(f);
+    already = !lost_.empty();
+  }
+  if (already) notify_loss();
+}
+
+void PeerLiveness::notify_loss() {
+  std::function<void()> f;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    f = on_loss_;
+  }
+  if (f) f();
 }
 
 void PeerLiveness::loop() {
@@ -168,18 +190,28 @@ void PeerLiveness::loop() {
     const int rc = ::poll(fds.data(), fds.size(), -1);
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents) return;  // the destructor
-    std::lock_guard<std::mutex> lock(mu_);
-    poll_peers(0);
+    bool newly_lost;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      newly_lost = poll_peers(0);
+    }
+    if (newly_lost) notify_loss();
   }
 }
 
 std::vector<PeerLiveness::Loss> PeerLiveness::lost(Millis grace) {
   const auto deadline = Clock::now() + grace;
-  std::lock_guard<std::mutex> lock(mu_);
-  poll_peers(0);
-  while (lost_.empty() && Clock::now() < deadline)
-    poll_peers(int(std::chrono::ceil<Millis>(deadline - Clock::now()).count()));
-  return lost_;
+  std::vector<Loss> out;
+  bool newly_lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    newly_lost = poll_peers(0);
+    while (lost_.empty() && Clock::now() < deadline)
+      newly_lost |= poll_peers(int(std::chrono::ceil<Millis>(deadline - Clock::now()).count()));
+    out = lost_;
+  }
+  if (newly_lost) notify_loss();
+  return out;
 }
 
 std::string PeerLiveness::describe_lost(Millis grace) {

@@ -12,6 +12,7 @@
 #pragma once
 
 #include <chrono>
+#include <functional>
 #include <mutex>
 #include <string>
 #include <thread>
@@ -47,6 +48,10 @@ class PeerLiveness {
   // "rank 3 (its connection closed 0.1 s ago: the process exited or was killed)", one
   // clause per lost rank joined by "; ", or "" when every peer is alive.
   std::string describe_lost(Millis grace = Millis(0));
+  // Called (from the liveness thread, or from lost()) each time a peer is found lost, so
+  // that transfers waiting on that peer can be aborted at once (Note [Aborting waits on a
+  // lost peer] in gloo_communicator.cc). Must not call back into this object.
+  void on_loss(std::function<void()> f);
 
  private:
   struct Peer {
@@ -55,13 +60,16 @@ class PeerLiveness {
     bool open = true;
   };
   void connect_all(Store& store, const std::string& prefix, const std::string& host, Millis timeout);
-  void poll_peers(int timeout_ms);  // reads what arrived; notes closes. Needs mu_.
+  // Reads what arrived; notes closes; true when a peer was newly lost. Needs mu_.
+  bool poll_peers(int timeout_ms);
+  void notify_loss();  // calls on_loss_; without mu_
   void loop();
 
   int rank_, world_;
   std::mutex mu_;
   std::vector<Peer> peers_;
   std::vector<Loss> lost_;
+  std::function<void()> on_loss_;  // guarded by mu_
   net::Fd wake_;  // eventfd: the destructor's signal to the thread
   std::thread thread_;
 };

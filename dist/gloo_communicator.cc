@@ -15,6 +15,7 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <utility>
 
 #include "dist/allreduce_algos.h"
@@ -46,11 +47,55 @@ Millis left(Clock::time_point deadline) {
   return std::max(Millis(0), std::chrono::duration_cast<Millis>(deadline - Clock::now()));
 }
 
+// Note [Aborting waits on a lost peer]
+// Gloo fails the transfers queued on a pair when that pair's connection closes, but a send
+// still waiting for its peer to post the matching receive is held by the context, not the
+// pair: when that peer dies, nothing wakes the send, and it waits out the whole timeout
+// (seen in CI: rank 0 of a 4-rank tree waited 5 s for a SIGKILLed rank 2 while its
+// neighbours failed in 0.2 s). So the liveness links, which see any peer's death at once,
+// abort the one wait in progress (and every later one) through this latch; the failure is
+// then reported with the lost rank named. It is shared with the liveness thread's callback,
+// which may outlive the transport. This covers our algorithms and point-to-point calls;
+// Gloo's own collectives (AllReduceAlgo::library, broadcast, all_gather, barrier) keep
+// their buffers to themselves, and closing the connections does not wake them either
+// (tried): there, a wait on a live peer while another rank dies lasts until the timeout.
+class WaitAborter {
+ public:
+  // Called by the liveness thread when a peer is lost.
+  void peer_lost() {
+    std::lock_guard<std::mutex> lock(mu_);
+    lost_ = true;
+    abort_current();
+  }
+  // Marks `buf` as the wait in progress (nullptr: none); false when a peer is already lost,
+  // in which case the wait must not start.
+  bool set_current(gloo::transport::UnboundBuffer* buf, bool sending) {
+    std::lock_guard<std::mutex> lock(mu_);
+    current_ = buf;
+    sending_ = sending;
+    return !lost_;
+  }
+
+ private:
+  void abort_current() {
+    if (!current_) return;
+    // Gloo keeps the abort until the next wait takes it, so one that lands just before the
+    // wait begins still ends it.
+    if (sending_) current_->abortWaitSend();
+    else current_->abortWaitRecv();
+  }
+  std::mutex mu_;
+  bool lost_ = false;
+  gloo::transport::UnboundBuffer* current_ = nullptr;
+  bool sending_ = false;
+};
+
 // The algorithms' P2P on Gloo's unbound buffers; reductions on this (the communication)
 // thread with the CPU kernels.
 class GlooP2P final : public P2P {
  public:
-  explicit GlooP2P(std::shared_ptr<gloo::Context> ctx) : ctx_(std::move(ctx)) {}
+  GlooP2P(std::shared_ptr<gloo::Context> ctx, std::shared_ptr<WaitAborter> aborter)
+      : ctx_(std::move(ctx)), aborter_(std::move(aborter)) {}
 
   // The call the following transfers belong to: their slots and their deadline.
   void begin_call(uint64_t slot_base, Clock::time_point deadline) {
@@ -83,13 +128,17 @@ class GlooP2P final : public P2P {
     Group g = std::move(groups_.front());
     groups_.pop_front();
     for (Pending& p : g) {
+      constexpr const char* kAborted = "the transfer was aborted: a peer's process is gone";
+      if (!aborter_->set_current(p.buf.get(), p.sending)) throw PeerFailure(p.peer, p.sending, kAborted);
       bool ok = false;
       try {
         ok = p.sending ? p.buf->waitSend(nullptr, left(deadline_)) : p.buf->waitRecv(nullptr, left(deadline_));
       } catch (const std::exception& e) {
+        aborter_->set_current(nullptr, false);
         throw PeerFailure(p.peer, p.sending, e.what());
       }
-      if (!ok) throw PeerFailure(p.peer, p.sending, "the transfer was aborted");
+      aborter_->set_current(nullptr, false);
+      if (!ok) throw PeerFailure(p.peer, p.sending, kAborted);
     }
   }
 
@@ -123,6 +172,7 @@ class GlooP2P final : public P2P {
   }
 
   std::shared_ptr<gloo::Context> ctx_;
+  std::shared_ptr<WaitAborter> aborter_;
   uint64_t slot_base_ = 0;
   Clock::time_point deadline_;
   std::deque<Group> groups_;
@@ -187,7 +237,9 @@ GlooCommunicator::Impl::Impl(GlooCommunicator& self, Store& store)
             ". Check that every rank runs and that ", host, " is reachable from the other machines (or set ",
             "CommOptions::host to the interface they can reach)");
   }
-  transport = std::make_unique<GlooP2P>(ctx);
+  auto aborter = std::make_shared<WaitAborter>();
+  transport = std::make_unique<GlooP2P>(ctx, aborter);
+  liveness->on_loss([aborter] { aborter->peer_lost(); });
   queue = std::make_unique<WorkQueue>([this](const std::string& what, Millis timeout, Clock::duration ran,
                                              std::exception_ptr e) { return describe(what, timeout, ran, e); });
 }

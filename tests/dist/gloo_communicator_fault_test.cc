@@ -68,6 +68,45 @@ TEST_CASE("gloo: a rank killed mid-collective makes every other rank fail within
   }
 }
 
+// Rank 0 waits to receive from rank 1, which is alive but silent, while rank 2 is
+// SIGKILLed 0.3 s in. Gloo fails only the transfers on the connection that closed, so
+// rank 0's wait would last the whole timeout; a dead rank means the job cannot go on, so
+// the liveness links end every wait at once (Note [Aborting waits on a lost peer]).
+int wait_on_silent_peer_while_another_dies(int rank) {
+  CommOptions o;
+  o.timeout = kTimeout;
+  testing::GlooRank g(o);
+  Communicator& c = g.comm();
+  c.barrier().wait();
+  if (rank == 2) {
+    std::this_thread::sleep_for(300ms);
+    raise(SIGKILL);
+  }
+  if (rank == 1) {
+    std::this_thread::sleep_for(kTimeout + 1s);
+    return 0;
+  }
+  Tensor x = int_tensor(rank, 1000, DType::f32);
+  const auto start = Clock::now();
+  try {
+    c.recv(x, 1).wait();
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    RT_CHECK(has(e.what(), "lost rank 2 ("), "message: ", e.what());
+    RT_CHECK(s < 2.0, "the receive failed after ", s, " s instead of soon after rank 2 died; message: ", e.what());
+    return 0;
+  }
+  return 3;
+}
+
+TEST_CASE("gloo: a rank's death ends every wait at once, even on another rank's connection") {
+  const auto r = testing::launch(3, wait_on_silent_peer_while_another_dies, within(20s));
+  INFO(r.report());
+  CHECK(r.hung().empty());
+  CHECK(r.ranks[2].signal == SIGKILL);
+  CHECK(r.ranks[0].exit_code == 0);
+}
+
 // Rank 1 is alive but never calls; rank 0's call times out.
 int silent_peer(int rank, AllReduceAlgo algo) {
   CommOptions o;
