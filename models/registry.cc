@@ -1,36 +1,17 @@
 #include "models/registry.h"
 
-#include "models/resnet.h"
-
 namespace rt::models {
 namespace {
 
-// groups / width_per_group: the values the model fixes (0: torchvision's default 1 / 64,
-// which ModelOptions may override); `title` starts the description.
+// groups / width_per_group: the values the model fixes (resnet_config); `title` starts the
+// description.
 ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> layers, int64_t groups = 0,
                   int64_t width_per_group = 0, const std::string& title = "") {
   return {name,
           detail::cat(title, bottleneck ? "bottleneck" : "basic-block", " ResNet, stages ", layers[0], "-", layers[1],
                       "-", layers[2], "-", layers[3], " (torchvision topology and names)"),
           [name, bottleneck, layers, groups, width_per_group](const ModelOptions& o) -> std::shared_ptr<nn::Module> {
-            // torchvision's _ovewrite_named_param: a fixed value may be passed again, not changed.
-            auto pick = [&name](int64_t fixed, int64_t asked, int64_t dflt, const char* what) {
-              RT_CHECK(fixed == 0 || asked == 0 || asked == fixed, name, " has ", what, " ", fixed, ", not ", asked);
-              return fixed != 0 ? fixed : asked != 0 ? asked : dflt;
-            };
-            ResNetConfig c;
-            c.bottleneck = bottleneck;
-            c.layers = layers;
-            c.num_classes = o.num_classes;
-            c.in_channels = o.in_channels;
-            c.width = o.width;
-            c.groups = pick(groups, o.groups, 1, "groups");
-            c.width_per_group = pick(width_per_group, o.width_per_group, 64, "width_per_group");
-            c.small_stem = o.small_stem;
-            c.stem_stride = o.stem_stride;
-            c.zero_init_residual = o.zero_init_residual;
-            c.seed = o.seed;
-            return std::make_shared<ResNet>(c);
+            return std::make_shared<ResNet>(resnet_config(name, bottleneck, layers, o, groups, width_per_group));
           }};
 }
 
@@ -54,6 +35,28 @@ std::string& registration_error() {
 }
 
 }  // namespace
+
+ResNetConfig resnet_config(const std::string& name, bool bottleneck, std::vector<int> layers, const ModelOptions& o,
+                           int64_t groups, int64_t width_per_group) {
+  // torchvision's _ovewrite_named_param: a fixed value may be passed again, not changed.
+  auto pick = [&name](int64_t fixed, int64_t asked, int64_t dflt, const char* what) {
+    RT_CHECK(fixed == 0 || asked == 0 || asked == fixed, name, " has ", what, " ", fixed, ", not ", asked);
+    return fixed != 0 ? fixed : asked != 0 ? asked : dflt;
+  };
+  ResNetConfig c;
+  c.bottleneck = bottleneck;
+  c.layers = std::move(layers);
+  c.num_classes = o.num_classes;
+  c.in_channels = o.in_channels;
+  c.width = o.width;
+  c.groups = pick(groups, o.groups, 1, "groups");
+  c.width_per_group = pick(width_per_group, o.width_per_group, 64, "width_per_group");
+  c.small_stem = o.small_stem;
+  c.stem_stride = o.stem_stride;
+  c.zero_init_residual = o.zero_init_residual;
+  c.seed = o.seed;
+  return c;
+}
 
 bool register_model(ModelEntry entry) {
   std::string& err = registration_error();

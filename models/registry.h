@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "engine/nn/module.h"
+#include "models/resnet.h"
 
 namespace rt::models {
 
@@ -27,6 +28,14 @@ struct ModelOptions {
   int64_t groups = 0;
   int64_t width_per_group = 0;
 };
+
+// The ResNetConfig of a ResNet-family model `name` (bottleneck or basic blocks, `layers` per
+// stage) built with `o`. `groups` / `width_per_group`: the values the model fixes (0:
+// torchvision's 1 / 64, which `o` may override); a different value in `o` is refused, as
+// torchvision's builders do. For a model file of its own that builds on ResNet
+// (models/se_resnet.cc).
+ResNetConfig resnet_config(const std::string& name, bool bottleneck, std::vector<int> layers, const ModelOptions& o,
+                           int64_t groups = 0, int64_t width_per_group = 0);
 
 struct ModelEntry {
   std::string name;

@@ -20,13 +20,29 @@ std::shared_ptr<nn::Sequential> make_downsample(int64_t in, int64_t out, int str
 // each way instead of two), with the same parameters, buffers and values as bn.forward()
 // then relu / add_relu, also under mixed precision.
 
+// A block's tail: relu(bn(out) + residual), fused unless an attention module sits between
+// the batch norm and the add (timm's order: bn, attention, add, relu).
+Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& out, const Tensor& residual) {
+  if (!attention) return bn.forward_relu(out, residual);
+  return add_relu(attention->forward(bn.forward(out)), residual);
+}
+
+std::shared_ptr<nn::Module> make_attention(const BlockAttention& attention, int64_t channels, Generator& g) {
+  if (!attention) return nullptr;
+  auto m = attention(channels, g);
+  RT_CHECK(m != nullptr, "ResNetConfig::attention returned no module for ", channels, " channels");
+  return m;
+}
+
 }  // namespace
 
-BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generator& g) {
+BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generator& g, const BlockAttention& attn,
+                       const std::string& attn_name) {
   conv1 = register_module("conv1", std::make_shared<nn::Conv2d>(in, planes, 3, stride, 1, g));
   bn1 = register_module("bn1", std::make_shared<nn::BatchNorm2d>(planes));
   conv2 = register_module("conv2", std::make_shared<nn::Conv2d>(planes, planes, 3, 1, 1, g));
   bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(planes));
+  if (attn) attention = register_module(attn_name, make_attention(attn, planes, g));
   if (ds) downsample = register_module("downsample", make_downsample(in, planes, stride, g));
 }
 
@@ -34,11 +50,11 @@ Tensor BasicBlock::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
   Tensor out = bn1->forward_relu(conv1->forward(x));
   out = conv2->forward(out);
-  return bn2->forward_relu(out, downsample ? downsample->forward(x) : x);
+  return block_tail(*bn2, attention.get(), out, downsample ? downsample->forward(x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g, int64_t groups,
-                       int64_t width_per_group) {
+                       int64_t width_per_group, const BlockAttention& attn, const std::string& attn_name) {
   RT_CHECK(groups > 0 && groups <= (int64_t(1) << 30) && width_per_group > 0 && planes * width_per_group % 64 == 0,
            "Bottleneck: planes ", planes, " x width_per_group ", width_per_group,
            " must be a positive multiple of 64, groups in [1, 2^30] (got ", groups, ")");
@@ -51,6 +67,7 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generato
   bn2 = register_module("bn2", std::make_shared<nn::BatchNorm2d>(width));
   conv3 = register_module("conv3", std::make_shared<nn::Conv2d>(width, planes * kExpansion, 1, 1, 0, g));
   bn3 = register_module("bn3", std::make_shared<nn::BatchNorm2d>(planes * kExpansion));
+  if (attn) attention = register_module(attn_name, make_attention(attn, planes * kExpansion, g));
   if (ds) downsample = register_module("downsample", make_downsample(in, planes * kExpansion, stride, g));
 }
 
@@ -59,7 +76,7 @@ Tensor Bottleneck::forward(const Tensor& x) {
   Tensor out = bn1->forward_relu(conv1->forward(x));
   out = bn2->forward_relu(conv2->forward(out));
   out = conv3->forward(out);
-  return bn3->forward_relu(out, downsample ? downsample->forward(x) : x);
+  return block_tail(*bn3, attention.get(), out, downsample ? downsample->forward(x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
@@ -115,11 +132,12 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
       const int st = b == 0 ? stride : 1;
       const bool ds = b == 0 && (st != 1 || in != planes * expansion);
       if (cfg.bottleneck) {
-        auto blk = std::make_shared<Bottleneck>(in, planes, st, ds, g, cfg.groups, cfg.width_per_group);
+        auto blk = std::make_shared<Bottleneck>(in, planes, st, ds, g, cfg.groups, cfg.width_per_group,
+                                                cfg.attention, cfg.attention_name);
         if (cfg.zero_init_residual) blk->bn3->weight.fill_(0.0);
         stage->push_back(blk);
       } else {
-        auto blk = std::make_shared<BasicBlock>(in, planes, st, ds, g);
+        auto blk = std::make_shared<BasicBlock>(in, planes, st, ds, g, cfg.attention, cfg.attention_name);
         if (cfg.zero_init_residual) blk->bn2->weight.fill_(0.0);
         stage->push_back(blk);
       }

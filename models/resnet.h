@@ -3,6 +3,7 @@
 // small-image stem and a width multiplier for 28x28 / 32x32 inputs.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -10,6 +11,10 @@
 #include "engine/nn/layers.h"
 
 namespace rt::models {
+
+// Builds a block's attention module (see ResNetConfig::attention) for a residual branch of
+// `channels` channels, drawing its initial values from `g`.
+using BlockAttention = std::function<std::shared_ptr<nn::Module>(int64_t channels, Generator& g)>;
 
 struct ResNetConfig {
   bool bottleneck = false;               // Bottleneck (50/101/152) or BasicBlock (18/34)
@@ -29,15 +34,23 @@ struct ResNetConfig {
   int stem_stride = 1;                   // small stem only: 2 halves every stage's resolution
   bool zero_init_residual = false;       // zero the last BN weight of every block
   uint64_t seed = 0;                     // initialisation
+  // timm's attn_layer: a module every block applies to its residual branch after the last
+  // batch norm, before the residual add, registered as `attention_name` between that batch
+  // norm and the downsample (SE-ResNet: squeeze-and-excitation as "se", models/se_resnet.cc).
+  // Empty: none.
+  BlockAttention attention;
+  std::string attention_name = "se";
 };
 
 class BasicBlock : public nn::Module {
  public:
   static constexpr int kExpansion = 1;
-  BasicBlock(int64_t in, int64_t planes, int stride, bool downsample, Generator& g);
+  BasicBlock(int64_t in, int64_t planes, int stride, bool downsample, Generator& g,
+             const BlockAttention& attention = {}, const std::string& attention_name = "se");
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<nn::Conv2d> conv1, conv2;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2;
+  std::shared_ptr<nn::Module> attention;       // null: none (ResNetConfig::attention)
   std::shared_ptr<nn::Sequential> downsample;  // null when the identity fits
 };
 
@@ -47,10 +60,12 @@ class Bottleneck : public nn::Module {
   // The 3x3 conv has planes * width_per_group / 64 * groups channels in `groups` groups;
   // planes * width_per_group must be a multiple of 64.
   Bottleneck(int64_t in, int64_t planes, int stride, bool downsample, Generator& g, int64_t groups = 1,
-             int64_t width_per_group = 64);
+             int64_t width_per_group = 64, const BlockAttention& attention = {},
+             const std::string& attention_name = "se");
   Tensor forward(const Tensor& x) override;
   std::shared_ptr<nn::Conv2d> conv1, conv2, conv3;
   std::shared_ptr<nn::BatchNorm2d> bn1, bn2, bn3;
+  std::shared_ptr<nn::Module> attention;  // null: none (ResNetConfig::attention)
   std::shared_ptr<nn::Sequential> downsample;
 };
 

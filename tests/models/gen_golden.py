@@ -3,13 +3,14 @@
 and resnet_names_test.cc check the models against them.
 
 Run with Debian's Python (torch 1.13, torchvision 0.14, CPU), from anywhere:
-    /usr/bin/python3 tests/models/gen_golden.py
-It rewrites, next to this script:
+    /usr/bin/python3 tests/models/gen_golden.py [CASE ...]
+It rewrites, next to this script (with CASE names: the names, the batch and those cases only):
 
   torchvision_names.txt   the state_dict of full-size torchvision resnet18/34/50/101/152,
-                          resnext50_32x4d and wide_resnet50_2 (num_classes=1000): "## <model>"
-                          then one "<key> <d0>,<d1>,..." line per entry, in state_dict order
-                          ("-" for a 0-D shape).
+                          resnext50_32x4d and wide_resnet50_2 (num_classes=1000), and of
+                          se_resnet50 in timm's seresnet50 layout (SEBottleneck below):
+                          "## <model>" then one "<key> <d0>,<d1>,..." line per entry, in
+                          state_dict order ("-" for a 0-D shape).
   batch.safetensors       the training batch shared by every case: `input` f16
                           [16, 3, 32, 32] and `target` i64 [16].
   <case>.safetensors      one per case (see CASES), the keys below.
@@ -111,6 +112,7 @@ CASES = [
     # of PyTorch's layouts stay within 0.35% of every update, like the cases above.
     ("resnext50_32x32d_w2", "resnet50", Bottleneck, [3, 4, 6, 3], 2, False, 54,
      {"groups": 32, "width_per_group": 32}),
+    ("se_resnet50_w2", "se_resnet50", "se", [3, 4, 6, 3], 2, False, 57),
 ]
 # torchvision's groups and width_per_group of each model; options override them.
 MODEL_ARCH = {"resnext50_32x4d": {"groups": 32, "width_per_group": 4}, "wide_resnet50_2": {"width_per_group": 128}}
@@ -131,7 +133,52 @@ FULL_SIZE = [
     ("resnet152", Bottleneck, [3, 8, 36, 3]),
     ("resnext50_32x4d", Bottleneck, [3, 4, 6, 3]),
     ("wide_resnet50_2", Bottleneck, [3, 4, 6, 3]),
+    ("se_resnet50", "se", [3, 4, 6, 3]),
 ]
+
+
+class SEModule(nn.Module):
+    """timm's SEModule as seresnet50 builds it (rd_ratio 1/16, rd_divisor 8, bias, ReLU, no
+    norm, sigmoid gate): x * sigmoid(fc2(relu(fc1(mean of x over H, W)))). Its parameters
+    are fc1.weight/bias and fc2.weight/bias, timm's names."""
+
+    def __init__(self, channels):
+        super().__init__()
+        v = channels / 16
+        rd = max(8, int(v + 4) // 8 * 8)  # timm make_divisible(v, 8, round_limit=0.)
+        self.fc1 = nn.Conv2d(channels, rd, kernel_size=1, bias=True)
+        self.act = nn.ReLU(inplace=True)
+        self.fc2 = nn.Conv2d(rd, channels, kernel_size=1, bias=True)
+
+    def forward(self, x):
+        s = x.mean((2, 3), keepdim=True)
+        return x * torch.sigmoid(self.fc2(self.act(self.fc1(s))))
+
+
+class SEBottleneck(Bottleneck):
+    """torchvision's Bottleneck with timm's seresnet50 squeeze-and-excitation: `se` after
+    bn3, before the residual add, and registered between bn3 and downsample (timm's
+    state_dict order)."""
+
+    def __init__(self, inplanes, planes, stride=1, downsample=None, *args, **kwargs):
+        super().__init__(inplanes, planes, stride, downsample, *args, **kwargs)
+        ds = self._modules.pop("downsample", None)
+        self.se = SEModule(planes * self.expansion)
+        self.downsample = ds
+
+    def forward(self, x):
+        identity = x
+        out = self.relu(self.bn1(self.conv1(x)))
+        out = self.relu(self.bn2(self.conv2(out)))
+        out = self.se(self.bn3(self.conv3(out)))
+        if self.downsample is not None:
+            identity = self.downsample(x)
+        return self.relu(out + identity)
+
+
+def block_of(block):
+    """A case's block: a torchvision class, or "se" for SEBottleneck."""
+    return SEBottleneck if block == "se" else block
 
 
 def arch_of(model, options=None):
@@ -156,6 +203,7 @@ class NarrowResNet(ResNet):
 
     def __init__(self, block, layers, width, num_classes, small_stem=False, arch=(1, 64)):
         nn.Module.__init__(self)
+        block = block_of(block)
         norm_layer = nn.BatchNorm2d
         self._norm_layer = norm_layer
         self.inplanes = width
@@ -202,11 +250,14 @@ def write_names():
     """Full-size torchvision models: the names, order and shapes ringtape must match."""
     lines = []
     for name, block, layers in FULL_SIZE:
-        ref = getattr(torchvision.models, name)(weights=None, num_classes=1000)
         mine = NarrowResNet(block, layers, 64, 1000, arch=arch_of(name))
-        ref_sd, mine_sd = ref.state_dict(), mine.state_dict()
-        # NarrowResNet at width 64 is torchvision's model.
-        assert [(k, v.shape) for k, v in ref_sd.items()] == [(k, v.shape) for k, v in mine_sd.items()], name
+        mine_sd = mine.state_dict()
+        if block == "se":  # not in torchvision: timm's layout, as SEBottleneck builds it
+            ref_sd = mine_sd
+        else:
+            ref_sd = getattr(torchvision.models, name)(weights=None, num_classes=1000).state_dict()
+            # NarrowResNet at width 64 is torchvision's model.
+            assert [(k, v.shape) for k, v in ref_sd.items()] == [(k, v.shape) for k, v in mine_sd.items()], name
         lines.append(f"## {name}")
         for k, v in ref_sd.items():
             lines.append(f"{k} {','.join(str(d) for d in v.shape) or '-'}")
@@ -373,10 +424,15 @@ def main():
     path = os.path.join(OUT_DIR, "batch.safetensors")
     write_safetensors(path, batch, meta)
     total += check_written(path, batch, meta)
+    only = set(sys.argv[1:])
+    unknown = only - {c[0] for c in CASES + GRAD_CASES}
+    assert not unknown, f"unknown cases {sorted(unknown)}; known: {[c[0] for c in CASES + GRAD_CASES]}"
     for case in CASES:
-        total += gen_case(*case[:7], x, y, *case[7:])
+        if not only or case[0] in only:
+            total += gen_case(*case[:7], x, y, *case[7:])
     for case in GRAD_CASES:
-        total += gen_grad_case(*case)
+        if not only or case[0] in only:
+            total += gen_grad_case(*case)
     print(f"total {total} bytes")
 
 

@@ -1,6 +1,7 @@
 // ringtape's ResNets have torchvision's state_dict: the same keys, in the same order, with
 // the same shapes, for resnet18/34/50/101/152, resnext50_32x4d and wide_resnet50_2 at full
-// size (torchvision_names.txt, written by gen_golden.py from torchvision 0.14), torchvision's
+// size (torchvision_names.txt, written by gen_golden.py from torchvision 0.14), and
+// se_resnet50 has timm's seresnet50 layout (written there too); torchvision's
 // initialisation, and the options change exactly what they should.
 #include <doctest/doctest.h>
 
@@ -24,8 +25,8 @@ namespace {
 
 using Entries = std::vector<std::pair<std::string, Shape>>;
 
-const std::vector<std::string> kModels = {"resnet18",  "resnet34",        "resnet50",       "resnet101",
-                                          "resnet152", "resnext50_32x4d", "wide_resnet50_2"};
+const std::vector<std::string> kModels = {"resnet18",        "resnet34",        "resnet50",   "resnet101", "resnet152",
+                                          "resnext50_32x4d", "wide_resnet50_2", "se_resnet50"};
 
 // "## <model>" then "<key> <d0>,<d1>,..." ("-" for a 0-D shape), one entry a line.
 const std::map<std::string, Entries>& torchvision_state() {
@@ -85,11 +86,21 @@ void check_entries(const Entries& got, const Entries& want, const std::string& w
 // torchvision's shapes for a model built with other options: channel dims scale with
 // width / 64 (a grouped conv's input channels per group too: resnext50_32x4d keeps its 32
 // groups), conv1 takes in_channels inputs (and is 3x3 with the small stem), fc has
-// num_classes outputs.
+// num_classes outputs. A squeeze-and-excitation block (se.fc1 / se.fc2) of C channels keeps
+// timm's reduced width: C / 16 rounded to a multiple of 8, at least 8 (not a scaled one).
 Entries expected(const std::string& model, const rt::models::ModelOptions& o) {
   Entries want = torchvision_state().at(model);
+  int64_t se_channels = 0;  // of the block whose se.fc1 was seen last
+  auto reduced = [](int64_t c) { return std::max<int64_t>(8, (c / 16 + 4) / 8 * 8); };  // c / 16 is whole here
   for (auto& [k, s] : want) {
-    if (k == "fc.weight") {
+    if (k.find(".se.") != std::string::npos) {
+      if (k.ends_with("se.fc1.weight")) se_channels = s[1] * o.width / 64;
+      const int64_t rd = reduced(se_channels);
+      if (k.ends_with("se.fc1.weight")) s = {rd, se_channels, 1, 1};
+      else if (k.ends_with("se.fc1.bias")) s = {rd};
+      else if (k.ends_with("se.fc2.weight")) s = {se_channels, rd, 1, 1};
+      else s = {se_channels};
+    } else if (k == "fc.weight") {
       s = {o.num_classes, s[1] * o.width / 64};
     } else if (k == "fc.bias") {
       s = {o.num_classes};
@@ -107,7 +118,7 @@ Entries expected(const std::string& model, const rt::models::ModelOptions& o) {
 
 }  // namespace
 
-TEST_CASE("the reference lists all seven torchvision models") {
+TEST_CASE("the reference lists the seven torchvision models and se_resnet50") {
   const auto& tv = torchvision_state();
   REQUIRE(tv.size() == kModels.size());
   // torchvision 0.14: 122, 218, 320, 626 and 932 state_dict entries; ResNeXt-50 and Wide
@@ -119,6 +130,7 @@ TEST_CASE("the reference lists all seven torchvision models") {
   CHECK(tv.at("resnet152").size() == 932);
   CHECK(tv.at("resnext50_32x4d").size() == 320);
   CHECK(tv.at("wide_resnet50_2").size() == 320);
+  CHECK(tv.at("se_resnet50").size() == 384);  // + se.fc1/fc2 weight and bias in 16 blocks
   CHECK(rt::models::model_names() == kModels);
 }
 
@@ -139,7 +151,8 @@ void check_init(rt::nn::Module& model, const std::string& name) {
       CHECK_MESSAGE(std::abs(std / want - 1) < 0.06, name, " ", k, ": std ", std, ", kaiming_normal_ fan_out ", want);
       CHECK_MESSAGE(std::abs(mean) < 0.1 * want, name, " ", k, ": mean ", mean);
       ++convs;
-    } else if (t.ndim() == 1 && !k.starts_with("fc.")) {
+    } else if (t.ndim() == 1 && !k.starts_with("fc.") && k.find(".se.") == std::string::npos) {
+      // (The classifier's and squeeze-and-excitation's biases start like PyTorch's defaults.)
       const double want = k.ends_with(".weight") ? 1.0 : 0.0;
       CHECK_MESSAGE(std::all_of(v.begin(), v.end(), [want](double x) { return x == want; }), name, " ", k,
                     " is not all ", want);
@@ -184,6 +197,7 @@ TEST_CASE("full-size-resnet101") { check_full_size("resnet101"); }
 TEST_CASE("full-size-resnet152") { check_full_size("resnet152"); }
 TEST_CASE("full-size-resnext50_32x4d") { check_full_size("resnext50_32x4d"); }
 TEST_CASE("full-size-wide_resnet50_2") { check_full_size("wide_resnet50_2"); }
+TEST_CASE("full-size-se_resnet50") { check_full_size("se_resnet50"); }
 
 // (That the small stem also drops the max-pool is checked numerically by the small-stem
 // case of resnet_parity_test.)

@@ -4,8 +4,8 @@
 // torchvision 0.14 (reference files written by gen_golden.py; see its docstring for the
 // keys and for how the narrow models are torchvision's own classes).
 //
-// The cases are narrow resnet18, resnet50, small-stem resnet18, wide_resnet50_2 and a
-// 32-group ResNeXt-50. Every case runs in both memory layouts (NCHW and channels_last, the
+// The cases are narrow resnet18, resnet50, small-stem resnet18, wide_resnet50_2, a
+// 32-group ResNeXt-50 and se_resnet50 (timm's seresnet50 layout, built in gen_golden.py). Every case runs in both memory layouts (NCHW and channels_last, the
 // training default), and a second set of cases (gradients at 20, 32 and 40 px) checks one
 // forward and backward at image sizes whose stages end in odd and 1x1 spatial sizes.
 //
@@ -371,6 +371,17 @@ TEST_CASE("ResNeXt-50 with 32 groups (width 2, width_per_group 32) trains like t
 TEST_CASE("ResNeXt-50 with 32 groups (width 2, width_per_group 32) trains like torchvision in float32") {
   check_f32("resnext50_32x32d_w2", kNCHW);
   check_f32("resnext50_32x32d_w2", kNHWC);
+}
+// Squeeze-and-excitation composed from primitive ops (models/se_resnet.cc): mean over H and
+// W, 1x1 convs with bias on 1x1 images, sigmoid and a broadcasting multiply, against the
+// same block in PyTorch (timm's SEModule) at width 2 (every SE bottleneck 8 channels wide).
+TEST_CASE("se_resnet50 (width 2) trains like PyTorch in float64") {
+  check_f64("se_resnet50_w2", kNCHW);
+  check_f64("se_resnet50_w2", kNHWC);
+}
+TEST_CASE("se_resnet50 (width 2) trains like PyTorch in float32") {
+  check_f32("se_resnet50_w2", kNCHW);
+  check_f32("se_resnet50_w2", kNHWC);
 }
 TEST_CASE("gradients at 20, 32 and 40 px match torchvision in float64 and float32, both layouts") {
   for (const char* name : {"grads_resnet18_w4_px20", "grads_resnet18_w4_px32", "grads_resnet18_w2_small_stem_px40",
