@@ -37,6 +37,7 @@
 #include "engine/profiler.h"
 #include "engine/random.h"
 #include "models/registry.h"
+#include "kernels/cpu/conv2d_onednn.h"
 #include "optim/optimizer.h"
 #include "profile/session.h"
 #include "train/precision.h"
@@ -51,6 +52,7 @@ struct Options {
   std::string device = "cpu", precision = "fp32";
   int steps = 5, warmup = 2;
   std::string profile_steps, profile_group = "op", profile_dir = ".";
+  rt::cpu::ConvAlgo cpu_conv = rt::cpu::ConvAlgo::onednn;
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -58,7 +60,7 @@ struct Options {
                "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
                "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
                "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N] "
-               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR]\n",
+               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] [--cpu-conv onednn|im2col]\n",
                why);
   std::exit(2);
 }
@@ -89,7 +91,12 @@ Options parse(int argc, char** argv) {
     else if (a == "--profile-steps") o.profile_steps = next();
     else if (a == "--profile-group") o.profile_group = next();
     else if (a == "--profile-dir") o.profile_dir = next();
-    else usage(("unknown argument " + a).c_str());
+    else if (a == "--cpu-conv") {
+      const std::string v = next();
+      if (v == "onednn") o.cpu_conv = rt::cpu::ConvAlgo::onednn;
+      else if (v == "im2col") o.cpu_conv = rt::cpu::ConvAlgo::im2col;
+      else usage("--cpu-conv takes onednn or im2col");
+    } else usage(("unknown argument " + a).c_str());
   }
   if (o.batch < 1 || o.steps < 1 || o.warmup < 0) usage("--batch and --steps must be positive");
   return o;
@@ -110,6 +117,7 @@ int main(int argc, char** argv) {
 }
 
 int run(const Options& o) {
+  rt::cpu::set_conv_algo(o.cpu_conv);
   rt::models::ModelOptions mo;
   mo.num_classes = o.classes;
   mo.in_channels = o.C;
@@ -177,11 +185,11 @@ int run(const Options& o) {
   const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"threads\": %d, "
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
               "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
-              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", omp_get_max_threads(), o.steps,
+              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), omp_get_max_threads(), o.steps,
               med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }

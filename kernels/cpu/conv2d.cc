@@ -17,8 +17,10 @@
 
 #include <algorithm>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
+#include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/scratch.h"
@@ -349,7 +351,7 @@ void backward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, 
 }  // namespace
 
 template <typename T>
-void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
+void im2col_conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
   const Dims d = dims(g);
   // The GEMMs want the weight's K axis in the patch matrix's order.
   std::vector<T> wt;
@@ -377,7 +379,7 @@ void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, 
 }
 
 template <typename T>
-void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
+void im2col_conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
   const Dims d = dims(g);
   const bool relayout = g.nhwc != g.weight_ohwi && g.KH * g.KW > 1;
   std::vector<T> wt, dwt;
@@ -418,11 +420,27 @@ void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T
   }
 }
 
-template void conv2d_forward<float>(const Conv2dGeom&, const float*, const float*, const float*, float*);
-template void conv2d_forward<double>(const Conv2dGeom&, const double*, const double*, const double*, double*);
-template void conv2d_backward<float>(const Conv2dGeom&, const float*, const float*, const float*, float*, float*,
-                                     float*);
-template void conv2d_backward<double>(const Conv2dGeom&, const double*, const double*, const double*, double*,
-                                      double*, double*);
+template <typename T>
+void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv_algo() == ConvAlgo::onednn && onednn_conv2d_forward(g, x, w, bias, y)) return;
+  im2col_conv2d_forward(g, x, w, bias, y);
+}
+
+template <typename T>
+void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db) {
+  if constexpr (std::is_same_v<T, float>)
+    if (conv_algo() == ConvAlgo::onednn && onednn_conv2d_backward(g, x, w, dy, dx, dw, db)) return;
+  im2col_conv2d_backward(g, x, w, dy, dx, dw, db);
+}
+
+#define RT_CONV2D_INSTANTIATE(name, T) \
+  template void name##_forward<T>(const Conv2dGeom&, const T*, const T*, const T*, T*); \
+  template void name##_backward<T>(const Conv2dGeom&, const T*, const T*, const T*, T*, T*, T*);
+RT_CONV2D_INSTANTIATE(conv2d, float)
+RT_CONV2D_INSTANTIATE(conv2d, double)
+RT_CONV2D_INSTANTIATE(im2col_conv2d, float)
+RT_CONV2D_INSTANTIATE(im2col_conv2d, double)
+#undef RT_CONV2D_INSTANTIATE
 
 }  // namespace rt::cpu

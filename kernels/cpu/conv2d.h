@@ -1,4 +1,6 @@
-// conv2d on the CPU: im2col + Eigen GEMM, NCHW and NHWC, any stride/padding/dilation/groups.
+// conv2d on the CPU, NCHW and NHWC, any stride/padding/dilation/groups: f32 through oneDNN
+// (conv2d_onednn.h; cpu::set_conv_algo chooses), f64 and the reference through im2col +
+// Eigen GEMM.
 #pragma once
 
 #include <cstddef>
@@ -23,5 +25,11 @@ void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, 
 // Each requested gradient is overwritten, not accumulated.
 template <typename T>
 void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db);
+
+// The im2col + GEMM implementation, whatever the algorithm setting: the reference.
+template <typename T>
+void im2col_conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y);
+template <typename T>
+void im2col_conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db);
 
 }  // namespace rt::cpu

@@ -8,7 +8,7 @@
 
 namespace rt::cpu {
 
-inline constexpr int kScratchSlots = 4;
+inline constexpr int kScratchSlots = 6;
 
 void* scratch_bytes(int slot, size_t bytes);  // 64-byte aligned
 size_t scratch_reserved_bytes();              // this thread's total, for memory reports
