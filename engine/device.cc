@@ -104,8 +104,12 @@ bool host_memory_info(int64_t* available, int64_t* total) {
 // handed out again for a request of the same rounded size (up to 1/8 larger). A training
 // step asks for the same sizes every time, so after the first step large tensors cost
 // neither a system call nor page faults (fresh pages are zeroed by the kernel on first
-// touch, which costs as much as writing them). Small pageable blocks go straight to
-// malloc, which caches them; pinned blocks are all cached (cudaHostAlloc costs about a
+// touch, which costs as much as writing them). Pageable blocks under 64 KiB go straight to
+// malloc, which caches them. (Not larger ones: glibc maps blocks over its mmap threshold
+// afresh and trims its heap top once 128 KiB or more lie free there, so the 0.1-1 MiB
+// activations of a small model were page-faulted again every step. With a 1 MiB limit the
+// default Fashion-MNIST model's step took 40-90 ms, erratically; with 64 KiB, 24.5 ms.) Pinned
+// blocks are all cached (cudaHostAlloc costs about a
 // millisecond per call and synchronises the device).
 //
 // Note [Tag of a small host block]: a block under `cache_min` goes straight to the C
@@ -232,7 +236,7 @@ Allocator& allocator_for(Device d) {
     // Leaked on purpose, like the others: a static tensor freed during static destruction
     // must still find it, and its cached blocks stay reachable (LeakSanitizer: not leaks).
     static HostAllocator* cpu =
-        new HostAllocator({aligned_host_alloc, aligned_host_free, size_t(1) << 20, "host memory", false});
+        new HostAllocator({aligned_host_alloc, aligned_host_free, HostAllocator::kRound, "host memory", false});
     return *cpu;
   }
   const int n = cuda_device_count();
