@@ -32,6 +32,7 @@
 
 #include <omp.h>
 
+#include "engine/autograd.h"
 #include "engine/nn/module.h"
 #include "engine/ops.h"
 #include "engine/profiler.h"
@@ -53,6 +54,7 @@ struct Options {
   int steps = 5, warmup = 2;
   std::string profile_steps, profile_group = "op", profile_dir = ".";
   rt::cpu::ConvAlgo cpu_conv = rt::cpu::ConvAlgo::onednn;
+  bool inference = false;  // eval-mode forward passes without autograd instead of training steps
 };
 
 [[noreturn]] void usage(const char* why) {
@@ -60,7 +62,7 @@ struct Options {
                "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
                "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
                "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N] "
-               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] [--cpu-conv onednn|im2col]\n",
+               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] [--cpu-conv onednn|im2col] [--inference]\n",
                why);
   std::exit(2);
 }
@@ -91,6 +93,7 @@ Options parse(int argc, char** argv) {
     else if (a == "--profile-steps") o.profile_steps = next();
     else if (a == "--profile-group") o.profile_group = next();
     else if (a == "--profile-dir") o.profile_dir = next();
+    else if (a == "--inference") o.inference = true;
     else if (a == "--cpu-conv") {
       const std::string v = next();
       if (v == "onednn") o.cpu_conv = rt::cpu::ConvAlgo::onednn;
@@ -131,7 +134,8 @@ int run(const Options& o) {
   const rt::train::Precision prec = rt::train::resolve_precision(o.precision, dev);
   if (dev.is_cuda()) rt::train::set_cuda_math(prec, o.cudnn_benchmark);
   model->to(dev, fmt);
-  model->train();
+  if (o.inference) model->eval();
+  else model->train();
   rt::optim::SgdOptions so;
   so.lr = 0.01;
   so.momentum = 0.9;
@@ -157,21 +161,27 @@ int run(const Options& o) {
     {
       const RangeScope step(EventKind::step, "step " + std::to_string(s + 1));
       rt::prof::set_step(s);
-      opt->zero_grad();
-      rt::Tensor l;
-      {
+      if (o.inference) {
+        const rt::NoGradGuard no_grad;
         const RangeScope phase(EventKind::phase, "forward");
-        l = rt::cross_entropy(mp.forward(x), y);
+        loss = rt::sum(mp.forward(x)).item();  // waits for the device
+      } else {
+        opt->zero_grad();
+        rt::Tensor l;
+        {
+          const RangeScope phase(EventKind::phase, "forward");
+          l = rt::cross_entropy(mp.forward(x), y);
+        }
+        {
+          const RangeScope phase(EventKind::phase, "backward");
+          mp.backward(l);
+        }
+        {
+          const RangeScope phase(EventKind::phase, "optimizer");
+          mp.step(*opt);
+        }
+        loss = l.item();  // also waits for the device, so the step's time is complete
       }
-      {
-        const RangeScope phase(EventKind::phase, "backward");
-        mp.backward(l);
-      }
-      {
-        const RangeScope phase(EventKind::phase, "optimizer");
-        mp.step(*opt);
-      }
-      loss = l.item();  // also waits for the device, so the step's time is complete
     }
     const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     session.end_step(s);
@@ -185,11 +195,11 @@ int run(const Options& o) {
   const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"threads\": %d, "
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
               "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
-              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), omp_get_max_threads(), o.steps,
+              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", omp_get_max_threads(), o.steps,
               med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }

@@ -83,6 +83,8 @@ def main():
     ap.add_argument("--tf32", action="store_true", help="allow TF32 in cuBLAS and cuDNN (default: off)")
     ap.add_argument("--cudnn-benchmark", action="store_true", help="torch.backends.cudnn.benchmark = True")
     ap.add_argument("--compile", action="store_true", help="torch.compile the model")
+    ap.add_argument("--inference", action="store_true",
+                    help="time eval-mode forward passes under torch.no_grad() instead of training steps")
     ap.add_argument("--profile-steps", default="", help="A:B: profile steps A..B-1 with torch.profiler")
     ap.add_argument("--profile-out", default="torch_profile.json", help="where --profile-steps writes its JSON")
     a = ap.parse_args()
@@ -94,7 +96,8 @@ def main():
     out = {"impl": "torch" + (" compile" if a.compile else ""), "model": a.model, "batch": a.batch, "size": a.size,
            "width": a.width, "device": a.device, "amp": a.amp, "channels_last": a.channels_last,
            "compile": a.compile, "cudnn_benchmark": a.cudnn_benchmark, "tf32": a.tf32,
-           "threads": torch.get_num_threads(), "steps": a.steps, "torch": torch.__version__}
+           "threads": torch.get_num_threads(), "steps": a.steps, "inference": a.inference,
+           "torch": torch.__version__}
 
     def fail(msg):
         out["error"] = msg[:500]
@@ -126,7 +129,13 @@ def main():
         except Exception as e:  # noqa: BLE001 - any failure is reported, not raised
             fail("torch.compile failed: %s: %s" % (type(e).__name__, e))
 
+    if a.inference:
+        model.eval()
+
     def step():
+        if a.inference:
+            with torch.no_grad(), torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
+                return float(fwd(x).float().sum())  # waits for the device
         opt.zero_grad(set_to_none=True)
         with torch.autocast(device_type=dev.type, dtype=amp_dtype, enabled=amp_dtype is not None):
             loss = F.cross_entropy(fwd(x), y)

@@ -47,7 +47,7 @@ struct DataConfig {
   int64_t val_resize_size = 256;  // imagenet: evaluation resizes the shorter side to this
   int64_t val_crop_size = 224;    // imagenet: then centre-crops this square
   std::string cache_dir;          // "" = $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or ~/.cache/ringtape
-  bool augment = false;           // training only: random crop and flip of small images
+  bool augment = true;            // training only: random crop and flip of small images
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -100,7 +100,7 @@ struct OptimizerConfig {
 
 // How long training runs and what a step is.
 struct LoopConfig {
-  int64_t epochs = 5;
+  int64_t epochs = 15;
   int64_t max_steps = 0;    // --steps: optimizer steps in total; 0 = epochs x steps per epoch
   int64_t accum_steps = 1;  // micro-batches per optimizer step
   bool shuffle = true;      // false: --no-shuffle

@@ -200,7 +200,7 @@ void validate_flags(const cli::Flags& f) {
 std::vector<Flag> train_flags() {
   std::vector<Flag> f = model_and_data_flags();
   const std::vector<Flag> more = {
-      {"epochs", FlagType::integer, "5", "passes over the training set", {}},
+      {"epochs", FlagType::integer, "15", "passes over the training set", {}},
       {"steps", FlagType::integer, "0", "stop after this many optimizer steps in total (0 = no limit)", {}},
       {"optimizer", FlagType::string, "sgd", "optimizer", {"sgd", "adamw"}},
       {"lr", FlagType::number, "0.1", "peak learning rate", {}},
@@ -221,7 +221,9 @@ std::vector<Flag> train_flags() {
       {"lr-power", FlagType::number, "1", "poly schedule: power", {}},
       {"accum-steps", FlagType::integer, "1", "micro-batches per optimizer step (gradient accumulation)", {}},
       {"no-shuffle", FlagType::boolean, "false", "read the training set in file order", {}},
-      {"augment", FlagType::boolean, "false", "random crop (padding 2 / 4) and horizontal flip for small images", {}},
+      {"augment", FlagType::boolean, "true",
+       "random crop (padding 2 / 4) and horizontal flip of small images (Fashion-MNIST, CIFAR-10, synthetic); "
+       "--augment false turns it off", {}},
       {"zero-init-residual", FlagType::boolean, "false", "zero the last batch-norm weight of every block", {}},
       {"output-dir", FlagType::string, "", "where checkpoints, weights and metrics go (default runs/<time>)", {}},
       {"resume", FlagType::string, "", "continue from this checkpoint (bit-exact on CPU)", {}},

@@ -64,7 +64,8 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(want.optimizer.lr == 0.1);
   CHECK(want.optimizer.weight_decay == 5e-4);
   CHECK(want.lr_schedule.kind == optim::LrScheduleKind::cosine);
-  CHECK(want.loop.epochs == 5);
+  CHECK(want.loop.epochs == 15);
+  CHECK(want.data.augment);
   CHECK(want.output.print_freq == 50);
 
   // eval: weights are required; everything else defaults the same, the training-only
