@@ -6,6 +6,7 @@
 #include <limits>
 
 #include "kernels/cpu/parallel.h"
+#include "kernels/cpu/scratch.h"
 
 namespace rt::cpu {
 namespace {
@@ -35,6 +36,20 @@ void max_pool_tap(int64_t C, const T* __restrict x, int64_t a, T* __restrict bes
 
 inline int64_t start_index(int64_t i, int64_t out, int64_t in) { return (i * in) / out; }
 inline int64_t end_index(int64_t i, int64_t out, int64_t in) { return ((i + 1) * in + out - 1) / out; }
+
+// The same rule along an NCHW output row: outputs [0, n) of the row read x at a stride of
+// `xs` elements; output k's candidate index is a + k * as.
+template <typename T>
+void max_pool_tap_row(int64_t n, const T* __restrict x, int64_t xs, int64_t a, int64_t as, T* __restrict best,
+                      int64_t* __restrict arg) {
+  for (int64_t k = 0; k < n; ++k) {
+    const T v = x[k * xs], b = best[k];
+    const int64_t i = arg[k];
+    const bool take = b == b && (v > b || v != v || i < 0);
+    best[k] = take ? v : b;
+    arg[k] = take ? a + k * as : i;
+  }
+}
 
 }  // namespace
 
@@ -67,34 +82,43 @@ void max_pool2d_forward(const Pool2dGeom& g, const T* x, T* y, int64_t* idx) {
     }, g.WO * g.C * g.kh * g.kw);
     return;
   }
-  const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
-  parallel_for(g.N * g.C, [&](int64_t r) {
-    const int64_t n = r / g.C, c = r % g.C;
-    const T* xp = x + in.base(n, c);
-    const int64_t xs = in.stride(), ob = out.base(n, c), os = out.stride();
-    for (int64_t oh = 0; oh < g.HO; ++oh)
-      for (int64_t ow = 0; ow < g.WO; ++ow) {
-        T best = -std::numeric_limits<T>::infinity();
-        int64_t arg = -1;
-        for (int64_t i = 0; i < g.kh; ++i) {
-          const int64_t ih = oh * g.sh - g.ph + i * g.dh;
-          if (ih < 0 || ih >= g.H) continue;
-          for (int64_t j = 0; j < g.kw; ++j) {
-            const int64_t iw = ow * g.sw - g.pw + j * g.dw;
-            if (iw < 0 || iw >= g.W) continue;
-            const T v = xp[(ih * g.W + iw) * xs];
-            if (v > best || std::isnan(v) || arg < 0) {
-              best = v;
-              arg = ih * g.W + iw;
-              if (std::isnan(v)) goto done;
-            }
-          }
-        }
-      done:
-        y[ob + (oh * g.WO + ow) * os] = best;
-        idx[ob + (oh * g.WO + ow) * os] = arg;
+  // NCHW: one output row at a time, each tap of the window applied to the whole row (the
+  // outputs whose tap lies inside the input) with the rule of max_pool_tap: the same
+  // comparisons in the same tap order per output as a walk output by output, vectorised
+  // along the row. (Output by output, with a branch per tap, the stem's pool took 34 ms per
+  // ResNet-50 batch-8 step.)
+  // A strided row is first split into its sw phases (phase p holds x[p], x[p + sw], ...)
+  // in the thread's scratch, so that every tap reads unit-stride.
+  const int64_t phase_len = (g.W + g.sw - 1) / g.sw;
+  parallel_for(g.N * g.C * g.HO, [&](int64_t r) {
+    const int64_t plane = r / g.HO, oh = r % g.HO;
+    const T* xp = x + plane * g.H * g.W;
+    T* yp = y + r * g.WO;
+    int64_t* ip = idx + r * g.WO;
+    T* phases = g.sw > 1 ? scratch<T>(0, size_t(g.sw * phase_len)) : nullptr;
+    for (int64_t k = 0; k < g.WO; ++k) {
+      yp[k] = -std::numeric_limits<T>::infinity();
+      ip[k] = -1;
+    }
+    for (int64_t i = 0; i < g.kh; ++i) {
+      const int64_t ih = oh * g.sh - g.ph + i * g.dh;
+      if (ih < 0 || ih >= g.H) continue;
+      const T* row = xp + ih * g.W;
+      if (phases)
+        for (int64_t q = 0; q < g.sw; ++q)
+          for (int64_t k = 0; q + k * g.sw < g.W; ++k) phases[q * phase_len + k] = row[q + k * g.sw];
+      for (int64_t j = 0; j < g.kw; ++j) {
+        // Outputs ow with 0 <= ow*sw - pw + j*dw < W.
+        const int64_t off = j * g.dw - g.pw;
+        const int64_t lo = off >= 0 ? 0 : (-off + g.sw - 1) / g.sw;
+        const int64_t hi = std::min(g.WO, off >= g.W ? 0 : (g.W - 1 - off) / g.sw + 1);
+        if (lo >= hi) continue;
+        const int64_t iw = lo * g.sw + off;  // input column of output lo; then every sw
+        const T* src = phases ? phases + (iw % g.sw) * phase_len + iw / g.sw : row + iw;
+        max_pool_tap_row(hi - lo, src, int64_t(1), ih * g.W + iw, g.sw, yp + lo, ip + lo);
       }
-  }, g.HO * g.WO * g.kh * g.kw);
+    }
+  }, g.WO * g.kh * g.kw);
 }
 
 template <typename T>
