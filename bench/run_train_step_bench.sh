@@ -5,7 +5,9 @@
 # ImageNet-sized images; the default Fashion-MNIST model of `ringtape train`), 2 threads;
 # prints the ratios. --channels-last runs both in NHWC (ringtape's default layout).
 # --cpu-conv im2col times ringtape's own im2col + GEMM convolutions instead of oneDNN's.
-#   bench/run_train_step_bench.sh [--steps N] [--channels-last] [--cpu-conv onednn|im2col]
+# --inference times ResNet50 inference instead (eval mode, no autograd) at batch 1 and 32.
+# Each side's peak resident memory (max RSS of the process) is printed with its time.
+#   bench/run_train_step_bench.sh [--steps N] [--channels-last] [--cpu-conv onednn|im2col] [--inference]
 #
 # GPU (--gpu): ResNet50, batch 256, 3x224x224, channels-last, cuDNN benchmark mode:
 # ringtape (--precision, default bf16) against PyTorch eager with torch.autocast bf16 and,
@@ -23,7 +25,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-gpu=0 compile=1 steps="" batch=256 precision=bf16 rt_bin="" out=out/train_step_bench_gpu
+gpu=0 inference=0 compile=1 steps="" batch=256 precision=bf16 rt_bin="" out=out/train_step_bench_gpu
 extra=()
 rt_extra=()
 while [[ $# -gt 0 ]]; do
@@ -32,6 +34,7 @@ while [[ $# -gt 0 ]]; do
     --channels-last) extra+=(--channels-last); shift ;;
     --cpu-conv) rt_extra+=(--cpu-conv "$2"); shift 2 ;;
     --gpu) gpu=1; shift ;;
+    --inference) inference=1; extra+=(--inference); shift ;;
     --batch) batch="$2"; shift 2 ;;
     --precision) precision="$2"; shift 2 ;;
     --no-compile) compile=0; shift ;;
@@ -49,21 +52,34 @@ if [[ $gpu -eq 0 ]]; then
     "--model resnet50 --batch 8 --size 3x224x224 --classes 1000 --width 64"
     "--model resnet18 --batch 128 --size 1x28x28 --classes 10 --width 16 --small-stem --stem-stride 2"
   )
+  if [[ $inference -eq 1 ]]; then
+    configs=(
+      "--model resnet50 --batch 1 --size 3x224x224 --classes 1000 --width 64"
+      "--model resnet50 --batch 32 --size 3x224x224 --classes 1000 --width 64"
+    )
+  fi
+  rss=$(mktemp)
   for c in "${configs[@]}"; do
     # shellcheck disable=SC2086
-    rt=$(OMP_NUM_THREADS=2 bazel-bin/bench/train_step_bench $c --steps "$steps" "${extra[@]}" "${rt_extra[@]}")
+    rt=$(OMP_NUM_THREADS=2 /usr/bin/time -f %M -o "$rss" bazel-bin/bench/train_step_bench $c --steps "$steps" "${extra[@]}" "${rt_extra[@]}")
+    rt_rss=$(tail -1 "$rss")
     # shellcheck disable=SC2086
-    pt=$(MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000 "$PY" bench/train_step_bench_torch.py $c --steps "$steps" --threads 2 "${extra[@]}")
+    pt=$(MALLOC_MMAP_THRESHOLD_=1000000000 MALLOC_TRIM_THRESHOLD_=1000000000 /usr/bin/time -f %M -o "$rss" "$PY" bench/train_step_bench_torch.py $c --steps "$steps" --threads 2 "${extra[@]}")
+    pt_rss=$(tail -1 "$rss")
     echo "$rt"
     echo "$pt"
-    "$PY" - "$rt" "$pt" <<'PYEOF'
+    "$PY" - "$rt" "$pt" "$rt_rss" "$pt_rss" "$inference" <<'PYEOF'
 import json, sys
 r, t = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+rt_rss, pt_rss, inference = int(sys.argv[3]) / 1024, int(sys.argv[4]) / 1024, sys.argv[5] == "1"
 ratio = r["step_ms"] / t["step_ms"]
-print(f"{r['model']} batch {r['batch']} {r['size']}: ringtape {r['step_ms']:.1f} ms, torch {t['step_ms']:.1f} ms, "
-      f"ratio {ratio:.2f} (target <= 1.0: {'MET' if ratio <= 1.0 else 'NOT MET'})")
+what = "inference" if inference else "training step"
+print(f"{r['model']} batch {r['batch']} {r['size']} {what}: ringtape {r['step_ms']:.1f} ms, torch {t['step_ms']:.1f} ms, "
+      f"ratio {ratio:.2f} (target <= 1.0: {'MET' if ratio <= 1.0 else 'NOT MET'}); "
+      f"peak RSS ringtape {rt_rss:.0f} MiB, torch {pt_rss:.0f} MiB")
 PYEOF
   done
+  rm -f "$rss"
   exit 0
 fi
 
