@@ -4,7 +4,7 @@
 #                                //bench:train_step_bench and //bench:cuda_kernel_bench statically (the
 #                                CUDA runtime included) and packs them, with copies of the non-system
 #                                shared libraries they need (libjpeg, libpng, ...) for machines that
-#                                lack them, into gpu_check_out/payload.tar.gz (git-ignored), next to
+#                                lack them, into gpu_check_out/payload.tar.xz (git-ignored), next to
 #                                a manifest and their ldd.
 #   tools/gpu_check.sh run [--tier smoke|full|all]
 #                                on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
@@ -34,7 +34,7 @@ usage() {
 usage: tools/gpu_check.sh prepare | run [--tier smoke|full|all]
   prepare  (no GPU) build the GPU test binaries, //cli:ringtape, //bench:train_step_bench and
            //bench:cuda_kernel_bench statically and pack them (bin/) with copies of the non-system
-           shared libraries they need (lib/) into gpu_check_out/payload.tar.gz, with MANIFEST.txt
+           shared libraries they need (lib/) into gpu_check_out/payload.tar.xz, with MANIFEST.txt
            and ldd.txt
   run [--tier smoke|full|all]   (GPU machine, repository root, gpu_check_out/ present; default all)
            find the CUDA libraries and query the device, then
@@ -99,7 +99,9 @@ cmd_prepare() {
   # libcudart_static dlopens the driver's libcuda.so, and -static-libstdc++ has no effect because
   # Bazel's toolchain passes -lstdc++ explicitly. ldd.txt records the glibc/libstdc++ versions
   # needed (today GLIBC_2.35 and GLIBCXX_3.4.30, from Debian 12; the GPU image is expected to be newer).
-  local flags=(--dynamic_mode=off)
+  # --define=ringtape_onednn=off: no libdnnl (40 MB) to carry; the CPU reference convolutions
+  # the GPU tests compare against run on the im2col + GEMM kernels (third_party/BUILD).
+  local flags=(--dynamic_mode=off --define=ringtape_onednn=off)
   echo "== bazel build ${flags[*]} <tests> $others"
   # shellcheck disable=SC2086
   if ! bazel build "${flags[@]}" $tests $others; then
@@ -159,13 +161,16 @@ cmd_prepare() {
   done < <(for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
     grep -vE '^(libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcuda|libcudart|libcublas|libcublasLt|libcudnn[^ ]*|libnccl|libnvrtc|libnvJitLink)[.-]' || true)
 
-  # bin/ and lib/ travel as one gzip'd tar, payload.tar.gz (a quarter of their size: the limit
-  # counts what travels); `run` unpacks it into a temporary folder. If even that is too big,
-  # the symbol tables go as well (sanitizer backtraces then lose function names).
+  # bin/ and lib/ travel as one xz'd tar, payload.tar.xz (the limit counts what travels); `run`
+  # unpacks it into a temporary folder. xz, not gzip: the binaries repeat one another (each
+  # links the engine and the CUDA kernels), which gzip's 32 KiB window cannot see and xz's
+  # 64 MiB one can: 300 MB of binaries became 59.7 MB with gzip -9 and 13.5 MB with xz -9.
+  # If even that is too big, the symbol tables go as well (sanitizer backtraces then lose
+  # function names).
   local bin_bytes tree_bytes total unpacked
   unpacked=$(du -cb "$DEST/bin" "$DEST/lib" | tail -1 | cut -f1)
   pack_payload() {
-    tar -C "$DEST" -cf - bin lib | gzip -9 >"$DEST/payload.tar.gz"
+    tar -C "$DEST" -cf - bin lib | xz -9 -T0 >"$DEST/payload.tar.xz"
     bin_bytes=$(($(du -cb "$DEST" | tail -1 | cut -f1) - $(du -cb "$DEST/bin" "$DEST/lib" | tail -1 | cut -f1)))
   }
   pack_payload
@@ -177,8 +182,8 @@ cmd_prepare() {
     pack_payload
   fi
   rm -rf "${DEST:?}/bin" "${DEST:?}/lib"
-  echo "# payload: payload.tar.gz $(stat -c %s "$DEST/payload.tar.gz") bytes ($unpacked unpacked)" \
-    "$(sha256sum "$DEST/payload.tar.gz" | cut -c1-16)" >>"$manifest"
+  echo "# payload: payload.tar.xz $(stat -c %s "$DEST/payload.tar.xz") bytes ($unpacked unpacked)" \
+    "$(sha256sum "$DEST/payload.tar.xz" | cut -c1-16)" >>"$manifest"
   total=$((bin_bytes + tree_bytes))
 
   echo "== $DEST/MANIFEST.txt"
@@ -668,8 +673,16 @@ cmd_run() {
   # at exit): PAYLOAD/bin/..., PAYLOAD/lib/..., the paths MANIFEST.txt names.
   PAYLOAD=$WORK/payload
   mkdir -p "$PAYLOAD"
-  if ! tar -C "$PAYLOAD" -xzf "$DEST/payload.tar.gz"; then
-    echo "gpu_check run: cannot unpack $DEST/payload.tar.gz: run 'tools/gpu_check.sh prepare' again" >&2
+  # xz where the image has it, else Python's tarfile (its lzma module reads .xz).
+  local unpacked_ok=0
+  if command -v xz >/dev/null; then
+    tar -C "$PAYLOAD" -xJf "$DEST/payload.tar.xz" && unpacked_ok=1
+  else
+    python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' \
+      "$DEST/payload.tar.xz" "$PAYLOAD" && unpacked_ok=1
+  fi
+  if [[ $unpacked_ok -ne 1 ]]; then
+    echo "gpu_check run: cannot unpack $DEST/payload.tar.xz: run 'tools/gpu_check.sh prepare' again" >&2
     exit 3
   fi
 

@@ -18,6 +18,28 @@
 // its global one, also reused).
 #include "kernels/cpu/conv2d_onednn.h"
 
+#ifdef RT_WITHOUT_ONEDNN
+// Built without oneDNN (--define=ringtape_onednn=off, third_party/BUILD): every f32
+// convolution runs on the im2col + GEMM kernels.
+#include <atomic>
+
+namespace rt::cpu {
+namespace {
+std::atomic<ConvAlgo> g_algo{ConvAlgo::im2col};
+}  // namespace
+
+void set_conv_algo(ConvAlgo a) { g_algo.store(a); }
+ConvAlgo conv_algo() { return g_algo.load(); }
+const char* conv_algo_name(ConvAlgo a) { return a == ConvAlgo::onednn ? "onednn" : "im2col"; }
+bool onednn_conv2d_forward(const Conv2dGeom&, const float*, const float*, const float*, float*) { return false; }
+bool onednn_conv2d_backward(const Conv2dGeom&, const float*, const float*, const float*, float*, float*, float*) {
+  return false;
+}
+std::string onednn_conv2d_impl(const Conv2dGeom&) { return std::string(); }
+
+}  // namespace rt::cpu
+#else
+
 #include <algorithm>
 #include <array>
 #include <atomic>
@@ -369,3 +391,5 @@ std::string onednn_conv2d_impl(const Conv2dGeom& g) {
 }
 
 }  // namespace rt::cpu
+
+#endif  // RT_WITHOUT_ONEDNN

@@ -11,8 +11,9 @@
 
 namespace rt::cpu {
 
-// Which implementation runs f32 convolutions on the CPU. Process-wide; set it before
-// training (the command line's --cpu-conv), not while a convolution runs.
+// Which implementation runs f32 convolutions on the CPU (oneDNN by default; im2col in a
+// build without oneDNN, where the oneDNN functions below return false). Process-wide; set
+// it before training, not while a convolution runs.
 enum class ConvAlgo { onednn, im2col };
 void set_conv_algo(ConvAlgo a);
 ConvAlgo conv_algo();
