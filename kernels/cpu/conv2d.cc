@@ -351,6 +351,26 @@ void backward_tasks(const Conv2dGeom& g, const Dims& d, const T* x, const T* w, 
 }  // namespace
 
 template <typename T>
+void conv2d_bias_grad(const Conv2dGeom& g, const T* dy, T* db) {
+  const Dims d = dims(g);
+  std::vector<double> acc(size_t(g.O), 0.0);
+  if (g.nhwc) {
+    for (int64_t r = 0; r < g.N * d.HOWO; ++r)
+      for (int64_t o = 0; o < g.O; ++o) acc[o] += dy[r * g.O + o];
+  } else {
+    parallel_for(g.O, [&](int64_t o) {
+      double s = 0;
+      for (int64_t n = 0; n < g.N; ++n) {
+        const T* plane = dy + (n * g.O + o) * d.HOWO;
+        for (int64_t i = 0; i < d.HOWO; ++i) s += plane[i];
+      }
+      acc[o] = s;
+    }, g.N * d.HOWO);
+  }
+  for (int64_t o = 0; o < g.O; ++o) db[o] = T(acc[o]);
+}
+
+template <typename T>
 void im2col_conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y) {
   const Dims d = dims(g);
   // The GEMMs want the weight's K axis in the patch matrix's order.
@@ -401,23 +421,7 @@ void im2col_conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T
     if (g.nhwc) ohwi_to_oihw(dw_work, dw, g.O, d.Cg, g.KH, g.KW);
     else oihw_to_ohwi(dw_work, dw, g.O, d.Cg, g.KH, g.KW);
   }
-  if (db) {
-    std::vector<double> acc(size_t(g.O), 0.0);
-    if (g.nhwc) {
-      for (int64_t r = 0; r < g.N * d.HOWO; ++r)
-        for (int64_t o = 0; o < g.O; ++o) acc[o] += dy[r * g.O + o];
-    } else {
-      parallel_for(g.O, [&](int64_t o) {
-        double s = 0;
-        for (int64_t n = 0; n < g.N; ++n) {
-          const T* plane = dy + (n * g.O + o) * d.HOWO;
-          for (int64_t i = 0; i < d.HOWO; ++i) s += plane[i];
-        }
-        acc[o] = s;
-      }, g.N * d.HOWO);
-    }
-    for (int64_t o = 0; o < g.O; ++o) db[o] = T(acc[o]);
-  }
+  if (db) conv2d_bias_grad(g, dy, db);
 }
 
 template <typename T>
@@ -441,6 +445,8 @@ RT_CONV2D_INSTANTIATE(conv2d, float)
 RT_CONV2D_INSTANTIATE(conv2d, double)
 RT_CONV2D_INSTANTIATE(im2col_conv2d, float)
 RT_CONV2D_INSTANTIATE(im2col_conv2d, double)
+template void conv2d_bias_grad<float>(const Conv2dGeom&, const float*, float*);
+template void conv2d_bias_grad<double>(const Conv2dGeom&, const double*, double*);
 #undef RT_CONV2D_INSTANTIATE
 
 }  // namespace rt::cpu

@@ -26,6 +26,10 @@ void conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, 
 template <typename T>
 void conv2d_backward(const Conv2dGeom& g, const T* x, const T* w, const T* dy, T* dx, T* dw, T* db);
 
+// db[o] = the sum of dy over N, H and W (summed in double): the bias gradient.
+template <typename T>
+void conv2d_bias_grad(const Conv2dGeom& g, const T* dy, T* db);
+
 // The im2col + GEMM implementation, whatever the algorithm setting: the reference.
 template <typename T>
 void im2col_conv2d_forward(const Conv2dGeom& g, const T* x, const T* w, const T* bias, T* y);

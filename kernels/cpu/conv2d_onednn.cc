@@ -51,7 +51,6 @@ std::string onednn_conv2d_impl(const Conv2dGeom&) { return std::string(); }
 #include <string>
 #include <unordered_map>
 #include <utility>
-#include <vector>
 
 #include "engine/error.h"
 #include "kernels/cpu/parallel.h"
@@ -270,16 +269,6 @@ bool forward(const Conv2dGeom& g, const float* x, const float* w, const float* b
   return true;
 }
 
-// db[o] = sum of dy over N, H, W (the bias gradient without the weight's), in double.
-void bias_grad(const Conv2dGeom& g, const float* dy, float* db) {
-  const int64_t HW = g.HO * g.WO;
-  std::vector<double> acc(size_t(g.O), 0.0);
-  for (int64_t n = 0; n < g.N; ++n)
-    for (int64_t o = 0; o < g.O; ++o)
-      for (int64_t i = 0; i < HW; ++i) acc[size_t(o)] += g.nhwc ? dy[(n * HW + i) * g.O + o] : dy[(n * g.O + o) * HW + i];
-  for (int64_t o = 0; o < g.O; ++o) db[o] = float(acc[size_t(o)]);
-}
-
 bool backward(const Conv2dGeom& g, const float* x, const float* w, const float* dy, float* dx, float* dw, float* db) {
   // The forward plan without bias carries both gradients; the bias only changes which
   // weight-gradient primitive runs.
@@ -298,7 +287,7 @@ bool backward(const Conv2dGeom& g, const float* x, const float* w, const float* 
     RT_DNNL(p.bwd_w[with_bias]->execute(cpu_stream(), args));
     p.dw_w[with_bias].finish(mdw, dw);
   } else if (db) {
-    bias_grad(g, dy, db);  // (x may not have been kept: the weight needs no gradient)
+    conv2d_bias_grad(g, dy, db);  // (x may not have been kept: the weight needs no gradient)
   }
   if (dx) {
     {

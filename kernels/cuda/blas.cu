@@ -1,11 +1,13 @@
 #include "kernels/cuda/blas.cuh"
 
 #include <array>
+#include <climits>
 #include <cstdio>
 #include <memory>
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/linear.cuh"
 
 namespace rt::cuda {
 namespace {
@@ -51,6 +53,21 @@ cublasHandle_t blas_handle_for(cudaStream_t s) {
   }
   CUBLAS_CHECK(cublasSetStream(h, s));
   return h;
+}
+
+GemmTypes gemm_types(DType t, const char* op) {
+  switch (t) {
+    case DType::f32: return {CUDA_R_32F, allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, false};
+    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F, true};
+    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, false};
+    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, false};
+    default: RT_FAIL(op, ": the CUDA backend computes in f32, f64, bf16 or f16, got ", dtype_name(t));
+  }
+}
+
+int blas_int(int64_t v, const char* op, const char* what) {
+  RT_CHECK(v >= 0 && v <= INT_MAX, op, ": ", what, " = ", v, " is out of cuBLAS's int range");
+  return int(v);
 }
 
 }  // namespace rt::cuda

@@ -4,6 +4,7 @@
 
 #include <cublas_v2.h>
 
+#include "engine/dtype.h"
 #include "engine/error.h"
 #include "kernels/cuda/stream.cuh"
 
@@ -20,5 +21,17 @@ namespace rt::cuda {
 // The current device's handle (created on first use, with reduced-precision reductions off),
 // bound to stream s.
 cublasHandle_t blas_handle_for(cudaStream_t s);
+
+// cuBLAS's data and compute types for a GEMM in t: f32 (TF32 when allow_tf32(), linear.cuh),
+// f64, and bf16/f16 summing in f32. Any other dtype is refused, naming the caller `op`.
+struct GemmTypes {
+  cudaDataType_t data;
+  cublasComputeType_t compute;
+  bool double_scalars;  // alpha and beta are doubles (f64), else floats
+};
+GemmTypes gemm_types(DType t, const char* op);
+
+// v as cuBLAS's int; refused, naming `op` and `what`, when it does not fit.
+int blas_int(int64_t v, const char* op, const char* what);
 
 }  // namespace rt::cuda

@@ -11,15 +11,13 @@ namespace rt::cuda {
 namespace {
 
 using detail::acc_t;
+using detail::dev_exp;
+using detail::dev_log;
 using detail::from_acc;
 using detail::to_acc;
 
 constexpr int kThreads = 256;
 
-__device__ __forceinline__ float dev_exp(float v) { return expf(v); }
-__device__ __forceinline__ double dev_exp(double v) { return exp(v); }
-__device__ __forceinline__ float dev_log(float v) { return logf(v); }
-__device__ __forceinline__ double dev_log(double v) { return log(v); }
 
 // Max over the block, NaN ignored like std::max(m, v) on the CPU (a NaN logit still makes
 // the row's loss NaN through the sums). Every thread gets it; smem holds blockDim.x values.

@@ -8,17 +8,10 @@
 //   dx^T (in x N)  = w^T (in x out)    * dy^T (out x N)      m=in  n=N   k=out
 //   dw^T (in x out) = x^T (in x N)     * op_T(dy^T: out x N) m=in  n=out k=N
 //
-// Note [cuBLAS handle cache]: one handle per device, created on first use and kept for the
-// process (RAII owner in a function-local static; its destructor reports, never throws).
-// cublasSetStream before every call, since the current stream may change between calls.
+// cuBLAS's handle, types and checks are shared with matmul (blas.cuh).
 #include <cublas_v2.h>
 
-#include <array>
 #include <atomic>
-#include <climits>
-#include <cstdio>
-#include <memory>
-#include <mutex>
 
 #include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
@@ -74,32 +67,11 @@ struct WriteColumn {
 
 constexpr int kThreads = 256;
 
-int as_int(int64_t v, const char* what) {
-  RT_CHECK(v >= 0 && v <= INT_MAX, "linear: ", what, " = ", v, " is out of cuBLAS's int range");
-  return int(v);
-}
-
-struct GemmTypes {
-  cudaDataType_t data;
-  cublasComputeType_t compute;
-  bool double_scalars;
-};
-
-GemmTypes gemm_types(DType t) {
-  switch (t) {
-    case DType::f32:
-      return {CUDA_R_32F, g_allow_tf32.load() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F, false};
-    case DType::f64: return {CUDA_R_64F, CUBLAS_COMPUTE_64F, true};
-    case DType::bf16: return {CUDA_R_16BF, CUBLAS_COMPUTE_32F, false};
-    case DType::f16: return {CUDA_R_16F, CUBLAS_COMPUTE_32F, false};
-    default: RT_FAIL("linear: the CUDA backend computes in f32, f64, bf16 or f16, got ", dtype_name(t));
-  }
-}
 
 // Column-major C (m x n, ldc) = op(A) op(B), beta = 0.
 void gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const void* A,
           int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc, cudaStream_t s) {
-  const GemmTypes g = gemm_types(t);
+  const GemmTypes g = gemm_types(t, "linear");
   if (m == 0 || n == 0) return;
   if (k == 0) {  // an empty sum: C = 0 (cuBLAS's quick return would leave C untouched)
     CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(m) * size_t(n) * dtype_size(t), s));
@@ -110,8 +82,9 @@ void gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_
   const float one_f = 1.0f, zero_f = 0.0f;
   const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;
   const void* beta = g.double_scalars ? static_cast<const void*>(&zero_d) : &zero_f;
-  CUBLAS_CHECK(cublasGemmEx(h, ta, tb, as_int(m, "m"), as_int(n, "n"), as_int(k, "k"), alpha, A, g.data,
-                            as_int(lda, "lda"), B, g.data, as_int(ldb, "ldb"), beta, C, g.data, as_int(ldc, "ldc"),
+  CUBLAS_CHECK(cublasGemmEx(h, ta, tb, blas_int(m, "linear", "m"), blas_int(n, "linear", "n"),
+                            blas_int(k, "linear", "k"), alpha, A, g.data, blas_int(lda, "linear", "lda"), B, g.data,
+                            blas_int(ldb, "linear", "ldb"), beta, C, g.data, blas_int(ldc, "linear", "ldc"),
                             g.compute, CUBLAS_GEMM_DEFAULT));
 }
 
@@ -127,7 +100,7 @@ bool allow_tf32() { return g_allow_tf32.load(); }
 void linear_forward(DType t, int64_t N, int64_t in, int64_t out, const void* x, const void* w, const void* b, void* y,
                     cudaStream_t s) {
   check_sizes(N, in, out, "linear_forward");
-  gemm_types(t);  // rejects other dtypes even when there is nothing to do
+  gemm_types(t, "linear");  // rejects other dtypes even when there is nothing to do
   if (N == 0 || out == 0) return;
   RT_CHECK(y != nullptr && (in == 0 || (x != nullptr && w != nullptr)), "linear_forward: null pointer");
   // y^T (out x N) = op_T(w) x^T; Note [Row-major through column-major cuBLAS].
@@ -144,7 +117,7 @@ void linear_forward(DType t, int64_t N, int64_t in, int64_t out, const void* x, 
 void linear_backward(DType t, int64_t N, int64_t in, int64_t out, const void* x, const void* w, const void* dy,
                      void* dx, void* dw, void* db, cudaStream_t s) {
   check_sizes(N, in, out, "linear_backward");
-  gemm_types(t);
+  gemm_types(t, "linear");
   RT_CHECK(dy != nullptr || N * out == 0, "linear_backward: null dy");
   if (dx != nullptr) {
     RT_CHECK(w != nullptr || in * out == 0, "linear_backward: dx needs w");

@@ -12,16 +12,14 @@ namespace rt::cuda {
 namespace {
 
 using detail::acc_t;
+using detail::dev_exp;
+using detail::dev_log;
 using detail::from_acc;
 using detail::to_acc;
 
 constexpr int kThreads = 256;
 constexpr int64_t kWarpRow = 1024;
 
-__device__ __forceinline__ float dev_exp(float v) { return expf(v); }
-__device__ __forceinline__ double dev_exp(double v) { return exp(v); }
-__device__ __forceinline__ float dev_log(float v) { return logf(v); }
-__device__ __forceinline__ double dev_log(double v) { return log(v); }
 
 // The larger of a and b, NaN if either is (like the CPU's loop).
 template <typename A>
