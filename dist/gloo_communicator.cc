@@ -54,7 +54,12 @@ Millis left(Clock::time_point deadline) {
 // (seen in CI: rank 0 of a 4-rank tree waited 5 s for a SIGKILLed rank 2 while its
 // neighbours failed in 0.2 s). So the liveness links, which see any peer's death at once,
 // abort the one wait in progress (and every later one) through this latch; the failure is
-// then reported with the lost rank named. It is shared with the liveness thread's callback,
+// then reported with the lost rank named. An aborted wait is not given up at once: it is
+// waited again for kLossGrace (0.5 s), in which Gloo usually fails it itself as the dead
+// rank's neighbours fail and exit, else times it out. Giving up at once freed the transfer's
+// buffers while live peers were still sending into them: a rank crashed (SIGSEGV) in the
+// 4-rank ring of gloo_communicator_fault_test. After the grace, Gloo's own timeout has
+// failed the context, so nothing arrives into a freed buffer any more. It is shared with the liveness thread's callback,
 // which may outlive the transport. This covers our algorithms and point-to-point calls;
 // Gloo's own collectives (AllReduceAlgo::library, broadcast, all_gather, barrier) keep
 // their buffers to themselves, and closing the connections does not wake them either
@@ -128,17 +133,19 @@ class GlooP2P final : public P2P {
     Group g = std::move(groups_.front());
     groups_.pop_front();
     for (Pending& p : g) {
-      constexpr const char* kAborted = "the transfer was aborted: a peer's process is gone";
-      if (!aborter_->set_current(p.buf.get(), p.sending)) throw PeerFailure(p.peer, p.sending, kAborted);
+      // A wait that a lost peer aborted (or that starts after the loss) is waited again for
+      // at most kLossGrace: Note [Aborting waits on a lost peer].
+      const bool lost = !aborter_->set_current(p.buf.get(), p.sending);
       bool ok = false;
       try {
-        ok = p.sending ? p.buf->waitSend(nullptr, left(deadline_)) : p.buf->waitRecv(nullptr, left(deadline_));
+        ok = !lost && wait(p, left(deadline_));
+        aborter_->set_current(nullptr, false);
+        if (!ok) ok = wait(p, std::min(left(deadline_), kLossGrace));  // Gloo throws at its end
       } catch (const std::exception& e) {
         aborter_->set_current(nullptr, false);
         throw PeerFailure(p.peer, p.sending, e.what());
       }
-      aborter_->set_current(nullptr, false);
-      if (!ok) throw PeerFailure(p.peer, p.sending, kAborted);
+      if (!ok) throw PeerFailure(p.peer, p.sending, "the transfer was aborted: a peer's process is gone");
     }
   }
 
@@ -163,6 +170,13 @@ class GlooP2P final : public P2P {
     int peer;
     bool sending;
   };
+
+  static constexpr Millis kLossGrace{500};
+
+  // True when the transfer completed, false when aborted; throws what Gloo throws.
+  static bool wait(Pending& p, Millis timeout) {
+    return p.sending ? p.buf->waitSend(nullptr, timeout) : p.buf->waitRecv(nullptr, timeout);
+  }
   using Group = std::vector<Pending>;
 
   Pending post_recv(const Transfer& t) {
