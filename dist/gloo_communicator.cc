@@ -1,5 +1,6 @@
 #include "dist/gloo_communicator.h"
 
+#include <signal.h>
 #include <sys/socket.h>  // before gloo's tcp attr.h, which uses sockaddr_storage
 
 #include <gloo/allgather.h>
@@ -235,6 +236,13 @@ struct GlooCommunicator::Impl {
 GlooCommunicator::Impl::Impl(GlooCommunicator& self, Store& store)
     : rank(self.rank()), world(self.world_size()), opts(self.options()), sent_to(size_t(world)),
       received_from(size_t(world)) {
+  // Gloo writes its sockets without MSG_NOSIGNAL: a write to a peer that has just exited
+  // would kill this process with SIGPIPE (seen in gloo_communicator_fault_test: a rank still
+  // sending, in Note [Aborting waits on a lost peer]'s grace, after its neighbours exited)
+  // instead of failing the call with EPIPE and naming the lost rank. So SIGPIPE is ignored
+  // unless the program handles it itself, as network servers do.
+  struct sigaction old {};
+  if (::sigaction(SIGPIPE, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
   const std::string host = listen_host(opts);
   liveness = std::make_unique<PeerLiveness>(store, opts.prefix, rank, world, host, opts.timeout);
   try {
