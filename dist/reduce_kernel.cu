@@ -38,7 +38,7 @@ void reduce_cuda(ReduceOp op, DType t, int64_t n, const void* in, void* inout, c
     case ReduceOp::max:
       return cuda::detail::dispatch_floating(t, "reduce_cuda", [&](auto z) {
         using T = decltype(z);
-        max_into<T><<<cuda::detail::grid_for(n, kThreads), kThreads, 0, stream>>>(n, static_cast<const T*>(in),
+        RT_LAUNCH(cuda::detail::grid_for(n, kThreads), kThreads, 0, stream, max_into<T>)(n, static_cast<const T*>(in),
                                                                                      static_cast<T*>(inout));
         CUDA_CHECK_LAUNCH();
       });

@@ -8,7 +8,31 @@
 #include "engine/memory_report.h"
 #include "kernels/cuda/runtime.h"
 
+#if RINGTAPE_CUDA_EMU
+#include "cuda_emu/annotate.h"
+#endif
+
 namespace rt {
+namespace {
+
+// Note [Block annotations]: under --config=cuda-emu the emulated device checks a kernel's
+// accesses against the blocks handed out here, not against whole segments (cuda_emu/
+// annotate.h): a cached block, and the rounding slack of one in use, are out of bounds, and
+// a handed-out block is unwritten until something writes it. Elsewhere device memory is
+// not the host's to check: nothing to do.
+void annotate_handed_out([[maybe_unused]] const void* p, [[maybe_unused]] size_t requested,
+                         [[maybe_unused]] size_t size) {
+#if RINGTAPE_CUDA_EMU
+  rt_emu_block_handed_out(p, requested, size);
+#endif
+}
+void annotate_cached([[maybe_unused]] const void* p, [[maybe_unused]] size_t size) {
+#if RINGTAPE_CUDA_EMU
+  rt_emu_block_cached(p, size);
+#endif
+}
+
+}  // namespace
 
 // A piece of a segment: blocks of one segment form a doubly linked list in address order.
 struct CachingAllocator::Block {
@@ -76,6 +100,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   b = split(b, size);
   b->allocated = true;
   b->requested = bytes;
+  annotate_handed_out(b->ptr, bytes, b->size);
   allocated_[b->ptr] = b;
   b->tag = note_alloc(bytes);
   update_stats([&](AllocatorStats& s) {
@@ -105,6 +130,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t size, StreamId str
     p = raw_->alloc(size);
   }
   if (!p) fail_oom(requested, size);
+  annotate_cached(p, size);
   Block* b = new Block;
   b->ptr = static_cast<char*>(p);
   b->size = size;
@@ -167,6 +193,7 @@ void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) 
 }
 
 void CachingAllocator::cache_block(Block* b) noexcept {
+  annotate_cached(b->ptr, b->size);
   if (Block* p = b->prev; p && p->is_free()) {
     p->pool->erase(p);
     p->size += b->size;

@@ -12,10 +12,34 @@ cc_library(
 LIBDIR = "%{cuda_path}/lib64"
 L = ["-L" + LIBDIR, "-Wl,-rpath," + LIBDIR]
 
+# Under --config=cuda-emu (and -asan, -tsan) no NVIDIA library is linked: the emulated
+# runtime and library fakes of //cuda_emu define the same functions (docs/cuda-on-cpu.md).
+EMU = ["@//tools:cuda_emu", "@//tools:cuda_emu_asan", "@//tools:cuda_emu_tsan"]
+
 # The static runtime: binaries copied to a GPU machine need only the driver for it.
-cc_library(name = "cudart", deps = [":cuda_headers"], linkopts = L + ["-lcudart_static", "-ldl", "-lpthread", "-lrt"])
-cc_library(name = "cublas", deps = [":cudart"], linkopts = L + ["-lcublas", "-lcublasLt"])
-cc_library(name = "cudnn", deps = [":cudart"], linkopts = L + ["-lcudnn"])
-cc_library(name = "nccl", deps = [":cudart"], linkopts = L + ["-lnccl"])
+cc_library(
+    name = "cudart",
+    deps = [":cuda_headers"] + select(dict([(k, ["@//cuda_emu:runtime"]) for k in EMU] + [("//conditions:default", [])])),
+    linkopts = select(dict([(k, []) for k in EMU] + [("//conditions:default", L + ["-lcudart_static", "-ldl", "-lpthread", "-lrt"])])),
+)
+cc_library(
+    name = "cublas",
+    deps = [":cudart"] + select(dict([(k, ["@//cuda_emu:cublas"]) for k in EMU] + [("//conditions:default", [])])),
+    linkopts = select(dict([(k, []) for k in EMU] + [("//conditions:default", L + ["-lcublas", "-lcublasLt"])])),
+)
+cc_library(
+    name = "cudnn",
+    deps = [":cudart"] + select(dict([(k, ["@//cuda_emu:cudnn"]) for k in EMU] + [("//conditions:default", [])])),
+    linkopts = select(dict([(k, []) for k in EMU] + [("//conditions:default", L + ["-lcudnn"])])),
+)
+cc_library(
+    name = "nccl",
+    deps = [":cudart"] + select(dict([(k, ["@//cuda_emu:nccl"]) for k in EMU] + [("//conditions:default", [])])),
+    linkopts = select(dict([(k, []) for k in EMU] + [("//conditions:default", L + ["-lnccl"])])),
+)
 # CUPTI's activity API (kernel and copy records for the profiler; ships with the toolkit).
-cc_library(name = "cupti", deps = [":cudart"], linkopts = L + ["-lcupti"])
+cc_library(
+    name = "cupti",
+    deps = [":cudart"] + select(dict([(k, ["@//cuda_emu:cupti"]) for k in EMU] + [("//conditions:default", [])])),
+    linkopts = select(dict([(k, []) for k in EMU] + [("//conditions:default", L + ["-lcupti"])])),
+)

@@ -4,3 +4,27 @@ COPTS = ["-Wall", "-Wextra", "-Werror"]
 
 # nvcc: host-compiler warnings too, and device-code warnings as errors.
 NVCC_COPTS = ["-Xcompiler", "-Wall,-Wextra", "--Werror", "all-warnings", "-lineinfo"]
+
+# .cu files compiled as C++ under --config=cuda-emu (docs/cuda-on-cpu.md). cuda_emu/simt.h
+# comes first in every one: the device built-ins, barriers, warp operations and launches.
+# -fsanitize=thread makes GCC call __tsan_readN / __tsan_writeN (and the _range forms for
+# aggregates) before every load and store, and cuda_emu/memcheck.cc defines them: bounds,
+# initialised reads, shared-memory races, device placement and cross-stream hazards (no
+# sanitizer runtime is linked: the calls are ours; Note [Instrumented kernels]). GCC's
+# AddressSanitizer instrumentation would not do: it drops the check of a store to an
+# address it has just checked for a load, and the race and initialisation checks need
+# every store. Line tables let a report name the faulting line.
+CUDA_EMU_COPTS = [
+    "-include",
+    "cuda_emu/simt.h",
+    "-g1",
+    "-fsanitize=thread",
+    "--param=tsan-instrument-func-entry-exit=0",
+]
+
+# Under cuda-emu-asan and cuda-emu-tsan the kernels get the config's own sanitizer instead.
+CUDA_EMU_SANITIZER_COPTS = [
+    "-include",
+    "cuda_emu/simt.h",
+    "-g1",
+]

@@ -2,7 +2,7 @@
 
 load("@bazel_tools//tools/cpp:toolchain_utils.bzl", "find_cpp_toolchain")
 load("@cuda//:defs.bzl", "CUDA_PATH")
-load("//tools:copts.bzl", "NVCC_COPTS")
+load("//tools:copts.bzl", "COPTS", "CUDA_EMU_COPTS", "CUDA_EMU_SANITIZER_COPTS", "NVCC_COPTS")
 
 # SASS for sm_90 (H100/H200) plus PTX, which newer GPUs JIT-compile.
 DEFAULT_GPU_ARCHS = [
@@ -74,9 +74,49 @@ cuda_objects = rule(
     fragments = ["cpp"],
 )
 
+def _cu_as_cc_impl(ctx):
+    outs = []
+    for src in ctx.files.srcs:
+        if not src.path.endswith(".cu"):
+            continue
+        out = ctx.actions.declare_file("_cuda_emu_srcs/%s/%s.cc" % (ctx.label.name, src.basename))
+
+        # A copy under a .cc name whose #line keeps __FILE__ and the line tables pointing at
+        # the .cu file itself (reports name kernels/cuda/x.cu:LINE, not the copy).
+        ctx.actions.run_shell(
+            inputs = [src],
+            outputs = [out],
+            command = "{ printf '#line 1 \"%s\"\\n' \"$1\"; cat \"$1\"; } > \"$2\"",
+            arguments = [src.path, out.path],
+            mnemonic = "CuAsCc",
+        )
+        outs.append(out)
+    return [DefaultInfo(files = depset(outs))]
+
+# The .cu files of srcs as .cc files, for the host compiler (--config=cuda-emu).
+cu_as_cc = rule(
+    implementation = _cu_as_cc_impl,
+    attrs = {"srcs": attr.label_list(allow_files = [".cu", ".cuh", ".h"])},
+)
+
+def cuda_emu_select(emu, emu_sanitizer, default):
+    """`emu` under --config=cuda-emu, `emu_sanitizer` under cuda-emu-asan/-tsan, else `default`."""
+    return select({
+        "//tools:cuda_emu": emu,
+        "//tools:cuda_emu_asan": emu_sanitizer,
+        "//tools:cuda_emu_tsan": emu_sanitizer,
+        "//conditions:default": default,
+    })
+
 def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], defines = [],
                  gpu_archs = DEFAULT_GPU_ARCHS, **kwargs):
-    """nvcc-compiles the .cu files of srcs and wraps the objects in a cc_library."""
+    """nvcc-compiles the .cu files of srcs and wraps the objects in a cc_library.
+
+    Under --config=cuda-emu (and -asan, -tsan) the .cu files are compiled as C++ instead, with
+    cuda_emu/simt.h first, and the emulated runtime replaces NVIDIA's (docs/cuda-on-cpu.md).
+    """
+
+    # manual: //... must not build the other mode's objects (nvcc under cuda-emu).
     cuda_objects(
         name = name + "_cu",
         srcs = srcs,
@@ -85,12 +125,17 @@ def cuda_library(name, srcs, hdrs = [], deps = [], copts = [], defines = [],
         copts = copts,
         defines = defines,
         gpu_archs = gpu_archs,
+        tags = ["manual"],
     )
+    cu_as_cc(name = name + "_emu_srcs", srcs = srcs, tags = ["manual"])
+    emu_srcs = [":" + name + "_emu_srcs"]
     native.cc_library(
         name = name,
-        srcs = [":" + name + "_cu"] + [s for s in srcs if not s.endswith(".cu")],
+        srcs = [s for s in srcs if not s.endswith(".cu")] +
+               cuda_emu_select(emu_srcs, emu_srcs, [":" + name + "_cu"]),
         hdrs = hdrs,
-        deps = deps + ["@cuda//:cudart"],
+        copts = cuda_emu_select(COPTS + CUDA_EMU_COPTS + copts, COPTS + CUDA_EMU_SANITIZER_COPTS + copts, []),
+        deps = deps + ["@cuda//:cudart"] + cuda_emu_select(["//cuda_emu:simt"], ["//cuda_emu:simt"], []),
         defines = defines,
         # No shared-object variant: the static CUDA runtime must be resolved in the final
         # link, which a .so of this library would leave unresolved in dynamic test builds.

@@ -40,7 +40,7 @@ struct StatsFold {
   template <int U>
   __device__ void fold(State& st, int64_t, const int64_t (&idx)[U], int u) const {
     A v[U] = {};
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) v[k] = to_acc(x[idx[k]]);
     st.add(v, u);
@@ -78,7 +78,7 @@ struct BackwardFold {
   template <int U>
   __device__ void fold(State& st, int64_t c, const int64_t (&idx)[U], int u) const {
     A g[U] = {}, xv[U] = {}, yv[U] = {};
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) {
         g[k] = to_acc(dy[idx[k]]);
@@ -86,7 +86,7 @@ struct BackwardFold {
         if (y) yv[k] = to_acc(y[idx[k]]);
       }
     const A m = mean[c];
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) {
         if (y && !(yv[k] > A(0))) g[k] = A(0);
@@ -244,7 +244,7 @@ struct ApplyOp {
     Pack<T> pr;
     if (res) pr = load_pack(res, p);
     Pack<T> py;
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < W; ++k) py.v[k] = from_acc<T>(value(to_acc(px.v[k]), res ? to_acc(pr.v[k]) : A(0), c[k]));
     store_pack(y, p, py);
   }
@@ -271,7 +271,7 @@ struct DxOp {
     const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
     Pack<T> py, pdx;
     if (y) py = load_pack(y, p);
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < W; ++k)
       pdx.v[k] = from_acc<T>(value(to_acc(pdy.v[k]), y ? to_acc(py.v[k]) : A(0), to_acc(px.v[k]), c[k]));
     store_pack(dx, p, pdx);
@@ -292,7 +292,7 @@ void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void
   for (const void* p : ptrs) vec = vec && detail::aligned16(p);
   const int64_t n = g.N * g.C * g.S;
   const int64_t work = vec ? std::max<int64_t>(n / W, n % W) : n;
-  channel_map_kernel<T><<<detail::grid_for(work, kThreads), kThreads, 0, s>>>(n, g.C, g.nhwc ? 1 : g.S, vec, op);
+  RT_LAUNCH(detail::grid_for(work, kThreads), kThreads, 0, s, channel_map_kernel<T>)(n, g.C, g.nhwc ? 1 : g.S, vec, op);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -413,10 +413,10 @@ void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const 
     auto rm = static_cast<const R*>(running_mean);
     auto rv = static_cast<const R*>(running_var);
     if (stat_t == DType::f64)
-      eval_stats_kernel<double, R><<<detail::grid_for(C, kThreads), kThreads, 0, s>>>(
+      RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s, eval_stats_kernel<double, R>)(
           C, rm, rv, eps, static_cast<double*>(mean), static_cast<double*>(invstd));
     else
-      eval_stats_kernel<float, R><<<detail::grid_for(C, kThreads), kThreads, 0, s>>>(
+      RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s, eval_stats_kernel<float, R>)(
           C, rm, rv, eps, static_cast<float*>(mean), static_cast<float*>(invstd));
     CUDA_CHECK_LAUNCH();
   });
@@ -474,7 +474,7 @@ void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, d
       using R = decltype(zr);
       const WriteStats<A, R> out{static_cast<A*>(mean), static_cast<A*>(invstd), A(eps), static_cast<R*>(running_mean),
                                  static_cast<R*>(running_var), momentum};
-      merge_moments_kernel<A, R><<<detail::grid_for(C, kThreads), kThreads, 0, s>>>(C, k, blocks, count, out);
+      RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s, merge_moments_kernel<A, R>)(C, k, blocks, count, out);
       CUDA_CHECK_LAUNCH();
     });
   });
@@ -509,7 +509,7 @@ void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const voi
     using A = acc_t<T>;
     const BackwardCoefs<T, A> f{static_cast<const A*>(invstd), static_cast<const T*>(gamma), true, A(0), nullptr,
                                 nullptr, static_cast<A*>(workspace), g.C, nullptr};
-    sync_coefs_kernel<T, A><<<detail::grid_for(g.C, kThreads), kThreads, 0, s>>>(k, sums, count, f);
+    RT_LAUNCH(detail::grid_for(g.C, kThreads), kThreads, 0, s, sync_coefs_kernel<T, A>)(k, sums, count, f);
     CUDA_CHECK_LAUNCH();
     backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), nullptr,
                    static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);

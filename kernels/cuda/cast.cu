@@ -34,7 +34,7 @@ constexpr int kThreads = 256;
 
 template <typename S, typename D>
 void launch_cast(int64_t n, const void* src, void* dst, cudaStream_t s) {
-  cast_kernel<S, D><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(n, static_cast<const S*>(src),
+  RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, cast_kernel<S, D>)(n, static_cast<const S*>(src),
                                                                         static_cast<D*>(dst));
   CUDA_CHECK_LAUNCH();
 }

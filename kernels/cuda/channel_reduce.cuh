@@ -44,14 +44,14 @@ constexpr int reduce_unroll() {
 template <typename F, int U, typename Sink>
 __global__ void __launch_bounds__(kReduceThreads) channel_partials_nchw(ChannelReducePlan p, F f, Sink sink) {
   using State = typename F::State;
-  __shared__ State sm[kReduceThreads];
+  RT_SHARED(State, sm, [kReduceThreads]);
   const int64_t c = blockIdx.x, rb = blockIdx.y;
   State st = State::empty();
   for_each_group_nchw<U>(p, c, rb, int(threadIdx.x), [&](const int64_t(&idx)[U], int u) { f.fold(st, c, idx, u); });
   sm[threadIdx.x] = st;
   __syncthreads();
   for (int w = kReduceThreads / 2; w > 0; w >>= 1) {  // fixed tree: deterministic
-    if (threadIdx.x < w) sm[threadIdx.x].merge(sm[threadIdx.x + w]);
+    if (int(threadIdx.x) < w) sm[threadIdx.x].merge(sm[threadIdx.x + w]);
     __syncthreads();
   }
   if (threadIdx.x == 0) sink(c, rb, sm[0]);
@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(kReduceThreads) channel_partials_nchw(ChannelR
 template <typename F, int U, typename Sink>
 __global__ void __launch_bounds__(kRowX* kRowY) channel_partials_rows(ChannelReducePlan p, F f, Sink sink) {
   using State = typename F::State;
-  __shared__ State sm[kRowY][kRowX];
+  RT_SHARED(State, sm, [kRowY][kRowX]);
   const int64_t c = blockIdx.x * int64_t(kRowX) + threadIdx.x, rb = blockIdx.y;
   State st = State::empty();
   if (c < p.C)
@@ -93,12 +93,11 @@ struct OutSink {
 
 template <typename T, typename F, typename Sink>
 void launch_channel_partials(const ChannelReducePlan& p, F f, Sink sink, cudaStream_t s) {
-  constexpr int U = reduce_unroll<T>();
   const dim3 grid(unsigned(p.col_blocks), unsigned(p.RB));
   if (p.row_layout) {
-    channel_partials_rows<F, U><<<grid, dim3(kRowX, kRowY), 0, s>>>(p, f, sink);
+    RT_LAUNCH(grid, dim3(kRowX, kRowY), 0, s, channel_partials_rows<F, reduce_unroll<T>()>)(p, f, sink);
   } else {
-    channel_partials_nchw<F, U><<<grid, kReduceThreads, 0, s>>>(p, f, sink);
+    RT_LAUNCH(grid, kReduceThreads, 0, s, channel_partials_nchw<F, reduce_unroll<T>()>)(p, f, sink);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -123,7 +122,7 @@ size_t channel_partials_bytes(const ChannelReducePlan& p) {
 template <typename T, typename F, typename Out>
 void channel_reduce(const ChannelReducePlan& p, F f, Out out, typename F::State* part, cudaStream_t s) {
   launch_channel_partials<T>(p, f, PartialSink<typename F::State>{part, p.C}, s);
-  channel_finalize<<<grid_for(p.C, kReduceThreads), kReduceThreads, 0, s>>>(p.C, p.RB, part, out);
+  RT_LAUNCH(grid_for(p.C, kReduceThreads), kReduceThreads, 0, s, channel_finalize)(p.C, p.RB, part, out);
   CUDA_CHECK_LAUNCH();
 }
 

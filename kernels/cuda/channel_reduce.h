@@ -13,15 +13,12 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "kernels/cuda/launch.cuh"  // RT_UNROLL
+
 #ifdef __CUDACC__
 #define RT_HOST_DEVICE __host__ __device__ __forceinline__
 #else
 #define RT_HOST_DEVICE inline
-#endif
-#ifdef __CUDA_ARCH__  // the device pass: the host compiler does not know the pragma
-#define RT_UNROLL _Pragma("unroll")
-#else
-#define RT_UNROLL
 #endif
 
 namespace rt::cuda::detail {

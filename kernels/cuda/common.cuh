@@ -14,6 +14,7 @@
 
 #include "engine/dtype.h"
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 
 namespace rt::cuda::detail {
 

@@ -27,7 +27,7 @@ __global__ void bias_add_kernel(int64_t total, int64_t C, int64_t S, bool nhwc, 
 template <typename T>
 __global__ void bias_grad_kernel(int64_t N, int64_t C, int64_t S, bool nhwc, const T* dy, T* db) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   const int64_t c = blockIdx.x, M = N * S;
   A s = 0;
   for (int64_t j = threadIdx.x; j < M; j += blockDim.x) {
@@ -49,7 +49,7 @@ void conv_bias_add(DType t, int64_t N, int64_t C, int64_t S, bool nhwc, void* y,
   RT_CHECK(y && bias, "conv_bias_add: null pointer");
   detail::dispatch_floating(t, "conv_bias_add", [&](auto z) {
     using T = decltype(z);
-    bias_add_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(total, C, S, nhwc, static_cast<T*>(y),
+    RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, bias_add_kernel<T>)(total, C, S, nhwc, static_cast<T*>(y),
                                                                               static_cast<const T*>(bias));
     CUDA_CHECK_LAUNCH();
   });
@@ -62,7 +62,7 @@ void conv_bias_grad(DType t, int64_t N, int64_t C, int64_t S, bool nhwc, const v
   RT_CHECK(C <= 2147483647, "conv_bias_grad: too many channels: ", C);
   detail::dispatch_floating(t, "conv_bias_grad", [&](auto z) {
     using T = decltype(z);
-    bias_grad_kernel<T><<<unsigned(C), kThreads, 0, s>>>(N, C, S, nhwc, static_cast<const T*>(dy), static_cast<T*>(db));
+    RT_LAUNCH(unsigned(C), kThreads, 0, s, bias_grad_kernel<T>)(N, C, S, nhwc, static_cast<const T*>(dy), static_cast<T*>(db));
     CUDA_CHECK_LAUNCH();
   });
 }

@@ -41,7 +41,7 @@ template <typename T>
 __global__ void rows_kernel(int64_t N, int64_t K, const T* __restrict__ logits, const int64_t* __restrict__ target,
                             acc_t<T> e, T* __restrict__ probs, acc_t<T>* __restrict__ row_loss, int32_t* bad) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   for (int64_t r = blockIdx.x; r < N; r += gridDim.x) {
     const T* z = logits + r * K;
     A mx = A(-INFINITY);
@@ -74,7 +74,7 @@ __global__ void rows_kernel(int64_t N, int64_t K, const T* __restrict__ logits, 
 template <typename T>
 __global__ void mean_kernel(int64_t N, const acc_t<T>* __restrict__ row_loss, T* __restrict__ loss) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   A s = 0;
   for (int64_t i = threadIdx.x; i < N; i += blockDim.x) s += row_loss[i];
   s = detail::block_sum(s, smem);
@@ -113,10 +113,10 @@ void cross_entropy_forward(DType t, int64_t N, int64_t K, const void* logits, co
     using T = decltype(z);
     using A = acc_t<T>;
     const int grid = int(std::min<int64_t>(N, 65535));
-    rows_kernel<T><<<grid, kThreads, 0, s>>>(N, K, static_cast<const T*>(logits), target, A(smoothing),
+    RT_LAUNCH(grid, kThreads, 0, s, rows_kernel<T>)(N, K, static_cast<const T*>(logits), target, A(smoothing),
                                              static_cast<T*>(probs), static_cast<A*>(row_loss), bad_target);
     CUDA_CHECK_LAUNCH();
-    mean_kernel<T><<<1, kThreads, 0, s>>>(N, static_cast<const A*>(row_loss), static_cast<T*>(loss));
+    RT_LAUNCH(1, kThreads, 0, s, mean_kernel<T>)(N, static_cast<const A*>(row_loss), static_cast<T*>(loss));
     CUDA_CHECK_LAUNCH();
   });
 }
@@ -129,7 +129,7 @@ void cross_entropy_backward(DType t, int64_t N, int64_t K, const void* probs, co
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    backward_kernel<T><<<detail::grid_for(N * K, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(N * K, kThreads), kThreads, 0, s, backward_kernel<T>)(
         N, K, static_cast<const T*>(probs), target, A(smoothing), static_cast<const T*>(g), static_cast<T*>(dlogits));
     CUDA_CHECK_LAUNCH();
   });

@@ -54,7 +54,7 @@ void dropout(DType t, uint64_t state, const RandomLayout& at, double p, double s
     const int64_t n = at.N * at.C * at.H * at.W;
     if (n == 0) return;
     RT_CHECK(x != nullptr && y != nullptr, "dropout: null pointer");
-    dropout_kernel<T><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, dropout_kernel<T>)(
         state, n, at.C, at.H, at.W, at.channels_last, p, scale, static_cast<const T*>(x), static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });

@@ -41,11 +41,11 @@ __global__ void map_scalar(int64_t n, Ptrs<T, F::kIn, F::kOut> p, F f) {
   using A = acc_t<T>;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     A x[F::kIn];
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < F::kIn; ++k) x[k] = ((F::kReads >> k) & 1u) ? to_acc(p.in[k][i]) : A(0);
     A y[F::kOut];
     f(x, y);
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < F::kOut; ++k) p.out[k][i] = from_acc<T>(y[k]);
   }
 }
@@ -56,21 +56,21 @@ __global__ void map_vec(int64_t npacks, Ptrs<T, F::kIn, F::kOut> p, F f) {
   constexpr int W = Pack<T>::kWidth;
   for (int64_t q = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; q < npacks; q += int64_t(gridDim.x) * blockDim.x) {
     Pack<T> in[F::kIn];
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < F::kIn; ++k)
       if ((F::kReads >> k) & 1u) in[k] = reinterpret_cast<const Pack<T>*>(p.in[k])[q];
     Pack<T> out[F::kOut];
-#pragma unroll
+    RT_UNROLL
     for (int w = 0; w < W; ++w) {
       A x[F::kIn];
-#pragma unroll
+      RT_UNROLL
       for (int k = 0; k < F::kIn; ++k) x[k] = ((F::kReads >> k) & 1u) ? to_acc(in[k].v[w]) : A(0);
       A y[F::kOut];
       f(x, y);
-#pragma unroll
+      RT_UNROLL
       for (int k = 0; k < F::kOut; ++k) out[k].v[w] = from_acc<T>(y[k]);
     }
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < F::kOut; ++k) reinterpret_cast<Pack<T>*>(p.out[k])[q] = out[k];
   }
 }
@@ -120,7 +120,7 @@ __global__ void sum_to_thread(ew::SumToPlan sp, const T* g, T* r) {
 // the layout-aware way.
 template <typename T>
 __global__ void sum_to_block(ew::SumToPlan sp, const T* g, T* r) {
-  __shared__ double smem[256];
+  RT_SHARED(double, smem, [256]);
   for (int64_t j = blockIdx.x; j < sp.kept_n; j += gridDim.x) {
     int64_t go, ro;
     ew::kept_offsets(sp, j, go, ro);
@@ -211,9 +211,9 @@ void launch_map(int64_t n, const Ptrs<T, F::kIn, F::kOut>& p, F f, cudaStream_t 
   }
   if (vec) {
     const int64_t np = n / W;
-    map_vec<T, F><<<detail::grid_for(np, kThreads), kThreads, 0, s>>>(np, p, f);
+    RT_LAUNCH(detail::grid_for(np, kThreads), kThreads, 0, s, map_vec<T, F>)(np, p, f);
   } else {
-    map_scalar<T, F><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(n, p, f);
+    RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, map_scalar<T, F>)(n, p, f);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -256,7 +256,7 @@ void binary_broadcast(Binary op, DType t, const ew::BroadcastPlan& p, const void
     ew::visit(op, [&](auto o) {
       with_index_type(n, [&](auto i) {
         using I = decltype(i);
-        binary_broadcast_kernel<T, I, decltype(o)><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+        RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, binary_broadcast_kernel<T, I, decltype(o)>)(
             I(n), p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y));
         CUDA_CHECK_LAUNCH();
       });
@@ -291,8 +291,7 @@ void binary_backward(Binary op, DType t, const ew::BroadcastPlan& p, const void*
                  "binary_backward: null pointer");
         with_index_type(n, [&](auto i) {
           using I = decltype(i);
-          binary_backward_broadcast_kernel<T, I, Op, kDA, kDB>
-              <<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(I(n), p, pa, pb, py, pdy, pda, pdb);
+          RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, binary_backward_broadcast_kernel<T, I, Op, kDA, kDB>)(I(n), p, pa, pb, py, pdy, pda, pdb);
           CUDA_CHECK_LAUNCH();
         });
       });
@@ -311,9 +310,9 @@ void sum_to(DType t, const ew::BroadcastPlan& p, int operand, const void* g, voi
     auto pr = static_cast<T*>(r);
     if (sp.red_n > 32) {
       const int blocks = int(std::min<int64_t>(sp.kept_n, 65535));
-      sum_to_block<T><<<blocks, kThreads, 0, s>>>(sp, pg, pr);
+      RT_LAUNCH(blocks, kThreads, 0, s, sum_to_block<T>)(sp, pg, pr);
     } else {
-      sum_to_thread<T><<<detail::grid_for(sp.kept_n, kThreads), kThreads, 0, s>>>(sp, pg, pr);
+      RT_LAUNCH(detail::grid_for(sp.kept_n, kThreads), kThreads, 0, s, sum_to_thread<T>)(sp, pg, pr);
     }
     CUDA_CHECK_LAUNCH();
   });
@@ -370,7 +369,7 @@ void fill_from_scalar(DType t, int64_t n, const void* scalar, double scale, void
   if (n == 0) return;
   detail::dispatch_floating(t, "fill_from_scalar", [&](auto z) {
     using T = decltype(z);
-    fill_from_scalar_kernel<T><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, fill_from_scalar_kernel<T>)(
         n, static_cast<const T*>(scalar), acc_t<T>(scale), static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });

@@ -5,6 +5,7 @@
 #include <cuda_fp16.h>
 
 #include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::cuda {
@@ -20,7 +21,7 @@ template <typename T>
 void launch_fill(T* dst, int64_t n, T value, cudaStream_t s) {
   constexpr int kThreads = 256;
   const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 65535);
-  fill_kernel<T><<<int(blocks), kThreads, 0, s>>>(dst, n, value);
+  RT_LAUNCH(int(blocks), kThreads, 0, s, fill_kernel<T>)(dst, n, value);
   CUDA_CHECK_LAUNCH();
 }
 

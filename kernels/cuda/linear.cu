@@ -49,10 +49,10 @@ struct ColumnSumFold {
   template <int U>
   __device__ void fold(State& st, int64_t, const int64_t (&idx)[U], int u) const {
     A v[U] = {};
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) v[k] = to_acc(dy[idx[k]]);
-#pragma unroll
+    RT_UNROLL
     for (int k = 0; k < U; ++k) st.a += v[k];
   }
 };
@@ -108,7 +108,7 @@ void linear_forward(DType t, int64_t N, int64_t in, int64_t out, const void* x, 
   if (b == nullptr) return;
   detail::dispatch_floating(t, "linear_forward", [&](auto z) {
     using T = decltype(z);
-    add_bias_kernel<T><<<detail::grid_for(N * out, kThreads), kThreads, 0, s>>>(N, out, static_cast<const T*>(b),
+    RT_LAUNCH(detail::grid_for(N * out, kThreads), kThreads, 0, s, add_bias_kernel<T>)(N, out, static_cast<const T*>(b),
                                                                                static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });

@@ -65,7 +65,7 @@ void unscale_and_check(DType t, const std::vector<void*>& grads, const std::vect
       }
       if (max_n == 0) continue;
       const dim3 grid(std::min(detail::grid_for(max_n, kThreads), kMaxBlocksX), unsigned(k));
-      unscale_kernel<T><<<grid, kThreads, 0, s>>>(b, inv_scale, found_inf);
+      RT_LAUNCH(grid, kThreads, 0, s, unscale_kernel<T>)(b, inv_scale, found_inf);
       CUDA_CHECK_LAUNCH();
     }
   });

@@ -57,7 +57,7 @@ void normalize_pixels(const uint8_t* x, int64_t N, int64_t H, int64_t W, int64_t
       k.scale[c] = A(scale[c]);
       k.bias[c] = A(bias[c]);
     }
-    normalize_pixels_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, normalize_pixels_kernel<T>)(
         x, total, H * W, int(C), k, nhwc_out, static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });

@@ -155,8 +155,8 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
                             return e.n;
                           },
                           [&](dim3 grid) {
-                            if (t == DType::f32) sgd_kernel<float><<<grid, kThreads, 0, s>>>(b);
-                            else sgd_kernel<double><<<grid, kThreads, 0, s>>>(b);
+                            if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<float>)(b);
+                            else RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<double>)(b);
                           });
 }
 
@@ -188,8 +188,8 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
                               return e.n;
                             },
                             [&](dim3 grid) {
-                              if (t == DType::f32) adamw_kernel<float><<<grid, kThreads, 0, s>>>(b);
-                              else adamw_kernel<double><<<grid, kThreads, 0, s>>>(b);
+                              if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<float>)(b);
+                              else RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<double>)(b);
                             });
 }
 

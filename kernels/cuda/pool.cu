@@ -199,7 +199,7 @@ void max_pool2d_forward(const Pool2dGeom& g, DType t, const void* x, void* y, in
   RT_CHECK(x != nullptr && y != nullptr && idx != nullptr, op, ": null pointer");
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
-    max_pool_forward_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, max_pool_forward_kernel<T>)(
         g, static_cast<const T*>(x), static_cast<T*>(y), idx);
     CUDA_CHECK_LAUNCH();
   });
@@ -213,7 +213,7 @@ void max_pool2d_backward(const Pool2dGeom& g, DType t, const void* dy, const int
   RT_CHECK(dy != nullptr && idx != nullptr && dx != nullptr, op, ": null pointer");
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
-    max_pool_backward_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, max_pool_backward_kernel<T>)(
         g, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
     CUDA_CHECK_LAUNCH();
   });
@@ -232,11 +232,11 @@ void adaptive_avg_pool2d_forward(const Pool2dGeom& g, DType t, const void* x, vo
     const int64_t S = g.H * g.W;
     if (g.HO == 1 && g.WO == 1 && !g.nhwc) {
       const int64_t planes = g.N * g.C;
-      global_avg_nchw_kernel<T><<<detail::grid_for(planes * 32, kThreads), kThreads, 0, s>>>(planes, S, xp, yp);
+      RT_LAUNCH(detail::grid_for(planes * 32, kThreads), kThreads, 0, s, global_avg_nchw_kernel<T>)(planes, S, xp, yp);
     } else if (g.HO == 1 && g.WO == 1) {
-      global_avg_nhwc_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(g.N, g.C, S, xp, yp);
+      RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, global_avg_nhwc_kernel<T>)(g.N, g.C, S, xp, yp);
     } else {
-      avg_pool_forward_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(g, xp, yp);
+      RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, avg_pool_forward_kernel<T>)(g, xp, yp);
     }
     CUDA_CHECK_LAUNCH();
   });
@@ -250,7 +250,7 @@ void adaptive_avg_pool2d_backward(const Pool2dGeom& g, DType t, const void* dy, 
   RT_CHECK(dy != nullptr && dx != nullptr, op, ": null pointer");
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
-    avg_pool_backward_kernel<T><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, avg_pool_backward_kernel<T>)(
         g, static_cast<const T*>(dy), static_cast<T*>(dx));
     CUDA_CHECK_LAUNCH();
   });

@@ -98,7 +98,7 @@ void launch_random(const char* op, uint64_t state, const RandomLayout& at, doubl
   if (n == 0) return;
   detail::dispatch_floating(dtype, op, [&](auto z) {
     using T = decltype(z);
-    random_kernel<D, T><<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, random_kernel<D, T>)(
         state, n, at.C, at.H, at.W, at.channels_last, scale, shift, static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });
@@ -123,7 +123,7 @@ void random_int(uint64_t state, int64_t n, int64_t lo, int64_t hi, int64_t* y, c
   RT_CHECK(reinterpret_cast<uintptr_t>(y) % sizeof(int64_t) == 0, "randint: output ", static_cast<void*>(y),
            " is not aligned to 8-byte i64 elements");
   if (n == 0) return;
-  random_int_kernel<<<detail::grid_for(n, kThreads), kThreads, 0, s>>>(state, n, uint64_t(lo),
+  RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, random_int_kernel)(state, n, uint64_t(lo),
                                                                        uint64_t(hi) - uint64_t(lo), y);
   CUDA_CHECK_LAUNCH();
 }

@@ -20,7 +20,7 @@ constexpr int kThreads = 256;
 template <typename T>
 __global__ void sum_partials(int64_t n, const T* __restrict__ x, acc_t<T>* __restrict__ partials) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   A s = 0;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
     s += to_acc(x[i]);
@@ -31,7 +31,7 @@ __global__ void sum_partials(int64_t n, const T* __restrict__ x, acc_t<T>* __res
 template <typename T>
 __global__ void sum_final(const acc_t<T>* __restrict__ partials, acc_t<T> scale, T* __restrict__ y) {
   using A = acc_t<T>;
-  __shared__ A smem[kSumBlocks];
+  RT_SHARED(A, smem, [kSumBlocks]);
   const A s = detail::block_sum(partials[threadIdx.x], smem);
   if (threadIdx.x == 0) y[0] = from_acc<T>(s * scale);
 }
@@ -49,9 +49,9 @@ void sum(DType t, int64_t n, const void* x, double scale, void* y, void* partial
     using A = acc_t<T>;
     auto part = static_cast<A*>(partials);
     // n == 0 still runs: every partial is 0 and y[0] = 0.
-    sum_partials<T><<<kSumBlocks, kThreads, 0, s>>>(n, static_cast<const T*>(x), part);
+    RT_LAUNCH(kSumBlocks, kThreads, 0, s, sum_partials<T>)(n, static_cast<const T*>(x), part);
     CUDA_CHECK_LAUNCH();
-    sum_final<T><<<1, kSumBlocks, 0, s>>>(part, A(scale), static_cast<T*>(y));
+    RT_LAUNCH(1, kSumBlocks, 0, s, sum_final<T>)(part, A(scale), static_cast<T*>(y));
     CUDA_CHECK_LAUNCH();
   });
 }

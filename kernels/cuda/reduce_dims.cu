@@ -95,7 +95,7 @@ __global__ void reduce_rows_warp(int64_t outer, int64_t n, const T* __restrict__
 // inner == 1, long rows: a block of kThreads per row.
 template <typename R, typename T, typename W>
 __global__ void reduce_rows_block(int64_t outer, int64_t n, const T* __restrict__ x, W write) {
-  __shared__ typename R::S smem[kThreads];
+  RT_SHARED(typename R::S, smem, [kThreads]);
   const int t = threadIdx.x;
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     typename R::S s = R::init();
@@ -117,7 +117,7 @@ __global__ void reduce_rows_block(int64_t outer, int64_t n, const T* __restrict_
 template <typename R, int L, typename T, typename W>
 __global__ void __launch_bounds__(32 * L)
     reduce_cols(int64_t outer, int64_t n, int64_t inner, const T* __restrict__ x, W write) {
-  __shared__ typename R::S smem[L][33];
+  RT_SHARED(typename R::S, smem, [L][33]);
   const int tx = threadIdx.x, ty = threadIdx.y;
   const int64_t tiles_i = (inner + 31) / 32, tiles = outer * tiles_i;
   for (int64_t tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
@@ -165,19 +165,19 @@ int grid_cap(int64_t blocks) { return int(std::max<int64_t>(1, std::min<int64_t>
 template <typename R, typename T, typename W>
 void launch_reduce(int64_t outer, int64_t n, int64_t inner, const T* x, W write, cudaStream_t s) {
   if (n == 1) {
-    reduce_single<R><<<detail::grid_for(outer * inner, kThreads), kThreads, 0, s>>>(outer * inner, x, write);
+    RT_LAUNCH(detail::grid_for(outer * inner, kThreads), kThreads, 0, s, reduce_single<R>)(outer * inner, x, write);
   } else if (inner == 1) {
     if (n >= kLongRow && outer <= 1024) {
-      reduce_rows_block<R><<<grid_cap(outer), kThreads, 0, s>>>(outer, n, x, write);
+      RT_LAUNCH(grid_cap(outer), kThreads, 0, s, reduce_rows_block<R>)(outer, n, x, write);
     } else {
-      reduce_rows_warp<R><<<detail::grid_for(outer * 32, kThreads), kThreads, 0, s>>>(outer, n, x, write);
+      RT_LAUNCH(detail::grid_for(outer * 32, kThreads), kThreads, 0, s, reduce_rows_warp<R>)(outer, n, x, write);
     }
   } else {
     const int64_t tiles = outer * ((inner + 31) / 32);
     if (tiles < 1024) {
-      reduce_cols<R, 32><<<grid_cap(tiles), dim3(32, 32), 0, s>>>(outer, n, inner, x, write);
+      RT_LAUNCH(grid_cap(tiles), dim3(32, 32), 0, s, reduce_cols<R, 32>)(outer, n, inner, x, write);
     } else {
-      reduce_cols<R, 8><<<grid_cap(tiles), dim3(32, 8), 0, s>>>(outer, n, inner, x, write);
+      RT_LAUNCH(grid_cap(tiles), dim3(32, 8), 0, s, reduce_cols<R, 8>)(outer, n, inner, x, write);
     }
   }
   CUDA_CHECK_LAUNCH();
@@ -220,7 +220,7 @@ void max_dim_backward(DType t, int64_t outer, int64_t n, int64_t inner, const vo
     if (total == 0) return;
     RT_CHECK(dy != nullptr && idx != nullptr && dx != nullptr, "max_dim_backward: null pointer");
     CUDA_CHECK(cudaMemsetAsync(dx, 0, size_t(total) * sizeof(T), s));  // all-zero bits: +0 in every float type
-    scatter_max_grad<T><<<detail::grid_for(outer * inner, kThreads), kThreads, 0, s>>>(
+    RT_LAUNCH(detail::grid_for(outer * inner, kThreads), kThreads, 0, s, scatter_max_grad<T>)(
         outer, n, inner, static_cast<const T*>(dy), idx, static_cast<T*>(dx));
     CUDA_CHECK_LAUNCH();
   });

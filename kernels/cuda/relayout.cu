@@ -13,7 +13,7 @@ constexpr int kRowsPerPass = 8;  // a 32x8 thread block walks the tile in 4 pass
 template <typename T>
 __global__ void transpose_kernel(int64_t batch, int64_t rows, int64_t cols, const T* __restrict__ src,
                                  T* __restrict__ dst) {
-  __shared__ T tile[kTile][kTile + 1];
+  RT_SHARED(T, tile, [kTile][kTile + 1]);
   const int64_t r0 = int64_t(blockIdx.y) * kTile, k0 = int64_t(blockIdx.x) * kTile;
   for (int64_t n = blockIdx.z; n < batch; n += gridDim.z) {
     const T* s = src + n * rows * cols;
@@ -37,7 +37,7 @@ void launch(int64_t batch, int64_t rows, int64_t cols, const void* src, void* ds
   RT_CHECK(gy <= 65535, "transpose_batched: ", rows, " rows exceed the grid limit (", 65535 * kTile, ")");
   RT_CHECK(gx <= (int64_t(1) << 31) - 1, "transpose_batched: ", cols, " columns exceed the grid limit");
   const dim3 grid(unsigned(gx), unsigned(gy), unsigned(std::min<int64_t>(batch, 65535)));
-  transpose_kernel<T><<<grid, dim3(kTile, kRowsPerPass), 0, s>>>(batch, rows, cols, static_cast<const T*>(src),
+  RT_LAUNCH(grid, dim3(kTile, kRowsPerPass), 0, s, transpose_kernel<T>)(batch, rows, cols, static_cast<const T*>(src),
                                                                  static_cast<T*>(dst));
   CUDA_CHECK_LAUNCH();
 }

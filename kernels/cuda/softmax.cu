@@ -93,7 +93,7 @@ __global__ void forward_rows_warp(int64_t outer, int64_t n, const T* __restrict_
 template <bool kLog, typename T>
 __global__ void forward_rows_block(int64_t outer, int64_t n, const T* __restrict__ x, T* __restrict__ y) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const T* p = x + row * n;
     T* q = y + row * n;
@@ -146,7 +146,7 @@ template <bool kLog, typename T>
 __global__ void backward_rows_block(int64_t outer, int64_t n, const T* __restrict__ y, const T* __restrict__ dy,
                                     T* __restrict__ dx) {
   using A = acc_t<T>;
-  __shared__ A smem[kThreads];
+  RT_SHARED(A, smem, [kThreads]);
   for (int64_t row = blockIdx.x; row < outer; row += gridDim.x) {
     const int64_t b = row * n;
     A s = 0;
@@ -180,11 +180,11 @@ int grid_cap(int64_t blocks) { return int(std::max<int64_t>(1, std::min<int64_t>
 template <bool kLog, typename T>
 void launch_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, cudaStream_t s) {
   if (inner > 1) {
-    forward_cols<kLog><<<detail::grid_for(outer * inner, kThreads), kThreads, 0, s>>>(outer, n, inner, x, y);
+    RT_LAUNCH(detail::grid_for(outer * inner, kThreads), kThreads, 0, s, forward_cols<kLog>)(outer, n, inner, x, y);
   } else if (n <= kWarpRow) {
-    forward_rows_warp<kLog><<<detail::grid_for(outer * 32, kThreads), kThreads, 0, s>>>(outer, n, x, y);
+    RT_LAUNCH(detail::grid_for(outer * 32, kThreads), kThreads, 0, s, forward_rows_warp<kLog>)(outer, n, x, y);
   } else {
-    forward_rows_block<kLog><<<grid_cap(outer), kThreads, 0, s>>>(outer, n, x, y);
+    RT_LAUNCH(grid_cap(outer), kThreads, 0, s, forward_rows_block<kLog>)(outer, n, x, y);
   }
   CUDA_CHECK_LAUNCH();
 }
@@ -192,11 +192,11 @@ void launch_forward(int64_t outer, int64_t n, int64_t inner, const T* x, T* y, c
 template <bool kLog, typename T>
 void launch_backward(int64_t outer, int64_t n, int64_t inner, const T* y, const T* dy, T* dx, cudaStream_t s) {
   if (inner > 1) {
-    backward_cols<kLog><<<detail::grid_for(outer * inner, kThreads), kThreads, 0, s>>>(outer, n, inner, y, dy, dx);
+    RT_LAUNCH(detail::grid_for(outer * inner, kThreads), kThreads, 0, s, backward_cols<kLog>)(outer, n, inner, y, dy, dx);
   } else if (n <= kWarpRow) {
-    backward_rows_warp<kLog><<<detail::grid_for(outer * 32, kThreads), kThreads, 0, s>>>(outer, n, y, dy, dx);
+    RT_LAUNCH(detail::grid_for(outer * 32, kThreads), kThreads, 0, s, backward_rows_warp<kLog>)(outer, n, y, dy, dx);
   } else {
-    backward_rows_block<kLog><<<grid_cap(outer), kThreads, 0, s>>>(outer, n, y, dy, dx);
+    RT_LAUNCH(grid_cap(outer), kThreads, 0, s, backward_rows_block<kLog>)(outer, n, y, dy, dx);
   }
   CUDA_CHECK_LAUNCH();
 }

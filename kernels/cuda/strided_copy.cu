@@ -18,7 +18,7 @@ template <typename E>
 __global__ void strided_copy_kernel(CopyDims d, int64_t total, const E* __restrict__ src, E* __restrict__ dst) {
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < total; i += int64_t(gridDim.x) * blockDim.x) {
     int64_t rem = i, so = 0, dof = 0;
-#pragma unroll
+    RT_UNROLL
     for (int k = kMaxCopyDims - 1; k >= 0; --k) {
       if (k < d.ndim) {
         const int64_t c = rem % d.size[k];
@@ -37,7 +37,7 @@ constexpr int kThreads = 256;
 
 template <typename E>
 void launch(const CopyDims& d, int64_t total, const void* src, void* dst, cudaStream_t s) {
-  strided_copy_kernel<E><<<detail::grid_for(total, kThreads), kThreads, 0, s>>>(d, total, static_cast<const E*>(src),
+  RT_LAUNCH(detail::grid_for(total, kThreads), kThreads, 0, s, strided_copy_kernel<E>)(d, total, static_cast<const E*>(src),
                                                                                static_cast<E*>(dst));
   CUDA_CHECK_LAUNCH();
 }

@@ -1,0 +1,74 @@
+// The emulated CUDA device as the library fakes (cuBLAS, cuDNN, NCCL, CUPTI) and the tests
+// see it: work queued on streams with the device memory it uses, faults, and the launch
+// log. Part of --config=cuda-emu only (docs/cuda-on-cpu.md).
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace rt::emu {
+
+// A range of device memory that queued work reads and/or writes.
+struct MemUse {
+  enum Access { read, write, read_write };
+  const void* ptr;
+  size_t bytes;
+  Access access;
+};
+
+// Queues `fn` on `stream` (nullptr: the current device's default stream) as one operation
+// named `name`, as a library call queues its kernels. When it runs, each use is checked
+// first (device memory of the stream's device, inside an allocation, reads initialised,
+// ordered after the last access from another stream) and its writes are marked written
+// after. Returns the launch error (the device's sticky error, an invalid stream).
+cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                    std::function<void()> fn);
+// Inside queued work: ends it with a fault, reported like a kernel's (Note [Sticky faults]
+// in internal.h). `what` names the problem.
+[[noreturn]] void fail(cudaError_t code, const std::string& what);
+
+// The device a stream belongs to (nullptr: the calling thread's current device).
+int stream_device(cudaStream_t stream);
+// An id unique to the stream in this process (the legacy stream of device d included).
+uint32_t stream_id(cudaStream_t stream);
+// Device memory: the device it belongs to, or -1.
+int device_of(const void* p);
+// Host memory from cudaHostAlloc.
+bool is_pinned_host(const void* p, size_t bytes);
+// The first never-written byte in [p, p + bytes) of device memory, or -1 (for fakes that
+// want to say which input was not initialised).
+int64_t first_uninitialised(const void* p, size_t bytes);
+
+// ---- for tests ---------------------------------------------------------------------------
+// The report of the most recent fault ("" when none), and clearing every device's sticky
+// error so that a test can go on after a planted bug (a real context would be lost).
+std::string last_fault();
+void clear_faults();
+
+// ---- the launch log (CUPTI) ---------------------------------------------------------------
+struct Activity {
+  enum class Kind { kernel, memcpy, memset, library } kind;
+  std::string name;
+  uint64_t start_ns = 0, end_ns = 0;  // now_ns() clock
+  int device = 0;
+  uint32_t stream = 0;                // stream_id()
+  uint64_t correlation_id = 0;
+  std::vector<uint64_t> external_ids; // pushed on the launching thread, innermost last
+  dim3 grid, block;
+  size_t shared_bytes = 0;
+  size_t bytes = 0;
+  int copy_kind = 0;                  // cudaMemcpyKind
+};
+// Called on the stream's worker after each operation completes (null: no log).
+void set_activity_sink(std::function<void(const Activity&)> sink);
+uint64_t now_ns();
+// The launching thread's external correlation ids (cuptiActivityPush/PopExternalCorrelationId).
+void push_external_id(uint64_t id);
+bool pop_external_id(uint64_t* id);
+
+}  // namespace rt::emu

@@ -1,0 +1,246 @@
+// The device side of CUDA for the host compiler (--config=cuda-emu, docs/cuda-on-cpu.md):
+// force-included first in every .cu file compiled as C++. It provides what nvcc provides
+// inside kernels: the built-ins (threadIdx, blockIdx, blockDim, gridDim, warpSize), block
+// barriers, warp shuffles/votes, atomics, the exactly-rounded _rn intrinsics, shared memory
+// (RT_SHARED) and kernel launches (RT_LAUNCH). The executor (cuda_emu/executor.cc) runs
+// every GPU thread of a block as a fiber; the functions declared here are its entry points.
+//
+// Note [The __shared__ trap]: the toolkit headers define __shared__ as nothing for a host
+// compiler, so `__shared__ float buf[256];` would silently become one array per thread and
+// every block reduction would compute garbage without an error. Here __shared__ is defined
+// (before the toolkit headers, which then keep it) as a name that fails to compile and says
+// what to write instead: RT_SHARED(T, name, [dims]).
+#pragma once
+
+#if defined(__CUDACC__)
+#error "cuda_emu/simt.h is for the host compiler (--config=cuda-emu), not for nvcc"
+#endif
+
+#define RINGTAPE_CUDA_EMU_DEVICE 1
+#undef __shared__
+#define __shared__ error_under_cuda_emu__declare_shared_memory_with_RT_SHARED  // Note [The __shared__ trap]
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <memory>
+#include <source_location>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+
+namespace rt::emu {
+
+// ---- built-ins of the GPU thread being run -------------------------------------------------
+uint3 thread_idx() noexcept;
+uint3 block_idx() noexcept;
+dim3 block_dim() noexcept;
+dim3 grid_dim() noexcept;
+
+// ---- synchronisation ------------------------------------------------------------------------
+void sync_block(const std::source_location& where);
+
+enum class WarpOp { sync, shfl, shfl_up, shfl_down, shfl_xor, ballot, any, all };
+// One warp-level operation of the calling lane: every lane named in `mask` must take part
+// (Note [Warp operations] in executor.cc). Shuffles move `bytes` (at most 16) from `in` of
+// the source lane to `out`; votes return the ballot.
+unsigned warp_op(WarpOp op, unsigned mask, const void* in, void* out, size_t bytes, int arg, int width,
+                 const std::source_location& where);
+
+// ---- memory -----------------------------------------------------------------------------------
+// The block's shared arena: the static array declared at `site` (one per declaration and
+// template instance), or the dynamic part of the launch.
+void* shared_static(const void* site, size_t bytes, size_t align);
+void* shared_dynamic() noexcept;
+
+enum class AtomicOp { add, sub, min, max, exch, cas, bit_and, bit_or, bit_xor, inc, dec };
+// Applies `op` atomically to the `bytes`-byte value at p (checked like any device access,
+// not counted as a race); returns the old value in `old`.
+void atomic_rmw(AtomicOp op, void* p, size_t bytes, bool is_float, bool is_signed, const void* operand,
+                const void* compare, void* old);
+
+// ---- launches ---------------------------------------------------------------------------------
+struct LaunchSite {
+  const char* kernel;  // as written at the launch, template arguments included
+  const char* file;
+  int line;
+};
+using KernelEntry = void (*)(const void* args);
+// Queues the kernel on `stream`: `entry(args)` runs once per GPU thread. Configuration
+// errors set the error cudaGetLastError returns, as a real launch does.
+void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const LaunchSite& site,
+            KernelEntry entry, std::shared_ptr<const void> args, size_t args_bytes);
+
+// RT_LAUNCH(...)(args...): the arguments are copied once at the launch, as CUDA copies
+// them to parameter memory, and each GPU thread calls the kernel with them.
+template <typename Body>
+class Launcher {
+ public:
+  Launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, LaunchSite site, Body body)
+      : grid_(grid), block_(block), smem_(smem), stream_(stream), site_(site), body_(body) {}
+
+  template <typename... A>
+  void operator()(A&&... a) const {
+    using Args = std::tuple<std::decay_t<A>...>;
+    auto args = std::make_shared<const Args>(std::forward<A>(a)...);
+    launch(grid_, block_, smem_, stream_, site_, &entry<Args>, args, sizeof(Args));
+  }
+
+ private:
+  template <typename Args>
+  static void entry(const void* p) {
+    std::apply([](const auto&... x) { Body{}(x...); }, *static_cast<const Args*>(p));
+  }
+  dim3 grid_, block_;
+  size_t smem_;
+  cudaStream_t stream_;
+  LaunchSite site_;
+  Body body_;
+};
+
+template <typename T>
+T bits_as(const void* p) {
+  T v;
+  std::memcpy(&v, p, sizeof(T));
+  return v;
+}
+
+}  // namespace rt::emu
+
+// ---- the names kernels use ----------------------------------------------------------------------
+inline constexpr int warpSize = 32;
+#define __launch_bounds__(...)
+// Device code calls the classification functions unqualified, as C does.
+using std::isfinite;
+using std::isinf;
+using std::isnan;
+#define threadIdx (::rt::emu::thread_idx())
+#define blockIdx (::rt::emu::block_idx())
+#define blockDim (::rt::emu::block_dim())
+#define gridDim (::rt::emu::grid_dim())
+
+// `kernel<<<grid, block, smem, stream>>>(args...)` is written
+// `RT_LAUNCH(grid, block, smem, stream, kernel)(args...)` (kernels/cuda/launch.cuh).
+#define RT_LAUNCH(grid, block, smem, stream, ...)                                                   \
+  ::rt::emu::Launcher(dim3(grid), dim3(block), size_t(smem), (stream),                             \
+                      ::rt::emu::LaunchSite{#__VA_ARGS__, __FILE__, __LINE__},                     \
+                      [](const auto&... rt_emu_args) { __VA_ARGS__(rt_emu_args...); })
+
+// `__shared__ T name[d1][d2];` is written `RT_SHARED(T, name, [d1][d2]);`.
+#define RT_SHARED(T, name, dims)     \
+  static const char name##_rt_site_ = 0; \
+  T(&name) dims = *static_cast<T(*) dims>(::rt::emu::shared_static(&name##_rt_site_, sizeof(T dims), alignof(T dims)))
+// `extern __shared__ T name[];` is written `RT_SHARED_DYNAMIC(T, name);`.
+#define RT_SHARED_DYNAMIC(T, name) T* name = static_cast<T*>(::rt::emu::shared_dynamic())
+// `#pragma unroll` is written RT_UNROLL (host compilers warn on nvcc's pragma).
+#define RT_UNROLL
+
+inline void __syncthreads(const std::source_location& w = std::source_location::current()) {
+  ::rt::emu::sync_block(w);
+}
+inline void __syncwarp(unsigned mask = 0xffffffffu, const std::source_location& w = std::source_location::current()) {
+  ::rt::emu::warp_op(::rt::emu::WarpOp::sync, mask, nullptr, nullptr, 0, 0, 32, w);
+}
+
+namespace rt::emu {
+template <typename T>
+T shuffle(WarpOp op, unsigned mask, T v, int arg, int width, const std::source_location& w) {
+  static_assert(sizeof(T) <= 16 && std::is_trivially_copyable_v<T>, "shuffles move up to 16 bytes");
+  T out;
+  warp_op(op, mask, &v, &out, sizeof(T), arg, width, w);
+  return out;
+}
+}  // namespace rt::emu
+
+template <typename T>
+T __shfl_sync(unsigned mask, T v, int src, int width = 32, const std::source_location& w = std::source_location::current()) {
+  return ::rt::emu::shuffle(::rt::emu::WarpOp::shfl, mask, v, src, width, w);
+}
+template <typename T>
+T __shfl_up_sync(unsigned mask, T v, unsigned delta, int width = 32,
+                 const std::source_location& w = std::source_location::current()) {
+  return ::rt::emu::shuffle(::rt::emu::WarpOp::shfl_up, mask, v, int(delta), width, w);
+}
+template <typename T>
+T __shfl_down_sync(unsigned mask, T v, unsigned delta, int width = 32,
+                   const std::source_location& w = std::source_location::current()) {
+  return ::rt::emu::shuffle(::rt::emu::WarpOp::shfl_down, mask, v, int(delta), width, w);
+}
+template <typename T>
+T __shfl_xor_sync(unsigned mask, T v, int lane_mask, int width = 32,
+                  const std::source_location& w = std::source_location::current()) {
+  return ::rt::emu::shuffle(::rt::emu::WarpOp::shfl_xor, mask, v, lane_mask, width, w);
+}
+inline unsigned __ballot_sync(unsigned mask, int pred, const std::source_location& w = std::source_location::current()) {
+  const int p = pred != 0;
+  return ::rt::emu::warp_op(::rt::emu::WarpOp::ballot, mask, &p, nullptr, sizeof(p), 0, 32, w);
+}
+inline int __any_sync(unsigned mask, int pred, const std::source_location& w = std::source_location::current()) {
+  const int p = pred != 0;
+  return int(::rt::emu::warp_op(::rt::emu::WarpOp::any, mask, &p, nullptr, sizeof(p), 0, 32, w));
+}
+inline int __all_sync(unsigned mask, int pred, const std::source_location& w = std::source_location::current()) {
+  const int p = pred != 0;
+  return int(::rt::emu::warp_op(::rt::emu::WarpOp::all, mask, &p, nullptr, sizeof(p), 0, 32, w));
+}
+
+// ---- atomics ---------------------------------------------------------------------------------
+namespace rt::emu {
+template <typename T>
+T atomic(AtomicOp op, T* p, T v, T compare = T{}) {
+  static_assert(sizeof(T) == 4 || sizeof(T) == 8, "atomics on 4- and 8-byte values");
+  T old;
+  atomic_rmw(op, p, sizeof(T), std::is_floating_point_v<T>, std::is_signed_v<T>, &v, &compare, &old);
+  return old;
+}
+}  // namespace rt::emu
+template <typename T> T atomicAdd(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::add, p, v); }
+template <typename T> T atomicSub(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::sub, p, v); }
+template <typename T> T atomicMin(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::min, p, v); }
+template <typename T> T atomicMax(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::max, p, v); }
+template <typename T> T atomicExch(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::exch, p, v); }
+template <typename T> T atomicAnd(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::bit_and, p, v); }
+template <typename T> T atomicOr(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::bit_or, p, v); }
+template <typename T> T atomicXor(T* p, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::bit_xor, p, v); }
+template <typename T> T atomicCAS(T* p, T compare, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::cas, p, v, compare); }
+
+// ---- exactly rounded arithmetic ----------------------------------------------------------------
+// Note [No contraction in _rn]: nvcc never fuses a __fmul_rn into a following add; g++ under
+// -march=x86-64-v3 contracts a*b + c into an FMA across inlined calls (-ffp-contract=fast),
+// which would change the bit-exact optimiser kernels. The empty asm makes the product a
+// value the compiler cannot see through.
+namespace rt::emu {
+template <typename T>
+inline T rounded(T v) {
+  asm("" : "+x"(v));
+  return v;
+}
+}  // namespace rt::emu
+inline float __fadd_rn(float a, float b) { return ::rt::emu::rounded(a + b); }
+inline float __fsub_rn(float a, float b) { return ::rt::emu::rounded(a - b); }
+inline float __fmul_rn(float a, float b) { return ::rt::emu::rounded(a * b); }
+inline float __fdiv_rn(float a, float b) { return ::rt::emu::rounded(a / b); }
+inline float __fsqrt_rn(float a) { return ::rt::emu::rounded(std::sqrt(a)); }
+inline float __fmaf_rn(float a, float b, float c) { return ::rt::emu::rounded(std::fma(a, b, c)); }
+inline double __dadd_rn(double a, double b) { return ::rt::emu::rounded(a + b); }
+inline double __dsub_rn(double a, double b) { return ::rt::emu::rounded(a - b); }
+inline double __dmul_rn(double a, double b) { return ::rt::emu::rounded(a * b); }
+inline double __ddiv_rn(double a, double b) { return ::rt::emu::rounded(a / b); }
+inline double __dsqrt_rn(double a) { return ::rt::emu::rounded(std::sqrt(a)); }
+inline double __fma_rn(double a, double b, double c) { return ::rt::emu::rounded(std::fma(a, b, c)); }
+inline double __ull2double_rn(unsigned long long v) { return ::rt::emu::rounded(double(v)); }
+inline double __ll2double_rn(long long v) { return ::rt::emu::rounded(double(v)); }
+inline float __int2float_rn(int v) { return ::rt::emu::rounded(float(v)); }
+inline int __float2int_rn(float v) { return int(std::nearbyint(v)); }
+inline int __double2int_rn(double v) { return int(std::nearbyint(v)); }
+// The device's fast approximations: here the exact functions (docs/cuda-on-cpu.md: what
+// this mode cannot check).
+inline float __expf(float v) { return std::exp(v); }
+inline float __logf(float v) { return std::log(v); }
+inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
+inline double rsqrt(double v) { return 1.0 / std::sqrt(v); }

@@ -1,0 +1,204 @@
+// The checks of --config=cuda-emu bite: each planted bug (tests/cuda_emu/planted.cu) is
+// caught with a report that names the problem, the kernel, its launch site, the block and
+// thread and, for memory accesses, the source line; the same kernel without the bug runs
+// and computes the right result. Outside --config=cuda-emu the test says SKIPPED.
+#include <doctest/doctest.h>
+
+#include <cuda_runtime_api.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <numeric>
+#include <string>
+#include <vector>
+
+#include "tests/cuda_emu/planted.h"
+
+#if RINGTAPE_CUDA_EMU
+#include "cuda_emu/emu.h"
+
+namespace {
+
+using rt::emu_test::block_sum;
+
+struct Buf {
+  float* p = nullptr;
+  size_t n = 0;
+  explicit Buf(size_t count) : n(count) { REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), n * sizeof(float)) == cudaSuccess); }
+  Buf(const std::vector<float>& v) : Buf(v.size()) {
+    REQUIRE(cudaMemcpy(p, v.data(), n * sizeof(float), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~Buf() { cudaFree(p); }
+  std::vector<float> get() const {
+    std::vector<float> v(n);
+    REQUIRE(cudaMemcpy(v.data(), p, n * sizeof(float), cudaMemcpyDeviceToHost) == cudaSuccess);
+    return v;
+  }
+};
+
+std::vector<float> iota(size_t n) {
+  std::vector<float> v(n);
+  std::iota(v.begin(), v.end(), 1.0f);
+  return v;
+}
+
+// The device's work ends in a fault whose report contains every one of `parts`; the fault
+// is cleared for the next case.
+void expect_fault(const std::vector<std::string>& parts) {
+  const cudaError_t e = cudaDeviceSynchronize();
+  CHECK_MESSAGE(e != cudaSuccess, "the planted bug was not caught");
+  const std::string report = rt::emu::last_fault();
+  for (const std::string& p : parts) CHECK_MESSAGE(report.find(p) != std::string::npos, "'", p, "' not in:\n", report);
+  rt::emu::clear_faults();
+}
+
+void expect_clean() {
+  const cudaError_t e = cudaDeviceSynchronize();
+  REQUIRE_MESSAGE(e == cudaSuccess, cudaGetErrorString(e));
+}
+
+}  // namespace
+
+TEST_CASE("a block-wide tree sum is right; without its barrier the race check names both threads") {
+  for (int threads : {32, 256, 1024}) {
+    Buf x(iota(1000)), y(1);
+    block_sum(x.p, 1000, y.p, threads, false, nullptr);
+    expect_clean();
+    CHECK(y.get()[0] == doctest::Approx(500500.0));
+    block_sum(x.p, 1000, y.p, threads, true, nullptr);
+    expect_fault({"shared-memory race", "block_sum_kernel<true>", "planted.cu", "block (0,0,0), thread ("});
+  }
+}
+
+TEST_CASE("a __syncthreads in a branch, and one after an early return, are barrier divergence") {
+  Buf x(iota(64)), y(1);
+  rt::emu_test::block_sum_barrier_in_branch(x.p, 64, y.p, 64, nullptr);
+  expect_fault({"barrier divergence", "block_sum_branch_kernel", "planted.cu"});
+  rt::emu_test::block_sum_early_return(x.p, 40, y.p, 64, nullptr);
+  expect_fault({"barrier divergence", "threads 40-63", "have exited"});
+  rt::emu_test::block_sum_early_return(x.p, 64, y.p, 64, nullptr);  // every thread reaches it
+  expect_clean();
+  CHECK(y.get()[0] == doctest::Approx(64.0 * 65 / 2));
+}
+
+TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its source line") {
+  const int64_t n = 1000;  // 192 threads: the loop's tail covers the last elements
+  Buf x(iota(n)), y(n);
+  rt::emu_test::pair_sum(x.p, n, y.p, false, nullptr);
+  expect_clean();
+  CHECK(y.get()[n - 1] == doctest::Approx(1000.0));
+  rt::emu_test::pair_sum(x.p, n, y.p, true, nullptr);
+  expect_fault({"out-of-bounds read of 4 bytes", "past the end of the 4000-byte block", "pair_sum_kernel",
+                "planted.cu:"});
+}
+
+TEST_CASE("reading never-written device memory is reported") {
+  Buf x(256), y(256);  // x never written
+  rt::emu_test::scale(x.p, 256, y.p, 64, nullptr);
+  expect_fault({"read of never-written device memory", "scale_kernel"});
+  REQUIRE(cudaMemset(x.p, 0, 256 * sizeof(float)) == cudaSuccess);
+  rt::emu_test::scale(x.p, 256, y.p, 64, nullptr);
+  expect_clean();
+}
+
+TEST_CASE("warp shuffles sum a warp; a full mask naming exited lanes is caught") {
+  const int n = 100;  // the last warp of the second block is partly past n
+  Buf x(iota(n)), y(4);
+  rt::emu_test::warp_sums(x.p, n, y.p, false, nullptr);
+  expect_clean();
+  const std::vector<float> s = y.get();
+  CHECK(s[0] == doctest::Approx(32.0 * 33 / 2));
+  CHECK(s[3] == doctest::Approx(97 + 98 + 99 + 100));
+  rt::emu_test::warp_sums(x.p, n, y.p, true, nullptr);
+  expect_fault({"__shfl_xor_sync", "which has exited", "warp_sums_kernel"});
+}
+
+TEST_CASE("launch limits are an H200's and fail the launch as CUDA does") {
+  Buf x(iota(64)), y(64);
+  CHECK_THROWS_WITH_AS(rt::emu_test::scale(x.p, 64, y.p, 2048, nullptr), doctest::Contains("cudaErrorInvalidConfiguration"),
+                       std::exception);
+  CHECK(cudaGetLastError() == cudaSuccess);  // a launch error is not sticky
+  rt::emu_test::scale(x.p, 64, y.p, 1024, nullptr);
+  expect_clean();
+}
+
+TEST_CASE("misaligned vector loads are caught") {
+  Buf x(iota(64)), y(64);
+  rt::emu_test::pack_copy(x.p, 8, 0, y.p, nullptr);
+  expect_clean();
+  rt::emu_test::pack_copy(x.p, 8, 1, y.p, nullptr);
+  expect_fault({"misaligned 16-byte read", "pack_copy_kernel"});
+}
+
+TEST_CASE("shared memory: never-written reads are caught") {
+  Buf y(1);
+  rt::emu_test::shared_read(64, 63, y.p, nullptr);
+  expect_clean();
+  CHECK(y.get()[0] == 63.0f);
+  rt::emu_test::shared_read(32, 40, y.p, nullptr);
+  expect_fault({"read of never-written shared memory", "offset 160"});
+}
+
+TEST_CASE("a kernel touching host memory is caught") {
+  std::vector<float> host(64, 1.0f);
+  Buf y(64);
+  rt::emu_test::scale(host.data(), 64, y.p, 64, nullptr);
+  expect_fault({"host memory, which a kernel cannot reach", "scale_kernel"});
+}
+
+TEST_CASE("a kernel on one device touching another device's memory names both") {
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  if (n < 2) {
+    std::printf("SKIPPED: one emulated device (set RINGTAPE_EMU_DEVICES=2)\n");
+    return;
+  }
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  Buf x(iota(64)), y(64);  // on cuda:1
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  rt::emu_test::scale(x.p, 64, y.p, 64, nullptr);  // the rank that forgot cudaSetDevice(1)
+  expect_fault({"memory of cuda:1, but the kernel runs on cuda:0", "missing cudaSetDevice"});
+  REQUIRE(cudaSetDevice(1) == cudaSuccess);
+  rt::emu_test::scale(x.p, 64, y.p, 64, nullptr);
+  expect_clean();
+  REQUIRE(cudaSetDevice(0) == cudaSuccess);
+}
+
+TEST_CASE("work on two streams: an event orders them; without it the hazard names both operations") {
+  cudaStream_t a, b;
+  REQUIRE(cudaStreamCreateWithFlags(&a, cudaStreamNonBlocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&b, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t e;
+  REQUIRE(cudaEventCreate(&e) == cudaSuccess);
+  Buf x(iota(4096)), y(4096), z(4096);
+  rt::emu_test::scale(x.p, 4096, y.p, 256, a);  // writes y on a
+  REQUIRE(cudaEventRecord(e, a) == cudaSuccess);
+  REQUIRE(cudaStreamWaitEvent(b, e, 0) == cudaSuccess);
+  rt::emu_test::scale(y.p, 4096, z.p, 256, b);  // reads y on b, after the event
+  expect_clean();
+  CHECK(z.get()[4095] == doctest::Approx(4.0 * 4096));
+
+  rt::emu_test::scale(x.p, 4096, y.p, 256, a);
+  rt::emu_test::scale(y.p, 4096, z.p, 256, b);  // the planted bug: no wait for a's write
+  expect_fault({"cross-stream hazard", "last written by 'scale_kernel'", "missing cudaStreamWaitEvent"});
+  cudaEventDestroy(e);
+  cudaStreamDestroy(a);
+  cudaStreamDestroy(b);
+}
+
+TEST_CASE("atomics count every thread") {
+  unsigned* c = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&c), sizeof(unsigned)) == cudaSuccess);
+  REQUIRE(cudaMemset(c, 0, sizeof(unsigned)) == cudaSuccess);
+  rt::emu_test::count(100000, c, nullptr);
+  unsigned got = 0;
+  REQUIRE(cudaMemcpy(&got, c, sizeof got, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(got == 100000u);
+  cudaFree(c);
+}
+
+#else
+
+TEST_CASE("cuda-emu checks") { std::printf("SKIPPED: the emulator's checks run under --config=cuda-emu\n"); }
+
+#endif

@@ -1,0 +1,136 @@
+// The kernels of planted.h: each right version next to its planted bug.
+#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/launch.cuh"
+#include "tests/cuda_emu/planted.h"
+
+namespace rt::emu_test {
+namespace {
+
+template <bool kMissingBarrier>
+__global__ void block_sum_kernel(const float* x, int n, float* y) {
+  RT_SHARED(float, smem, [1024]);
+  const int t = int(threadIdx.x);
+  float v = 0;
+  for (int i = t; i < n; i += int(blockDim.x)) v += x[i];
+  smem[t] = v;
+  __syncthreads();
+  for (int w = int(blockDim.x) / 2; w > 0; w >>= 1) {
+    if (t < w) smem[t] += smem[t + w];
+    if (!kMissingBarrier) __syncthreads();
+  }
+  if (t == 0) y[0] = smem[0];
+}
+
+__global__ void block_sum_branch_kernel(const float* x, int n, float* y) {
+  RT_SHARED(float, smem, [1024]);
+  const int t = int(threadIdx.x);
+  smem[t] = t < n ? x[t] : 0.0f;
+  if (t < int(blockDim.x) / 2) __syncthreads();  // the bug: not every thread gets here
+  if (t == 0) {
+    float s = 0;
+    for (int i = 0; i < int(blockDim.x); ++i) s += smem[i];
+    y[0] = s;
+  }
+}
+
+__global__ void block_sum_early_return_kernel(const float* x, int n, float* y) {
+  RT_SHARED(float, smem, [1024]);
+  const int t = int(threadIdx.x);
+  if (t >= n) return;  // the bug: these threads miss the barrier below
+  smem[t] = x[t];
+  __syncthreads();
+  if (t == 0) {
+    float s = 0;
+    for (int i = 0; i < n; ++i) s += smem[i];
+    y[0] = s;
+  }
+}
+
+__global__ void pair_sum_kernel(const float* x, int64_t n, float* y, bool overread) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = x[i] + (i + 1 < n || overread ? x[i + 1] : 0.0f);
+}
+
+__global__ void warp_sums_kernel(const float* x, int n, float* y, bool early_exit) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (early_exit && i >= n) return;  // the bug: the full-mask shuffles below name these lanes
+  float v = i < n ? x[i] : 0.0f;
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  if (threadIdx.x % 32 == 0) y[i / 32] = v;
+}
+
+__global__ void scale_kernel(const float* x, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    y[i] = 2 * x[i];
+}
+
+struct alignas(16) F4 {
+  float v[4];
+};
+
+__global__ void pack_copy_kernel(const float* x, int64_t packs, float* y) {
+  const int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
+  if (i < packs) reinterpret_cast<F4*>(y)[i] = reinterpret_cast<const F4*>(x)[i];
+}
+
+__global__ void shared_read_kernel(int written, int read_slot, float* y) {
+  RT_SHARED(float, smem, [64]);
+  const int t = int(threadIdx.x);
+  if (t < written) smem[t] = float(t);
+  __syncthreads();
+  if (t == 0) y[0] = smem[read_slot];
+}
+
+__global__ void count_kernel(int64_t n, unsigned* counter) {
+  if (blockIdx.x * int64_t(blockDim.x) + threadIdx.x < n) atomicAdd(counter, 1u);
+}
+
+}  // namespace
+
+void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s) {
+  if (missing_barrier) RT_LAUNCH(1, threads, 0, s, block_sum_kernel<true>)(x, n, y);
+  else RT_LAUNCH(1, threads, 0, s, block_sum_kernel<false>)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void block_sum_barrier_in_branch(const float* x, int n, float* y, int threads, cudaStream_t s) {
+  RT_LAUNCH(1, threads, 0, s, block_sum_branch_kernel)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void block_sum_early_return(const float* x, int n, float* y, int threads, cudaStream_t s) {
+  RT_LAUNCH(1, threads, 0, s, block_sum_early_return_kernel)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void pair_sum(const float* x, int64_t n, float* y, bool overread, cudaStream_t s) {
+  RT_LAUNCH(3, 64, 0, s, pair_sum_kernel)(x, n, y, overread);
+  CUDA_CHECK_LAUNCH();
+}
+
+void warp_sums(const float* x, int n, float* y, bool early_exit, cudaStream_t s) {
+  RT_LAUNCH((n + 63) / 64, 64, 0, s, warp_sums_kernel)(x, n, y, early_exit);
+  CUDA_CHECK_LAUNCH();
+}
+
+void scale(const float* x, int64_t n, float* y, int threads, cudaStream_t s) {
+  RT_LAUNCH(4, threads, 0, s, scale_kernel)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void pack_copy(const float* x, int64_t packs, int offset_floats, float* y, cudaStream_t s) {
+  RT_LAUNCH(int((packs + 127) / 128), 128, 0, s, pack_copy_kernel)(x + offset_floats, packs, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void shared_read(int written, int read_slot, float* y, cudaStream_t s) {
+  RT_LAUNCH(1, 64, 0, s, shared_read_kernel)(written, read_slot, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count(int64_t n, unsigned* counter, cudaStream_t s) {
+  RT_LAUNCH(int((n + 255) / 256), 256, 0, s, count_kernel)(n, counter);
+  CUDA_CHECK_LAUNCH();
+}
+
+}  // namespace rt::emu_test

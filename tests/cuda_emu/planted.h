@@ -1,0 +1,32 @@
+// Small kernels for the emulator's own tests (tests/cuda_emu/checks_test.cc): each right
+// version beside the same kernel with one planted bug that a check of --config=cuda-emu
+// must catch. Launchers take device pointers and a stream; every launch is checked.
+#pragma once
+
+#include <cstdint>
+
+#include "kernels/cuda/stream.cuh"
+
+namespace rt::emu_test {
+
+// y[0] = sum of x[0:n] by one block of `threads` (a power of two) with a shared-memory tree;
+// `missing_barrier` drops the __syncthreads inside the tree.
+void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s);
+// The same with the barrier inside `if (threadIdx.x < threads / 2)`.
+void block_sum_barrier_in_branch(const float* x, int n, float* y, int threads, cudaStream_t s);
+// Threads past n return before the block's barrier.
+void block_sum_early_return(const float* x, int n, float* y, int threads, cudaStream_t s);
+// y[i] = x[i] + x[i + 1] over a grid-stride loop; `overread` lets the last element read x[n].
+void pair_sum(const float* x, int64_t n, float* y, bool overread, cudaStream_t s);
+// y[w] = sum of x over each warp by shuffles; lanes with i >= n leave first when `early_exit`.
+void warp_sums(const float* x, int n, float* y, bool early_exit, cudaStream_t s);
+// y[i] = 2 * x[i], blocks of `threads` threads (any value: the launch limits are checked).
+void scale(const float* x, int64_t n, float* y, int threads, cudaStream_t s);
+// Reads 16-byte packs starting `offset_floats` floats into x.
+void pack_copy(const float* x, int64_t packs, int offset_floats, float* y, cudaStream_t s);
+// Shared memory: reads slot `read_slot` of a 64-float array of which only [0, written) was written.
+void shared_read(int written, int read_slot, float* y, cudaStream_t s);
+// An atomicAdd of 1 per thread into *counter over `n` threads.
+void count(int64_t n, unsigned* counter, cudaStream_t s);
+
+}  // namespace rt::emu_test
