@@ -153,7 +153,10 @@ void forward(const ConvProblem& p, const Acc* x, const Acc* w, int64_t c0, int64
               if (ih < 0 || ih >= p.H) continue;
               const Acc* xr = xc + ih * p.W;
               Acc* yr = yo + oh * p.WO;
-              for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = round(yr[ow] + wv * xr[ow * p.sw + off]);
+              if (p.sw == 1)  // unit stride: vectorizable
+                for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = round(yr[ow] + wv * xr[ow + off]);
+              else
+                for (int64_t ow = lo; ow < hi; ++ow) yr[ow] = round(yr[ow] + wv * xr[ow * p.sw + off]);
             }
           }
       }
@@ -183,39 +186,53 @@ void backward_data(const ConvProblem& p, const Acc* dy, const Acc* w, int64_t o0
               if (ih < 0 || ih >= p.H) continue;
               Acc* xr = xo + ih * p.W;
               const Acc* dr = dyo + oh * p.WO;
-              for (int64_t ow = lo; ow < hi; ++ow) {
-                Acc& t = xr[ow * p.sw + off];
-                t = round(t + wv * dr[ow]);
-              }
+              if (p.sw == 1)  // unit stride: vectorizable
+                for (int64_t ow = lo; ow < hi; ++ow) xr[ow + off] = round(xr[ow + off] + wv * dr[ow]);
+              else
+                for (int64_t ow = lo; ow < hi; ++ow) xr[ow * p.sw + off] = round(xr[ow * p.sw + off] + wv * dr[ow]);
             }
           }
       }
     }
 }
 
-// Note [Summation order]: dw[o, c, kh, kw] = over the output rows r = n * HO + oh in [r0, r1), ow.
+// Note [Summation order]: dw[o, c, kh, kw] = over the output rows r = n * HO + oh in [r0, r1),
+// then ow. The KW sums of one kernel row advance together (independent chains: the sums
+// are latency-bound), each still in that order.
 template <typename Acc, typename R>
 void backward_filter(const ConvProblem& p, const Acc* x, const Acc* dy, int64_t r0, int64_t r1, Acc* dw, R round) {
   const ColumnRanges cols(p);
   const int64_t Cg = p.C / p.groups, Og = p.O / p.groups;
+  // Output columns where every kw is inside the input: [all_lo, all_hi).
+  int64_t all_lo = 0, all_hi = p.WO;
+  for (int64_t kw = 0; kw < p.KW; ++kw)
+    all_lo = std::max(all_lo, cols.lo[size_t(kw)]), all_hi = std::min(all_hi, cols.hi[size_t(kw)]);
+  all_hi = std::max(all_hi, all_lo);
 #pragma omp parallel for collapse(2)
   for (int64_t o = 0; o < p.O; ++o)
     for (int64_t cg = 0; cg < Cg; ++cg) {
       const int64_t c = o / Og * Cg + cg;
-      for (int64_t kh = 0; kh < p.KH; ++kh)
-        for (int64_t kw = 0; kw < p.KW; ++kw) {
-          const int64_t lo = cols.lo[size_t(kw)], hi = cols.hi[size_t(kw)], off = kw * p.dw - p.pw;
-          Acc acc = 0;
-          for (int64_t r = r0; r < r1; ++r) {
-            const int64_t n = r / p.HO, oh = r % p.HO;
-            const int64_t ih = oh * p.sh - p.ph + kh * p.dh;
-            if (ih < 0 || ih >= p.H) continue;
-            const Acc* xr = x + ((n * p.C + c) * p.H + ih) * p.W;
-            const Acc* dr = dy + ((n * p.O + o) * p.HO + oh) * p.WO;
-            for (int64_t ow = lo; ow < hi; ++ow) acc = round(acc + dr[ow] * xr[ow * p.sw + off]);
-          }
-          dw[((o * Cg + cg) * p.KH + kh) * p.KW + kw] = acc;
+      std::vector<Acc> acc(size_t(p.KH * p.KW), Acc(0));
+      for (int64_t r = r0; r < r1; ++r) {
+        const int64_t n = r / p.HO, oh = r % p.HO;
+        const Acc* dr = dy + ((n * p.O + o) * p.HO + oh) * p.WO;
+        for (int64_t kh = 0; kh < p.KH; ++kh) {
+          const int64_t ih = oh * p.sh - p.ph + kh * p.dh;
+          if (ih < 0 || ih >= p.H) continue;
+          const int64_t xrow = ((n * p.C + c) * p.H + ih) * p.W - p.pw;  // + ow * sw + kw * dw: inside the row
+          Acc* a = acc.data() + kh * p.KW;
+          auto column = [&](int64_t ow, int64_t kw) { a[kw] = round(a[kw] + dr[ow] * x[xrow + ow * p.sw + kw * p.dw]); };
+          for (int64_t ow = 0; ow < all_lo; ++ow)
+            for (int64_t kw = 0; kw < p.KW; ++kw)
+              if (ow >= cols.lo[size_t(kw)] && ow < cols.hi[size_t(kw)]) column(ow, kw);
+          for (int64_t ow = all_lo; ow < all_hi; ++ow)
+            for (int64_t kw = 0; kw < p.KW; ++kw) column(ow, kw);
+          for (int64_t ow = all_hi; ow < p.WO; ++ow)
+            for (int64_t kw = 0; kw < p.KW; ++kw)
+              if (ow >= cols.lo[size_t(kw)] && ow < cols.hi[size_t(kw)]) column(ow, kw);
         }
+      }
+      std::copy(acc.begin(), acc.end(), dw + (o * Cg + cg) * p.KH * p.KW);
     }
 }
 
