@@ -14,6 +14,7 @@
 #include <cuda_runtime_api.h>
 #include <cudnn.h>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -525,6 +526,63 @@ TEST_CASE("planted bugs: strides past the buffer, overlapping strides, a workspa
   REQUIRE(cudnnBackendExecute(h.h, plan.get(), pack({1, 2, 3}, {x.p, w.p, y.p}, wsb.p).get()) == CUDNN_STATUS_SUCCESS);
   CHECK(cudaDeviceSynchronize() == cudaSuccess);
   CHECK(rt::emu::last_fault().empty());
+}
+
+// A convolution with `pads` (one per spatial dim) over tensors of dims x, w, y (dense,
+// NCHW-like); `keep` holds the descriptors it is built from.
+Desc graph_nd(cudnnHandle_t h, const std::vector<int64_t>& pads, const std::vector<int64_t>& xd,
+              const std::vector<int64_t>& wd, const std::vector<int64_t>& yd, std::vector<Desc>* keep) {
+  const int spatial = int(pads.size());
+  auto packed = [](const std::vector<int64_t>& d) {
+    std::vector<int64_t> s(d.size(), 1);
+    for (size_t i = d.size() - 1; i > 0; --i) s[i - 1] = s[i] * d[i];
+    return s;
+  };
+  const std::vector<int64_t> ones(size_t(spatial), 1);
+  Desc c(CUDNN_BACKEND_CONVOLUTION_DESCRIPTOR);
+  c.set(CUDNN_ATTR_CONVOLUTION_COMP_TYPE, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+      .set(CUDNN_ATTR_CONVOLUTION_CONV_MODE, CUDNN_TYPE_CONVOLUTION_MODE, CUDNN_CROSS_CORRELATION)
+      .set(CUDNN_ATTR_CONVOLUTION_SPATIAL_DIMS, CUDNN_TYPE_INT64, int64_t(spatial))
+      .set(CUDNN_ATTR_CONVOLUTION_DILATIONS, CUDNN_TYPE_INT64, ones)
+      .set(CUDNN_ATTR_CONVOLUTION_FILTER_STRIDES, CUDNN_TYPE_INT64, ones)
+      .set(CUDNN_ATTR_CONVOLUTION_PRE_PADDINGS, CUDNN_TYPE_INT64, pads)
+      .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, pads);
+  c.finalize();
+  keep->push_back(tensor(1, xd, packed(xd)));
+  keep->push_back(tensor(2, wd, packed(wd)));
+  keep->push_back(tensor(3, yd, packed(yd)));
+  Desc op = op_desc(kFwd, (*keep)[keep->size() - 3], (*keep)[keep->size() - 2], (*keep)[keep->size() - 1], c);
+  op.finalize();
+  Desc g = graph_of(op, h);
+  g.finalize();
+  keep->push_back(std::move(c));
+  keep->push_back(std::move(op));
+  return g;
+}
+
+TEST_CASE("1-D convolutions run as 2-D ones with H = 1; 3-D ones finalize, and every engine refuses them") {
+  const Handle h;
+  std::vector<Desc> keep;
+  const Desc g1 = graph_nd(h.h, {1}, {2, 3, 9}, {4, 3, 3}, {2, 4, 9}, &keep);
+  const Desc g2 = graph_nd(h.h, {0, 1}, {2, 3, 1, 9}, {4, 3, 1, 3}, {2, 4, 1, 9}, &keep);
+  const Desc p1 = first_plan(g1, h.h), p2 = first_plan(g2, h.h);
+  Buffer x(2 * 3 * 9 * 4), w(4 * 3 * 3 * 4), y1(2 * 4 * 9 * 4, false), y2(2 * 4 * 9 * 4, false),
+      ws(static_cast<size_t>(std::max(workspace_of(p1), workspace_of(p2))), false);
+  REQUIRE(cudnnBackendExecute(h.h, p1.get(), pack({1, 2, 3}, {x.p, w.p, y1.p}, ws.p).get()) == CUDNN_STATUS_SUCCESS);
+  REQUIRE(cudnnBackendExecute(h.h, p2.get(), pack({1, 2, 3}, {x.p, w.p, y2.p}, ws.p).get()) == CUDNN_STATUS_SUCCESS);
+  std::vector<float> a(2 * 4 * 9), b(a.size());
+  REQUIRE(cudaMemcpy(a.data(), y1.p, a.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  REQUIRE(cudaMemcpy(b.data(), y2.p, b.size() * 4, cudaMemcpyDeviceToHost) == cudaSuccess);
+  CHECK(a == b);
+  CHECK(std::any_of(a.begin(), a.end(), [](float v) { return v != 0.0f; }));
+
+  const Desc g3 = graph_nd(h.h, {1, 1, 1}, {1, 2, 3, 4, 5}, {2, 2, 3, 3, 3}, {1, 2, 3, 4, 5}, &keep);
+  const std::vector<Desc> cfgs = heuristics(g3, CUDNN_HEUR_MODE_A);
+  REQUIRE(!cfgs.empty());
+  for (const Desc& cfg : cfgs) {
+    Desc plan;
+    EXPECT_STATUS(try_plan(cfg, h.h, &plan), CUDNN_STATUS_NOT_SUPPORTED_SHAPE, "3-D convolutions are not emulated");
+  }
 }
 
 #else
