@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <string>
 
 #include "cuda_emu/annotate.h"
 #include "cuda_emu/internal.h"
+#include "cuda_emu/stream.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>
@@ -78,8 +80,11 @@ Heap make_heap() {
   Heap h;
   h.ndev = env_devices();
   h.limit = env_memory();
-  h.span = (h.limit + kGiB - 1) / kGiB * kGiB;
+  h.span = kGiB;
+  h.span_shift = 30;
+  while (h.span < h.limit) h.span <<= 1, ++h.span_shift;
   const size_t total = h.span * size_t(h.ndev);
+  h.total = total;
   h.base = reinterpret_cast<uintptr_t>(reserve(total));
   h.shadow = static_cast<uint8_t*>(reserve(total));
   const size_t cells = total >> kGranuleShift;
@@ -171,8 +176,14 @@ std::vector<Segment>& image() {
 
 }  // namespace
 
+const Heap* g_heap = nullptr;
+
 const Heap& heap() {
-  static const Heap h = make_heap();
+  static const Heap h = [] {
+    Heap made = make_heap();
+    return made;
+  }();
+  g_heap = &h;
   return h;
 }
 
@@ -349,19 +360,39 @@ int64_t first_uninitialised(const void* p, size_t bytes) {
 
 using namespace rt::emu;
 
-extern "C" void rt_emu_block_handed_out(const void* p, size_t requested, size_t size) {
-  if (!heap().contains(reinterpret_cast<uintptr_t>(p))) return;
-  RT_EMU_UNPOISON(const_cast<void*>(p), requested);
-  std::memset(const_cast<void*>(p), 0xFF, requested);
-  mark(p, requested, kUninit);
-  mark(static_cast<const uint8_t*>(p) + requested, size - requested, kNoAccess);
-  RT_EMU_POISON(const_cast<uint8_t*>(static_cast<const uint8_t*>(p) + requested), size - requested);
-  note_block(reinterpret_cast<uintptr_t>(p), requested, size, true);
+namespace {
+
+// Note [Stream-ordered annotations] in annotate.h.
+void annotate(const void* p, void* stream, const char* what, std::function<void()> mark_it) {
+  const int device = heap().device_of(reinterpret_cast<uintptr_t>(p));
+  CUstream_st* s = resolve_on(static_cast<cudaStream_t>(stream), device);
+  if (!s) return mark_it();  // its stream is gone: nothing of it is still queued
+  auto op = std::make_unique<Op>();
+  op->kind = Op::Kind::host;
+  op->name = what;
+  op->fn = std::move(mark_it);
+  if (submit(s, std::move(op)) != cudaSuccess) return;  // a faulted device runs nothing more
 }
 
-extern "C" void rt_emu_block_cached(const void* p, size_t size) {
+}  // namespace
+
+extern "C" void rt_emu_block_handed_out(const void* p, size_t requested, size_t size, void* stream) {
   if (!heap().contains(reinterpret_cast<uintptr_t>(p))) return;
-  mark(p, size, kFreed);
-  RT_EMU_POISON(const_cast<void*>(p), size);
-  note_block(reinterpret_cast<uintptr_t>(p), 0, size, false);
+  annotate(p, stream, "allocator: block handed out", [p, requested, size] {
+    RT_EMU_UNPOISON(const_cast<void*>(p), requested);
+    std::memset(const_cast<void*>(p), 0xFF, requested);
+    mark(p, requested, kUninit);
+    mark(static_cast<const uint8_t*>(p) + requested, size - requested, kNoAccess);
+    RT_EMU_POISON(const_cast<uint8_t*>(static_cast<const uint8_t*>(p) + requested), size - requested);
+    note_block(reinterpret_cast<uintptr_t>(p), requested, size, true);
+  });
+}
+
+extern "C" void rt_emu_block_cached(const void* p, size_t size, void* stream) {
+  if (!heap().contains(reinterpret_cast<uintptr_t>(p))) return;
+  annotate(p, stream, "allocator: block cached", [p, size] {
+    mark(p, size, kFreed);
+    RT_EMU_POISON(const_cast<void*>(p), size);
+    note_block(reinterpret_cast<uintptr_t>(p), 0, size, false);
+  });
 }

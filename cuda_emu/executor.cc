@@ -2,12 +2,16 @@
 // threads, and the GPU threads of each block as fibers on one host thread.
 //
 // Note [Fibers]: a GPU thread must be able to stop at a barrier or warp operation and let
-// the others of its block run. Each runs on a stack of its own and switches with
+// the others of its block run, so it runs on a stack of its own, switched with
 // Boost.Context's fcontext (a few instructions, no system call; glibc's swapcontext makes a
-// system call per switch and was ~10x too slow for a million threads with barriers). The
-// stacks come from a pool per host thread, reused from block to block. A thread runs until
-// it finishes or waits; a thread that faults is never resumed and its block is dropped
-// without unwinding (nothing else refers to its stack).
+// system call per switch and was ~10x too slow for a million threads with barriers). Most
+// kernels never wait, so a stack is not made per thread: a runner fiber starts the block's
+// threads one after the other on its stack, and only when one of them waits does that
+// runner stay with it, and the scheduler starts a new runner for the threads not yet
+// started. A thread that finishes after waiting goes on starting threads on its runner.
+// Stacks come from a pool per host thread, reused from block to block. A thread that
+// faults is never resumed; its block is dropped without unwinding (nothing else refers to
+// its stack).
 //
 // Note [Thread order]: between two barriers the threads of a block run one after the other,
 // each until it waits, in an order drawn anew for every epoch from RINGTAPE_EMU_SEED
@@ -89,6 +93,7 @@ struct Worker {
   uint32_t gen = 0;
   std::vector<ThreadCtx> threads;
   std::vector<uint32_t> order;
+  std::vector<Runner> runners = std::vector<Runner>(kMaxThreadsPerBlock);  // by stack slot
 #if defined(__SANITIZE_THREAD__)
   std::vector<void*> tsan_fibers;
   void* tsan_self = nullptr;
@@ -131,69 +136,91 @@ Worker& worker() {
 
 thread_local void* tls_fake_stack = nullptr;  // AddressSanitizer's, of the scheduler
 
-void fiber_main(bc::transfer_t t) {
-  auto* th = static_cast<ThreadCtx*>(t.data);
-  th->sched = t.fctx;
+struct Job;
+void check_exit_against_warp(BlockCtx& b, ThreadCtx& th);
+
+// A runner: starts the block's threads not yet started, in order, until none is left
+// (Note [Fibers]); returns to the scheduler whenever the thread on it waits.
+void runner_main(bc::transfer_t t) {
+  auto* r = static_cast<Runner*>(t.data);
+  r->sched = t.fctx;
   RT_EMU_SWITCHED(nullptr);
+  BlockCtx& b = *r->block;
+  const KernelLaunch& L = *b.launch;
+  while (b.next_fresh < b.nthreads && !b.faulted) {
+    ThreadCtx& th = (*b.threads)[(*b.order)[b.next_fresh++]];
+    th.runner = r;
+    th.stack_lo = r->stack_lo;
+    th.stack_hi = r->stack_hi;
+    th.state = TState::running;
+    r->current = &th;
 #if defined(__SANITIZE_THREAD__)
-  __tsan_acquire(th->block);
+    __tsan_acquire(&b);
 #endif
-  tls_thread = th;
-  th->block->launch->entry(th->block->launch->args.get());
-  tls_thread = nullptr;
-  th->state = TState::done;
+    tls_thread = &th;
+    L.entry(L.args.get());
+    tls_thread = nullptr;
 #if defined(__SANITIZE_THREAD__)
-  __tsan_release(th->block);
+    __tsan_release(&b);
 #endif
+    th.state = TState::done;
+    ++b.finished;
+    check_exit_against_warp(b, th);
+  }
+  r->current = nullptr;
+  r->done = true;
   RT_EMU_SWITCH_TO(nullptr, 0, 0);
-  bc::jump_fcontext(th->sched, nullptr);
+  bc::jump_fcontext(r->sched, r);
   __builtin_unreachable();
 }
 
 // From a GPU thread back to its block's scheduler; returns when resumed.
 void yield(ThreadCtx& th) {
+  Runner& r = *th.runner;
   tls_thread = nullptr;
   void* fake = nullptr;
   RT_EMU_SWITCH_TO(&fake, 0, 0);
 #if defined(__SANITIZE_THREAD__)
   __tsan_switch_to_fiber(worker().tsan_self, __tsan_switch_to_fiber_no_sync);
 #endif
-  bc::transfer_t r = bc::jump_fcontext(th.sched, nullptr);
+  bc::transfer_t t = bc::jump_fcontext(r.sched, &r);
   RT_EMU_SWITCHED(fake);
-  th.sched = r.fctx;
+  r.sched = t.fctx;
   tls_thread = &th;
 }
 
-// From the scheduler into a GPU thread, until it waits, finishes or faults.
-void resume(Worker& w, ThreadCtx& th) {
-  if (th.state == TState::fresh) {
-    th.slot = w.free_slots.back();
-    w.free_slots.pop_back();
-    uint8_t* lo = w.stack_lo(th.slot);
-    th.stack_lo = uintptr_t(lo);
-    th.stack_hi = uintptr_t(lo + kStackBytes);
-    th.ctx = bc::make_fcontext(lo + kStackBytes, kStackBytes, fiber_main);
-#if defined(__SANITIZE_THREAD__)
-    if (!w.tsan_fibers[size_t(th.slot)]) w.tsan_fibers[size_t(th.slot)] = __tsan_create_fiber(0);
-#endif
-  }
-  th.state = TState::running;
-  RT_EMU_SWITCH_TO(&tls_fake_stack, th.stack_lo, kStackBytes);
+// Into a runner (a new one, or the one of a waiting thread), until its thread waits or it
+// has no thread left to start.
+void enter(Worker& w, Runner& r) {
+  RT_EMU_SWITCH_TO(&tls_fake_stack, r.stack_lo, kStackBytes);
 #if defined(__SANITIZE_THREAD__)
   if (!w.tsan_self) w.tsan_self = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(w.tsan_fibers[size_t(th.slot)], __tsan_switch_to_fiber_no_sync);
+  __tsan_switch_to_fiber(w.tsan_fibers[size_t(r.slot)], __tsan_switch_to_fiber_no_sync);
 #endif
-  bc::transfer_t r = bc::jump_fcontext(th.ctx, &th);
+  bc::transfer_t t = bc::jump_fcontext(r.ctx, &r);
   RT_EMU_SWITCHED(tls_fake_stack);
-  th.ctx = r.fctx;
-  if (th.state == TState::done) {
-    w.free_slots.push_back(th.slot);
-    th.slot = -1;
-  }
+  r.ctx = t.fctx;
+  if (r.done) w.free_slots.push_back(r.slot);
+}
+
+void start_runner(Worker& w, BlockCtx& b) {
+  const int slot = w.free_slots.back();
+  w.free_slots.pop_back();
+  Runner& r = w.runners[size_t(slot)];
+  r = Runner{};
+  r.slot = slot;
+  r.block = &b;
+  uint8_t* lo = w.stack_lo(slot);
+  r.stack_lo = uintptr_t(lo);
+  r.stack_hi = uintptr_t(lo + kStackBytes);
+  r.ctx = bc::make_fcontext(lo + kStackBytes, kStackBytes, runner_main);
+#if defined(__SANITIZE_THREAD__)
+  if (!w.tsan_fibers[size_t(slot)]) w.tsan_fibers[size_t(slot)] = __tsan_create_fiber(0);
+#endif
+  enter(w, r);
 }
 
 // ---- faults ------------------------------------------------------------------------------------
-struct Job;
 thread_local Job* tls_job = nullptr;
 
 struct Job {
@@ -363,12 +390,14 @@ bool try_resolve_warp(BlockCtx& b, ThreadCtx& th) {
     ThreadCtx* o = lane_thread(b, th.warp, l);
     o->state = TState::ready;
     ++o->warp_epoch;
+    --b.warp_waiting;
   }
   return true;
 }
 
 // A thread has exited: lanes waiting on a mask that names it can never go on.
 void check_exit_against_warp(BlockCtx& b, ThreadCtx& th) {
+  if (b.warp_waiting == 0) return;
   for (uint32_t l = 0; l < 32; ++l) {
     ThreadCtx* o = lane_thread(b, th.warp, l);
     if (o && o->state == TState::warp && ((o->wmask >> th.lane) & 1u)) {
@@ -443,6 +472,9 @@ void run_block(Job& job, uint64_t linear_block) {
   BlockCtx b;
   b.op = job.op;
   b.launch = &L;
+  b.device = job.op->device;
+  b.me = pack_access(job.op->stream_uid, job.op->seq);
+  b.clock = &job.op->clock;
   b.idx = uint3{uint32_t(linear_block % L.grid.x), uint32_t(linear_block / L.grid.x % L.grid.y),
                 uint32_t(linear_block / (uint64_t(L.grid.x) * L.grid.y))};
   b.nthreads = L.block.x * L.block.y * L.block.z;
@@ -455,55 +487,54 @@ void run_block(Job& job, uint64_t linear_block) {
   b.smem_shadow = w.smem_shadow;
   b.smem_used = (L.dynamic_smem + 15) / 16 * 16;
   std::memset(w.smem, 0xFF, L.dynamic_smem);
-  w.threads.clear();
+  w.threads.resize(b.nthreads);
   for (uint32_t t = 0; t < b.nthreads; ++t) {
-    ThreadCtx th;
+    ThreadCtx& th = w.threads[t];
     th.idx = uint3{t % L.block.x, t / L.block.x % L.block.y, t / (L.block.x * L.block.y)};
     th.linear = t;
     th.lane = t % 32;
     th.warp = t / 32;
     th.block = &b;
-    w.threads.push_back(th);
+    th.state = TState::fresh;
+    th.runner = nullptr;
+    th.warp_epoch = 0;
   }
   b.threads = &w.threads;
   w.order.resize(b.nthreads);
   for (uint32_t t = 0; t < b.nthreads; ++t) w.order[t] = t;
   shuffle_order(w.order, b, linear_block);
+  b.order = &w.order;
+  const size_t free_before = w.free_slots.size();
 #if defined(__SANITIZE_THREAD__)
   __tsan_release(&b);
 #endif
 
-  uint32_t epoch_shuffled = b.epoch;
-  bool ok = true;
-  while (ok && !b.faulted) {
+  while (!b.faulted && b.finished < b.nthreads) {
+    if (job.faulted.load(std::memory_order_relaxed)) {
+      b.faulted = true;
+      break;
+    }
+    if (b.next_fresh < b.nthreads) {  // threads not started yet: a runner starts them
+      start_runner(w, b);
+      continue;
+    }
     bool progressed = false;
     for (uint32_t id : w.order) {
       ThreadCtx& th = w.threads[id];
-      if (th.state != TState::fresh && th.state != TState::ready) continue;
-      resume(w, th);
+      if (th.state != TState::ready) continue;
+      enter(w, *th.runner);
       progressed = true;
-      if (th.state == TState::faulted || b.faulted || job.faulted.load(std::memory_order_relaxed)) {
-        b.faulted = true;
-        break;
-      }
-      if (th.state == TState::done) check_exit_against_warp(b, th);
       if (b.faulted) break;
     }
-    if (b.faulted) break;
-    if (progressed) continue;
-    bool all_done = true;
-    for (const ThreadCtx& t : w.threads) all_done &= t.state == TState::done;
-    if (all_done) break;
-    ok = release_or_fault(b);
-    if (ok && b.epoch != epoch_shuffled) {
-      shuffle_order(w.order, b, linear_block);
-      epoch_shuffled = b.epoch;
-    }
+    if (progressed || b.faulted || b.finished == b.nthreads) continue;
+    const uint32_t epoch = b.epoch;
+    if (!release_or_fault(b)) break;
+    if (b.epoch != epoch) shuffle_order(w.order, b, linear_block);
   }
-  if (b.faulted) {
-    // Dropped without unwinding (Note [Fibers]): every stack goes back to the pool.
-    for (ThreadCtx& th : w.threads)
-      if (th.slot >= 0) w.free_slots.push_back(th.slot);
+  if (w.free_slots.size() != free_before) {
+    // A faulted block: its runners are dropped without unwinding (Note [Fibers]).
+    w.free_slots.clear();
+    for (int i = int(kMaxThreadsPerBlock) - 1; i >= 0; --i) w.free_slots.push_back(i);
   }
 #if defined(__SANITIZE_THREAD__)
   __tsan_acquire(&b);
@@ -640,6 +671,7 @@ unsigned warp_op(WarpOp op, unsigned mask, const void* in, void* out, size_t byt
   th.wbytes = bytes;
   if (bytes) std::memcpy(th.win, in, bytes);
   th.state = TState::warp;
+  ++b.warp_waiting;
   if (!try_resolve_warp(b, th)) {
     th.state = TState::faulted;
     yield(th);  // never resumed

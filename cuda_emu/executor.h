@@ -17,15 +17,26 @@ constexpr size_t kStaticSmemLimit = 48 * 1024;  // per block (the opt-in to more
 enum class TState : uint8_t { fresh, ready, running, barrier, warp, done, faulted };
 
 struct BlockCtx;
+struct ThreadCtx;
+
+// A fiber that runs GPU threads of a block one after the other (Note [Fibers] in
+// executor.cc); it belongs to one of them from the moment that thread waits.
+struct Runner {
+  int slot = -1;  // its stack
+  uintptr_t stack_lo = 0, stack_hi = 0;
+  BlockCtx* block = nullptr;
+  ThreadCtx* current = nullptr;                        // the GPU thread on it
+  boost::context::detail::fcontext_t ctx = nullptr;    // the fiber, while suspended
+  boost::context::detail::fcontext_t sched = nullptr;  // the scheduler, while it runs
+  bool done = false;                                   // no thread left to start
+};
 
 struct ThreadCtx {
   uint3 idx{};
   uint32_t linear = 0, lane = 0, warp = 0;
   BlockCtx* block = nullptr;
   TState state = TState::fresh;
-  boost::context::detail::fcontext_t ctx = nullptr;    // the fiber, while suspended
-  boost::context::detail::fcontext_t sched = nullptr;  // the scheduler, while running
-  int slot = -1;                                      // its stack
+  Runner* runner = nullptr;  // the fiber it runs on, once started
   uintptr_t stack_lo = 0, stack_hi = 0;
   std::source_location where;  // the barrier or warp operation it waits at
   // The pending warp operation (Note [Warp operations] in executor.cc).
@@ -49,11 +60,18 @@ struct SmemCell {
 struct BlockCtx {
   const Op* op = nullptr;
   const KernelLaunch* launch = nullptr;
+  int device = 0;              // op's, and for the access checks' fast path:
+  uint64_t me = 0;             // pack_access(op's stream, op's seq)
+  const Clock* clock = nullptr;  // op's
   uint3 idx{};
   uint32_t nthreads = 0;
   uint32_t epoch = 1;  // barrier epochs passed + 1
   uint32_t gen = 0;    // unique per block run on this worker
   std::vector<ThreadCtx>* threads = nullptr;
+  const std::vector<uint32_t>* order = nullptr;  // Note [Thread order]
+  uint32_t next_fresh = 0;                       // threads started so far, in `order`
+  uint32_t finished = 0;
+  uint32_t warp_waiting = 0;                     // threads waiting at a warp operation
   uint8_t* smem = nullptr;
   SmemCell* smem_shadow = nullptr;
   size_t smem_used = 0;  // dynamic part + static arrays declared so far

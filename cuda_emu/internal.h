@@ -30,15 +30,19 @@ constexpr int kGranuleShift = 6;
 
 struct Heap {
   uintptr_t base = 0;
-  size_t span = 0;   // bytes per device (its memory limit, rounded up)
+  size_t span = 0;   // bytes per device: its memory limit rounded up to a power of two
+  int span_shift = 0;
   size_t limit = 0;  // what cudaMemGetInfo reports as total
   int ndev = 0;
-  uint8_t* shadow = nullptr;                  // [ndev * span]
-  std::atomic<uint64_t>* writer = nullptr;    // [ndev * span >> kGranuleShift]
+  size_t total = 0;  // span * ndev
+  uint8_t* shadow = nullptr;                  // [total]
+  std::atomic<uint64_t>* writer = nullptr;    // [total >> kGranuleShift]
   std::atomic<uint64_t>* reader = nullptr;
-  bool contains(uintptr_t a) const { return a - base < span * size_t(ndev); }
-  int device_of(uintptr_t a) const { return contains(a) ? int((a - base) / span) : -1; }
+  bool contains(uintptr_t a) const { return a - base < total; }
+  int device_of(uintptr_t a) const { return contains(a) ? int((a - base) >> span_shift) : -1; }
 };
+// Set once, before any device memory exists (the kernels' access checks read it directly).
+extern const Heap* g_heap;
 const Heap& heap();
 
 int& current_device();  // of the calling host thread

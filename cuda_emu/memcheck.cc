@@ -62,7 +62,7 @@ std::string thread_name(const BlockCtx& b, uint32_t linear) {
 // The hazard check of one access (or range) against the operation's clock.
 // Returns "" when ordered, else what it conflicts with.
 std::string hazard(const Op& op, uintptr_t a, size_t n, bool write, bool mark_access) {
-  const Heap& h = heap();
+  const Heap& h = *g_heap;
   const uint64_t me = pack_access(op.stream_uid, op.seq);
   const size_t g0 = (a - h.base) >> kGranuleShift, g1 = (a + n - 1 - h.base) >> kGranuleShift;
   for (size_t g = g0; g <= g1; ++g) {
@@ -91,14 +91,14 @@ std::string hazard_text(const char* who, bool write, size_t n, uintptr_t a, cons
 [[noreturn]] void fault(cudaError_t code, const std::string& what, const void* pc) { thread_fault(code, what, pc); }
 
 void check_global(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
-  const Heap& h = heap();
-  const Op& op = *t.block->op;
+  const Heap& h = *g_heap;
+  const BlockCtx& b = *t.block;
   const int dev = h.device_of(a);
-  if (dev != op.device)
+  if (dev != b.device)
     fault(cudaErrorIllegalAddress,
           fmt("%s of %zu bytes at %#" PRIxPTR ": memory of cuda:%d, but the kernel runs on cuda:%d (a missing "
               "cudaSetDevice, or an operand on another device)",
-              verb(write), n, a, dev, op.device),
+              verb(write), n, a, dev, b.device),
           pc);
   if ((n & (n - 1)) == 0 && (a & (n - 1)))
     fault(cudaErrorMisalignedAddress, fmt("misaligned %zu-byte %s at %#" PRIxPTR " (%s)", n, verb(write), a,
@@ -107,22 +107,21 @@ void check_global(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
   uint8_t* s = h.shadow + (a - h.base);
   for (size_t i = 0; i < n; ++i) {
     const uint8_t st = shadow_at(s + i);
+    if (st == kInit) continue;
     if (st == kNoAccess || st == kFreed)
       fault(cudaErrorIllegalAddress,
             fmt("%s %s of %zu bytes at %#" PRIxPTR ": %s", st == kFreed ? "use of freed memory:" : "out-of-bounds", verb(write),
                 n, a, describe_device_address(a + i).c_str()),
             pc);
-    if (st == kUninit && (!write || atomic))
+    if (!write || atomic)
       fault(cudaErrorLaunchFailure,
             fmt("read of never-written device memory: %zu bytes at %#" PRIxPTR " (%s)", n, a,
                 describe_device_address(a + i).c_str()),
             pc);
+    set_shadow(s + i, kInit);
   }
-  if (write)
-    for (size_t i = 0; i < n; ++i)
-      if (shadow_at(s + i) != kInit) set_shadow(s + i, kInit);
-  const std::string conflict = hazard(op, a, n, write, true);
-  if (!conflict.empty()) fault(cudaErrorLaunchFailure, hazard_text("the kernel", write, n, a, conflict, op), pc);
+  const std::string conflict = hazard(*b.op, a, n, write, true);
+  if (!conflict.empty()) fault(cudaErrorLaunchFailure, hazard_text("the kernel", write, n, a, conflict, *b.op), pc);
 }
 
 void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
@@ -175,8 +174,35 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
   }
 }
 
+// The common case of a kernel's access, decided without a call: device memory of the
+// kernel's own device, naturally aligned, every byte already written, and the granule last
+// written by this very launch or by work ordered before it, and (for a read) already read
+// by it. Everything else goes the long way (check_global), which also records.
+inline bool fast_ok(const BlockCtx& b, uintptr_t a, size_t n, bool write) {
+  const Heap& h = *g_heap;
+  const uintptr_t off = a - h.base;
+  if (off >= h.total || int(off >> h.span_shift) != b.device || (a & (n - 1)) || n > 8) return false;
+  uint8_t* s = h.shadow + off;
+  uint64_t v = 0;
+  std::memcpy(&v, s, n);  // a plain load of n shadow bytes (races are with other blocks' identical stores)
+  const uint64_t ones = 0x0101010101010101ull >> (64 - 8 * n), init = 2 * ones;
+  if (v != init) {
+    // A write may turn never-written bytes (kUninit = 1) into written ones (kInit = 2); any
+    // other state (no access, freed: 0, 3) goes the long way.
+    if (!write || (v & ~(3 * ones)) || ((v ^ (v >> 1)) & ones) != ones) return false;
+    std::memcpy(s, &init, n);
+  }
+  const size_t g = off >> kGranuleShift;
+  if (((off + n - 1) >> kGranuleShift) != g) return false;
+  const uint64_t w = h.writer[g].load(std::memory_order_relaxed);
+  const uint64_t r = h.reader[g].load(std::memory_order_relaxed);
+  if (write) return w == b.me && (r == 0 || r == b.me || b.clock->at(access_uid(r)) >= access_seq(r));
+  return r == b.me && (w == 0 || w == b.me || b.clock->at(access_uid(w)) >= access_seq(w));
+}
+
 void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
-  if (heap().contains(a)) return check_global(t, a, n, write, atomic, pc);
+  if (!atomic && fast_ok(*t.block, a, n, write)) return;
+  if (g_heap->contains(a)) return check_global(t, a, n, write, atomic, pc);
   if (a - uintptr_t(t.block->smem) < kStaticSmemLimit) return check_shared(t, a, n, write, atomic, pc);
   if (a - t.stack_lo < t.stack_hi - t.stack_lo) return;
   const KernelLaunch& L = *t.block->launch;

@@ -249,8 +249,11 @@ std::string op_name(uint64_t packed) {
 }
 
 // ---- streams ---------------------------------------------------------------------------------
-CUstream_st* resolve(cudaStream_t s) {
-  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return legacy_stream(current_device());
+CUstream_st* resolve(cudaStream_t s) { return resolve_on(s, current_device()); }
+
+CUstream_st* resolve_on(cudaStream_t s, int device) {
+  if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread)
+    return check_device(device) == cudaSuccess ? legacy_stream(device) : nullptr;
   std::lock_guard<std::mutex> g(g_clock_mu);
   return live_streams().count(s) ? s : nullptr;
 }

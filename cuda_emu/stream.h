@@ -45,6 +45,8 @@ namespace rt::emu {
 // A live stream for `s` (nullptr and cudaStreamLegacy: the current device's legacy stream;
 // cudaStreamPerThread is treated as it), or nullptr when `s` is not a live stream.
 CUstream_st* resolve(cudaStream_t s);
+// The same, with nullptr and cudaStreamLegacy meaning `device`'s legacy stream.
+CUstream_st* resolve_on(cudaStream_t s, int device);
 CUstream_st* create_stream(int device, bool blocking, int priority);
 cudaError_t destroy_stream(cudaStream_t s);
 bool is_live_event(cudaEvent_t e);

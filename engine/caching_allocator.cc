@@ -18,17 +18,17 @@ namespace {
 // Note [Block annotations]: under --config=cuda-emu the emulated device checks a kernel's
 // accesses against the blocks handed out here, not against whole segments (cuda_emu/
 // annotate.h): a cached block, and the rounding slack of one in use, are out of bounds, and
-// a handed-out block is unwritten until something writes it. Elsewhere device memory is
-// not the host's to check: nothing to do.
+// a handed-out block is unwritten until something writes it; each annotation takes effect
+// in the order of the block's stream. Elsewhere device memory is not the host's to check.
 void annotate_handed_out([[maybe_unused]] const void* p, [[maybe_unused]] size_t requested,
-                         [[maybe_unused]] size_t size) {
+                         [[maybe_unused]] size_t size, [[maybe_unused]] StreamId stream) {
 #if RINGTAPE_CUDA_EMU
-  rt_emu_block_handed_out(p, requested, size);
+  rt_emu_block_handed_out(p, requested, size, stream);
 #endif
 }
-void annotate_cached([[maybe_unused]] const void* p, [[maybe_unused]] size_t size) {
+void annotate_cached([[maybe_unused]] const void* p, [[maybe_unused]] size_t size, [[maybe_unused]] StreamId stream) {
 #if RINGTAPE_CUDA_EMU
-  rt_emu_block_cached(p, size);
+  rt_emu_block_cached(p, size, stream);
 #endif
 }
 
@@ -100,7 +100,7 @@ void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   b = split(b, size);
   b->allocated = true;
   b->requested = bytes;
-  annotate_handed_out(b->ptr, bytes, b->size);
+  annotate_handed_out(b->ptr, bytes, b->size, b->stream);
   allocated_[b->ptr] = b;
   b->tag = note_alloc(bytes);
   update_stats([&](AllocatorStats& s) {
@@ -130,7 +130,7 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t size, StreamId str
     p = raw_->alloc(size);
   }
   if (!p) fail_oom(requested, size);
-  annotate_cached(p, size);
+  annotate_cached(p, size, stream);
   Block* b = new Block;
   b->ptr = static_cast<char*>(p);
   b->size = size;
@@ -193,7 +193,7 @@ void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) 
 }
 
 void CachingAllocator::cache_block(Block* b) noexcept {
-  annotate_cached(b->ptr, b->size);
+  annotate_cached(b->ptr, b->size, b->stream);
   if (Block* p = b->prev; p && p->is_free()) {
     p->pool->erase(p);
     p->size += b->size;

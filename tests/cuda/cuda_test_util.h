@@ -80,8 +80,12 @@ inline Tensor to_gpu(const Tensor& v64, DType t, MemoryFormat f = MemoryFormat::
   return in_fmt(v64.to(t), f).to(gpu());
 }
 // ... and as the CPU reference sees it: the same rounded values, widened to ref_dtype(t).
+// Always a new tensor: .to() of the same dtype and format returns the tensor itself (as
+// PyTorch's does), and two references made from one value would share its autograd state,
+// so the second's gradient would have the first's added (pool_cuda_test's f64
+// global_avg_pool case did, first seen when the GPU tests ran under --config=cuda-emu).
 inline Tensor to_ref(const Tensor& v64, DType t, MemoryFormat f = MemoryFormat::contiguous) {
-  return in_fmt(v64.to(t).to(ref_dtype(t)), f);
+  return in_fmt(v64.to(t).to(ref_dtype(t)), f).clone();
 }
 
 // A GPU tensor whose every element is NaN: a kernel that misses an element leaves a NaN,
