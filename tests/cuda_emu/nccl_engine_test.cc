@@ -2,9 +2,9 @@
 // as real processes, each on its own emulated GPU (LOCAL_RANK): what its own test cannot do
 // without a machine of several GPUs. Every call and all-reduce algorithm (NCCL's, and ring
 // and tree on ncclSend/ncclRecv groups plus the reduce kernel) in f32, f64, bf16 and f16,
-// checked on the host; broadcast, all-gather, reduce-scatter, barrier and send/recv; and a
-// killed rank failing the survivors' calls with a message naming it. Outside
-// --config=cuda-emu the test says SKIPPED.
+// checked on the host; broadcast, all-gather, reduce-scatter, barrier and send/recv; two
+// ranks on one GPU; and a killed rank failing the survivors' calls with a message naming
+// it. Outside --config=cuda-emu the test says SKIPPED.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -146,6 +146,21 @@ int lose_a_rank(int) {
   return 0;
 }
 
+// Every rank on cuda:0 (the rank's device not taken from LOCAL_RANK): the constructor fails
+// with NCCL's message.
+int same_device(int) {
+  Job job;
+  std::string msg = "(no error)";
+  try {
+    NcclCommunicator comm(*job.store.store, job.env.rank, job.env.world_size, 0, job.opts());
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  RT_CHECK(msg.find("Duplicate GPU detected : rank 0 and rank 1 both on CUDA device 0") != std::string::npos, "rank ",
+           job.env.rank, ": ", msg);
+  return 0;
+}
+
 }  // namespace
 
 TEST_CASE("nccl engine: NcclCommunicator on 2 and 3 processes, every call and algorithm") {
@@ -155,6 +170,13 @@ TEST_CASE("nccl engine: NcclCommunicator on 2 and 3 processes, every call and al
     const auto r = testing::launch(world, every_call, o);
     CHECK_MESSAGE(r.ok(), r.report());
   }
+}
+
+TEST_CASE("nccl engine: two ranks on one GPU fail the constructor, naming both") {
+  testing::LaunchOptions o;
+  o.limit = std::chrono::seconds(60);
+  const auto r = testing::launch(2, same_device, o);
+  CHECK_MESSAGE(r.ok(), r.report());
 }
 
 TEST_CASE("nccl engine: a killed rank fails the others' calls, naming it") {
