@@ -181,19 +181,40 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
 inline bool fast_ok(const BlockCtx& b, uintptr_t a, size_t n, bool write) {
   const Heap& h = *g_heap;
   const uintptr_t off = a - h.base;
-  if (off >= h.total || int(off >> h.span_shift) != b.device || (a & (n - 1)) || n > 8) return false;
+  if (off >= h.total || int(off >> h.span_shift) != b.device || (a & (n - 1)) || n > 16) return false;
   uint8_t* s = h.shadow + off;
-  uint64_t v = 0;
-  std::memcpy(&v, s, n);  // a plain load of n shadow bytes (races are with other blocks' identical stores)
-  const uint64_t ones = 0x0101010101010101ull >> (64 - 8 * n), init = 2 * ones;
-  if (v != init) {
-    // A write may turn never-written bytes (kUninit = 1) into written ones (kInit = 2); any
-    // other state (no access, freed: 0, 3) goes the long way.
-    if (!write || (v & ~(3 * ones)) || ((v ^ (v >> 1)) & ones) != ones) return false;
-    std::memcpy(s, &init, n);
+  // Plain loads of the n shadow bytes, n a power of two up to 16 so that each branch's size
+  // is known to the compiler (races are with other blocks' identical stores). Written
+  // bytes are kInit = 2; a write may also turn never-written ones (kUninit = 1) into
+  // written ones; any other state (no access, freed: 0, 3) goes the long way.
+  constexpr uint64_t kOnes = 0x0101010101010101ull;
+  auto ok = [write](uint64_t v, uint64_t ones) {
+    return v == 2 * ones || (write && !(v & ~(3 * ones)) && ((v ^ (v >> 1)) & ones) == ones);
+  };
+  switch (n) {
+    case 1:
+      if (!ok(*s, 1)) return false;
+      *s = kInit;
+      break;
+    case 2:
+      if (!ok(*reinterpret_cast<const uint16_t*>(s), 0x0101)) return false;
+      *reinterpret_cast<uint16_t*>(s) = 0x0202;
+      break;
+    case 4:
+      if (!ok(*reinterpret_cast<const uint32_t*>(s), 0x01010101)) return false;
+      *reinterpret_cast<uint32_t*>(s) = 0x02020202;
+      break;
+    case 8:
+      if (!ok(*reinterpret_cast<const uint64_t*>(s), kOnes)) return false;
+      *reinterpret_cast<uint64_t*>(s) = 2 * kOnes;
+      break;
+    default: {
+      auto* q = reinterpret_cast<uint64_t*>(s);
+      if (!ok(q[0], kOnes) || !ok(q[1], kOnes)) return false;
+      q[0] = q[1] = 2 * kOnes;
+    }
   }
-  const size_t g = off >> kGranuleShift;
-  if (((off + n - 1) >> kGranuleShift) != g) return false;
+  const size_t g = off >> kGranuleShift;  // aligned n <= 16 never crosses a granule
   const uint64_t w = h.writer[g].load(std::memory_order_relaxed);
   const uint64_t r = h.reader[g].load(std::memory_order_relaxed);
   if (write) return w == b.me && (r == 0 || r == b.me || b.clock->at(access_uid(r)) >= access_seq(r));
