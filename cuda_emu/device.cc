@@ -90,10 +90,6 @@ Heap make_heap() {
   const size_t cells = total >> kGranuleShift;
   h.writer = static_cast<std::atomic<uint64_t>*>(reserve(cells * sizeof(uint64_t)));
   h.reader = static_cast<std::atomic<uint64_t>*>(reserve(cells * sizeof(uint64_t)));
-#if defined(__SANITIZE_ADDRESS__)
-  // Device memory is out of bounds to AddressSanitizer until cudaMalloc hands it out.
-  RT_EMU_POISON(reinterpret_cast<void*>(h.base), total);
-#endif
   return h;
 }
 

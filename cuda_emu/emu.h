@@ -31,6 +31,10 @@ cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<Me
 // Inside queued work: ends it with a fault, reported like a kernel's (Note [Sticky faults]
 // in internal.h). `what` names the problem.
 [[noreturn]] void fail(cudaError_t code, const std::string& what);
+// Inside queued work: it ended without producing its outputs (an aborted collective), so
+// its write uses are not marked written: their old bytes stay what they were, initialised
+// or not.
+void discard_writes();
 
 // The device a stream belongs to (nullptr: the calling thread's current device).
 int stream_device(cudaStream_t stream);

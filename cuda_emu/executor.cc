@@ -126,12 +126,15 @@ Worker& worker() {
 }
 
 // ---- fiber switches --------------------------------------------------------------------------
+// Under AddressSanitizer every switch is announced with the stack it goes to (its fake
+// stacks and the shadow of the old one depend on it); a runner learns the scheduler's stack
+// when it is first entered.
 #if defined(__SANITIZE_ADDRESS__)
 #define RT_EMU_SWITCH_TO(save, lo, size) __sanitizer_start_switch_fiber(save, reinterpret_cast<const void*>(lo), size)
-#define RT_EMU_SWITCHED(save) __sanitizer_finish_switch_fiber(save, nullptr, nullptr)
+#define RT_EMU_SWITCHED(save, from_lo, from_size) __sanitizer_finish_switch_fiber(save, from_lo, from_size)
 #else
 #define RT_EMU_SWITCH_TO(save, lo, size) ((void)(save), (void)(lo), (void)(size))
-#define RT_EMU_SWITCHED(save) ((void)(save))
+#define RT_EMU_SWITCHED(save, from_lo, from_size) ((void)(save), (void)(from_lo), (void)(from_size))
 #endif
 
 thread_local void* tls_fake_stack = nullptr;  // AddressSanitizer's, of the scheduler
@@ -144,7 +147,7 @@ void check_exit_against_warp(BlockCtx& b, ThreadCtx& th);
 void runner_main(bc::transfer_t t) {
   auto* r = static_cast<Runner*>(t.data);
   r->sched = t.fctx;
-  RT_EMU_SWITCHED(nullptr);
+  RT_EMU_SWITCHED(nullptr, &r->sched_stack, &r->sched_stack_size);
   BlockCtx& b = *r->block;
   const KernelLaunch& L = *b.launch;
   while (b.next_fresh < b.nthreads && !b.faulted) {
@@ -169,7 +172,7 @@ void runner_main(bc::transfer_t t) {
   }
   r->current = nullptr;
   r->done = true;
-  RT_EMU_SWITCH_TO(nullptr, 0, 0);
+  RT_EMU_SWITCH_TO(nullptr, r->sched_stack, r->sched_stack_size);  // this stack is done with
   bc::jump_fcontext(r->sched, r);
   __builtin_unreachable();
 }
@@ -179,12 +182,12 @@ void yield(ThreadCtx& th) {
   Runner& r = *th.runner;
   tls_thread = nullptr;
   void* fake = nullptr;
-  RT_EMU_SWITCH_TO(&fake, 0, 0);
+  RT_EMU_SWITCH_TO(&fake, r.sched_stack, r.sched_stack_size);
 #if defined(__SANITIZE_THREAD__)
   __tsan_switch_to_fiber(worker().tsan_self, __tsan_switch_to_fiber_no_sync);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.sched, &r);
-  RT_EMU_SWITCHED(fake);
+  RT_EMU_SWITCHED(fake, &r.sched_stack, &r.sched_stack_size);
   r.sched = t.fctx;
   tls_thread = &th;
 }
@@ -198,7 +201,7 @@ void enter(Worker& w, Runner& r) {
   __tsan_switch_to_fiber(w.tsan_fibers[size_t(r.slot)], __tsan_switch_to_fiber_no_sync);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.ctx, &r);
-  RT_EMU_SWITCHED(tls_fake_stack);
+  RT_EMU_SWITCHED(tls_fake_stack, nullptr, nullptr);
   r.ctx = t.fctx;
   if (r.done) w.free_slots.push_back(r.slot);
 }

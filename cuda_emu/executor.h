@@ -29,6 +29,8 @@ struct Runner {
   boost::context::detail::fcontext_t ctx = nullptr;    // the fiber, while suspended
   boost::context::detail::fcontext_t sched = nullptr;  // the scheduler, while it runs
   bool done = false;                                   // no thread left to start
+  const void* sched_stack = nullptr;                   // AddressSanitizer: the scheduler's stack
+  size_t sched_stack_size = 0;
 };
 
 struct ThreadCtx {

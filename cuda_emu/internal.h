@@ -119,6 +119,8 @@ struct Op {
   size_t bytes = 0;                    // copies and memsets
   int copy_kind = 0;                   // cudaMemcpyKind
   std::function<bool()> ready;         // wait: true once the awaited work is done
+  bool writes_discarded = false;       // set by discard_writes() inside its work
+  bool skipped = false;                // not run: the device had faulted before it
 };
 
 // The operation the calling thread executes (null outside device work).

@@ -296,6 +296,8 @@ void mark_uses(const Op& op) {
     const auto a = reinterpret_cast<uintptr_t>(u.ptr);
     if (u.access == MemUse::read) {
       src = &u;
+    } else if (op.writes_discarded) {
+      // Its old bytes stay (discard_writes).
     } else if (op.kind == Op::Kind::copy && src) {
       std::memmove(h.shadow + (a - h.base), h.shadow + (uintptr_t(src->ptr) - h.base), u.bytes);
     } else {

@@ -191,11 +191,13 @@ Plan plan(const Comm& c, const std::vector<Op>& ops) {
 // On the stream's worker.
 void run(Batch& b) {
   Comm& c = *b.comm;
+  bool moved = false;
   if (c.begin(b.ticket, b.what)) {
     try {
       Plan p = plan(c, b.ops);
       exchange(c.conns(), c.rank, c.stop(), p.out, p.in, b.what);
       for (auto& f : p.local) f();
+      moved = true;
     } catch (const Error& e) {
       c.fail(e);  // Note [A failed communicator]
     } catch (const std::exception& e) {
@@ -204,6 +206,9 @@ void run(Batch& b) {
     c.end();
   }
   c.hold(b.what);  // Note [A failed communicator]: returns at once unless the communicator failed
+  // Failed or aborted: the receive buffers hold what they held (perhaps half an exchange),
+  // not this operation's result; the emulator must not count them as written by it.
+  if (!moved) rt::emu::discard_writes();
   b.retire();
 }
 

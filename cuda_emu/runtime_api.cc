@@ -217,6 +217,21 @@ cudaError_t cudaDeviceCanAccessPeer(int* can, int device, int peer) {
   return cudaSuccess;
 }
 
+cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr attr, int device, int peer) {
+  if (!value) return ret(cudaErrorInvalidValue);
+  if (check_device(device) || check_device(peer) || device == peer) return ret(cudaErrorInvalidDevice);
+  switch (attr) {
+    case cudaDevP2PAttrAccessSupported:
+    case cudaDevP2PAttrNativeAtomicSupported:
+    case cudaDevP2PAttrCudaArrayAccessSupported:
+    case cudaDevP2PAttrPerformanceRank:
+      *value = 0;  // as cudaDeviceCanAccessPeer: kernels touch only their own device's memory
+      return cudaSuccess;
+    default:
+      return ret(cudaErrorInvalidValue);
+  }
+}
+
 cudaError_t cudaDeviceSynchronize() {
   if (const cudaError_t e = check_device(current_device())) return ret(e);
   return synchronize_device(current_device());

@@ -42,7 +42,10 @@ thread_local std::vector<uint64_t> tls_external_ids;
 thread_local Op* tls_op = nullptr;
 
 void run_op(Op& op) {
-  if (sticky_error(op.device) != cudaSuccess) return;  // Note [Sticky faults]
+  if (sticky_error(op.device) != cudaSuccess) {  // Note [Sticky faults]
+    op.skipped = true;
+    return;
+  }
   switch (op.kind) {
     case Op::Kind::kernel:
       run_kernel(op);
@@ -69,7 +72,7 @@ void log_activity(const Op& op, uint64_t start, uint64_t end) {
     std::lock_guard<std::mutex> g(g_sink_mu);
     sink = g_sink;
   }
-  if (!sink) return;
+  if (!sink || op.skipped) return;  // work that never ran leaves no record
   Activity a;
   switch (op.kind) {
     case Op::Kind::kernel: a.kind = Activity::Kind::kernel; break;
@@ -445,6 +448,10 @@ bool pop_external_id(uint64_t* id) {
   if (id) *id = tls_external_ids.back();
   tls_external_ids.pop_back();
   return true;
+}
+
+void discard_writes() {
+  if (Op* op = current_op()) op->writes_discarded = true;
 }
 
 [[noreturn]] void fail(cudaError_t code, const std::string& what) {

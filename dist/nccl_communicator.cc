@@ -13,6 +13,7 @@
 #include "dist/communicator_liveness.h"
 #include "dist/nccl_check.h"
 #include "dist/reduce_kernel_cuda.h"
+#include "engine/stream.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/runtime.h"
 
@@ -154,8 +155,15 @@ class NcclCommunicator::Impl::StepP2P final : public P2P {
     cuda::memcpy(dst, src, bytes, cuda::CopyKind::d2d, m_.device, s_);
   }
   void* scratch(size_t bytes) override {
-    if (!m_.scratch.defined() || m_.scratch.nbytes() < bytes)
+    if (!m_.scratch.defined() || m_.scratch.nbytes() < bytes) {
+      // Allocated on the communication stream, which uses it (and frees it, when replaced,
+      // in that stream's order). On the caller's stream the caching allocator could hand the
+      // block to the caller's next op while the communication stream still works in it
+      // (found under --config=cuda-emu: a 2-rank tree all-reduce wrote a block the emulator
+      // had seen freed).
+      StreamGuard on_comm(m_.stream);
       m_.scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(m_.device));
+    }
     return m_.scratch.raw_data();
   }
 
@@ -194,7 +202,12 @@ NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
     throw;
   }
   stream = Stream::create(Device::cuda(device));
-  barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(device));
+  {
+    // Zeroed and owned by the stream that all-reduces it in barrier(): zeroed on the caller's
+    // stream it raced with the first barrier (found under --config=cuda-emu).
+    StreamGuard on_comm(stream);
+    barrier_buf = Tensor::zeros({1}, DType::f32, Device::cuda(device));
+  }
   thread = std::thread([this] { watchdog(); });
 }
 
@@ -243,7 +256,17 @@ std::string NcclCommunicator::Impl::describe(const Entry& e, const std::string& 
 
 void NcclCommunicator::Impl::abort(const std::string& why) {
   // Calls that completed before the abort succeeded; the abort makes the rest "complete".
-  while (!inflight.empty() && cuda::event_query(inflight.front().done.get())) {
+  // A query that fails (the device faulted) counts as not completed: abort() runs in the
+  // watchdog's catch, and a second throw there ended the process in std::terminate (found
+  // under --config=cuda-emu).
+  const auto completed = [](void* event) {
+    try {
+      return cuda::event_query(event);
+    } catch (const std::exception&) {
+      return false;
+    }
+  };
+  while (!inflight.empty() && completed(inflight.front().done.get())) {
     inflight.front().state->finish("");
     inflight.pop_front();
   }
