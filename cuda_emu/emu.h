@@ -53,6 +53,10 @@ int64_t first_uninitialised(const void* p, size_t bytes);
 // error so that a test can go on after a planted bug (a real context would be lost).
 std::string last_fault();
 void clear_faults();
+// Plants a deleted line in real code: of the process's next calls of cudaStreamWaitEvent,
+// `skip` are made as usual, then `count` are accepted but do nothing (a test says which wait
+// of the code under test that is). The cross-stream check must then report the hazard.
+void drop_stream_waits(int skip, int count);
 
 // ---- the launch log (CUPTI) ---------------------------------------------------------------
 struct Activity {

@@ -2,6 +2,7 @@
 // signatures as cuda_runtime_api.h (whose declarations give them C linkage), linked instead
 // of libcudart under --config=cuda-emu. A function the engine starts to use and this file
 // lacks is a link error, never a silent stub.
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -357,9 +358,22 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   return stream_done(s) ? cudaSuccess : cudaErrorNotReady;
 }
 
+namespace {
+std::atomic<int> g_waits_to_skip{0}, g_waits_to_drop{0};  // drop_stream_waits
+}  // namespace
+
+void rt::emu::drop_stream_waits(int skip, int count) {
+  g_waits_to_skip = skip;
+  g_waits_to_drop = count;
+}
+
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t event, unsigned int) {
   CUstream_st* s = resolve(stream);
   if (!s || !is_live_event(event)) return ret(cudaErrorInvalidResourceHandle);
+  if (g_waits_to_drop.load() > 0) {  // a planted bug (drop_stream_waits)
+    if (g_waits_to_skip.load() > 0) --g_waits_to_skip;
+    else if (g_waits_to_drop.fetch_sub(1) > 0) return cudaSuccess;
+  }
   return ret(wait_event(s, event));
 }
 

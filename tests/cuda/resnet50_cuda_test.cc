@@ -46,12 +46,19 @@
 // the case reports that and passes.
 //
 // bf16 (train/precision.h, MixedPrecision: bf16 compute copies of the weights, f32 masters,
-// batch norm and loss in f32): bf16 keeps 8 bits (~4e-3 per rounding), so only what is well
-// conditioned is checked against the f64 reference, per lockstep step: loss 2e-2, logits 0.1,
-// the fc update 0.1, the running statistics' changes 0.1 (relative norms). The conv stages'
-// update errors are printed, not checked: the amplification above (~2.5e-2 at fp32's 6e-8)
-// makes them O(1) in any bf16 implementation. Each bound is several times the rounding of a
-// correct run, and an O(1) error (a lost gradient, an uncast weight, a wrong layout) exceeds it.
+// batch norm and loss in f32): bf16 keeps 8 bits (~4e-3 per rounding), and the amplification
+// above (~2.5e-2 at fp32's 6e-8) makes even the well-conditioned quantities' errors large.
+// The yardstick is PyTorch's own bf16: torchvision's resnet50 on this case (10 classes, 64x64,
+// batch 16, SGD lr 1e-3 momentum 0.9 wd 1e-2), torch 1.13 CPU autocast bf16 against f64, one
+// step: loss 4.2e-2, logits 0.37, fc update 0.39, running statistics' changes 1.7e-3..3.4e-2
+// (mean) and 8.5e-4..0.107 (var, layer1..4), conv stages' updates ~1.1. The bounds are about
+// 2.5x those: loss 0.1, logits 0.8, the fc update 0.8, the running statistics 0.25 (relative
+// norms); the conv stages' updates are printed, not checked. The first run (under
+// --config=cuda-emu) showed the bounds first written here (loss 2e-2, logits 0.1, fc 0.1,
+// running statistics 0.1) tighter than PyTorch's own bf16 error: ringtape's errors were loss
+// 1.6e-2..3.5e-2, logits 0.32..0.36, fc 0.15..0.28, layer4 running_var 0.11..0.13. Only a
+// gross error (NaN, a lost layer, a wrong layout: relative errors of 1 and more) fails here;
+// bf16's formulas are checked per op by the small tests.
 //
 // Every error is printed next to its bound ("resnet50 ..." lines): the first GPU runs show how
 // much room each bound leaves. Without a GPU each case prints SKIPPED and passes.
@@ -373,9 +380,9 @@ TEST_CASE("resnet50: three bf16 mixed-precision SGD steps on the GPU track the f
     train::set_cuda_math(train::Precision::bf16, false);
     const std::vector<StepResult> run = lockstep({gpu(), DType::f32, f, train::Precision::bf16});
     check_fixed(run, std::string("resnet50 bf16 ") + fmt_name(f), [](const std::string& q) {
-      if (q == "loss") return 2e-2;
-      if (q == "logits" || q == "fc param") return 0.1;
-      return q.ends_with(" param") ? -1.0 : 0.1;  // conv stages' updates: printed only
+      if (q == "loss") return 0.1;
+      if (q == "logits" || q == "fc param") return 0.8;
+      return q.ends_with(" param") ? -1.0 : 0.25;  // conv stages' updates: printed only
     });
   }
 }

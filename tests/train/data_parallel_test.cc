@@ -39,69 +39,14 @@ namespace {
 namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
-std::string binary() { return test::ringtape_binary(); }
+using test::ringtape;
+using test::Run;
+using test::start;
+using test::finish;
+using test::weights;
+using test::worst_relative;
 fs::path tmpdir(const std::string& name) { return test::fresh_dir("data_parallel_test_", name); }
 std::string read(const fs::path& p) { return test::read_file(p); }
-
-struct Run {
-  int status = -1;  // exit status, or 128 + signal
-  std::string output;
-  double seconds = 0;
-};
-
-// Starts ringtape with `args` (stdout and stderr together into `out_file`) in its own process
-// group, without a launch environment of ours unless `env` gives one.
-pid_t start(const std::vector<std::string>& args, const fs::path& out_file,
-            const std::vector<std::pair<std::string, std::string>>& env = {}) {
-  const std::string bin = binary();
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    setpgid(0, 0);
-    const int fd = open(out_file.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    for (const char* v : {"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
-                          "SLURM_PROCID", "SLURM_NTASKS"})
-      unsetenv(v);
-    for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
-    std::vector<char*> argv = {const_cast<char*>("ringtape")};
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(bin.c_str(), argv.data());
-    _exit(127);
-  }
-  setpgid(pid, pid);
-  return pid;
-}
-
-// Waits for `pid`, killing its process group after `limit` (a failure).
-Run finish(pid_t pid, const fs::path& out_file, std::chrono::steady_clock::time_point t0,
-           std::chrono::seconds limit = 60s) {
-  Run r;
-  int status = 0;
-  while (waitpid(pid, &status, WNOHANG) == 0) {
-    if (std::chrono::steady_clock::now() - t0 > limit) {
-      kill(-pid, SIGKILL);
-      waitpid(pid, &status, 0);
-      FAIL("ringtape still running after ", limit.count(), " s:\n", read(out_file));
-    }
-    std::this_thread::sleep_for(20ms);
-  }
-  r.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  r.output = read(out_file);
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  return r;
-}
-
-// Runs ringtape to its end; `during(pid)` runs meanwhile in this thread (e.g. to kill a worker).
-Run ringtape(const std::vector<std::string>& args, const fs::path& out_file, std::chrono::seconds limit = 60s,
-             const std::function<void(pid_t)>& during = nullptr) {
-  const auto t0 = std::chrono::steady_clock::now();
-  const pid_t pid = start(args, out_file);
-  if (during) during(pid);
-  return finish(pid, out_file, t0, limit);
-}
 
 // A small ResNet on 101 synthetic 8x8 images (an odd count: the evaluation shards are padded).
 std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
@@ -112,15 +57,6 @@ std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more
   return a;
 }
 
-std::vector<float> weights(const fs::path& file) {
-  std::vector<float> all;
-  for (const auto& [name, t] : load_safetensors(file.string())) {
-    if (t.dtype() != DType::f32) continue;
-    const std::vector<float> v = t.to_vector<float>();
-    all.insert(all.end(), v.begin(), v.end());
-  }
-  return all;
-}
 
 TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce give the same weights") {
   const fs::path base = tmpdir("same");
@@ -302,25 +238,6 @@ TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets i
 }
 
 
-// Per tensor of two safetensors files (f32: weights and running statistics): max |a - b| over
-// max |b|; the largest, and the tensor's name in `which`.
-double worst_relative(const fs::path& a_file, const fs::path& b_file, std::string& which) {
-  const std::map<std::string, Tensor> a = load_safetensors(a_file.string()), b = load_safetensors(b_file.string());
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (const auto& [name, tb] : b) {
-    if (tb.dtype() != DType::f32) continue;
-    const std::vector<float> va = a.at(name).to_vector<float>(), vb = tb.to_vector<float>();
-    double err = 0, scale = 0;
-    for (size_t i = 0; i < vb.size(); ++i) {
-      err = std::max(err, std::abs(double(va[i]) - double(vb[i])));
-      scale = std::max(scale, std::abs(double(vb[i])));
-    }
-    const double r = scale > 0 ? err / scale : err;
-    if (!(r <= worst)) worst = r, which = name;  // NaN wins
-  }
-  return worst;
-}
 
 // --sync-bn: N ranks x batch 8 train like one process x batch 8N. Without shuffling, rank r's
 // j-th batch holds positions r + N (8j + i), i < 8, of the epoch (data/sampler.h): together

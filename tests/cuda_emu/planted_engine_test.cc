@@ -1,0 +1,76 @@
+// Planted bugs in the engine's own CUDA code that the emulator must catch (the kernels'
+// planted bugs are in checks_test.cc): a deleted cudaStreamWaitEvent in the device feeder
+// (data/device_feeder.cc), and allocator misuse across streams. Outside --config=cuda-emu
+// the test says SKIPPED.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <string>
+
+#include "data/dataset.h"
+#include "data/device_feeder.h"
+#include "data/loader.h"
+#include "data/sampler.h"
+#include "engine/ops.h"
+#include "engine/stream.h"
+#include "engine/tensor.h"
+
+#if RINGTAPE_CUDA_EMU
+#include "cuda_emu/emu.h"
+
+namespace rt {
+namespace {
+
+// The queued work of the code under test ends in a fault whose report names every one of
+// `parts` and at least one of `any_of`; then the fault is cleared. An rt::Error already
+// thrown by the code (the fault is asynchronous and may surface at its next CUDA call) must
+// be the emulator's.
+template <typename F>
+void expect_caught(F&& code, const std::vector<std::string>& parts, const std::vector<std::string>& any_of) {
+  try {
+    code();
+    Stream::current(Device::cuda(0)).synchronize();
+    FAIL("the planted bug was not caught");
+  } catch (const std::exception& e) {
+    CHECK_MESSAGE(std::string(e.what()).find("cuda-emu:") != std::string::npos, e.what());
+  }
+  const std::string report = emu::last_fault();
+  for (const std::string& p : parts) CHECK_MESSAGE(report.find(p) != std::string::npos, "'", p, "' not in:\n", report);
+  bool one = false;
+  for (const std::string& p : any_of) one |= report.find(p) != std::string::npos;
+  CHECK_MESSAGE(one, "none of the expected findings in:\n", report);
+  emu::clear_faults();
+}
+
+TEST_CASE("DeviceFeeder: without the compute stream's wait for its copy, the hazard names the copy") {
+  data::DatasetOptions o;
+  o.synthetic.size = 32;
+  o.synthetic.image_shape = {3, 8, 8};
+  const auto ds = data::open_dataset("synthetic", "", "train", o);
+  data::LoaderOptions lo;
+  lo.pin_memory = true;  // asynchronous copies: the only kind that needs the wait
+  data::Loader loader(*ds, data::Sampler(ds->size(), 8), lo);
+  // The synthetic dataset's u8 images: normalize_pixels is the first kernel to read a batch.
+  data::DeviceFeeder feed(loader, Device::cuda(0), MemoryFormat::channels_last);
+  feed.start_epoch(0);
+  REQUIRE(feed.next().has_value());  // as written: no fault
+  Stream::current(Device::cuda(0)).synchronize();
+  CHECK(emu::last_fault().empty());
+  // Note [Copy overlap]: next() makes the copy stream wait for the compute stream, then the
+  // compute stream wait for the copy. The second is deleted. The first kernel to read the
+  // batch then either runs after the copy, unordered (the hazard, naming the copy), or before
+  // it (a read of the batch's never-written bytes): which one depends on the two streams'
+  // timing, as on a GPU.
+  emu::drop_stream_waits(1, 1);
+  expect_caught([&] { feed.next(); }, {"normalize_pixels_kernel"},
+                {"cross-stream hazard: the kernel reads 1 bytes", "read of never-written device memory"});
+}
+
+}  // namespace
+}  // namespace rt
+
+#else
+
+TEST_CASE("engine planted bugs") { std::printf("SKIPPED: the emulator's checks run under --config=cuda-emu\n"); }
+
+#endif
