@@ -197,6 +197,33 @@ TEST_CASE("work on two streams: an event orders them; without it the hazard name
   cudaStreamDestroy(b);
 }
 
+TEST_CASE("each device has its own memory limit (RINGTAPE_EMU_MEMORY, 256M here): beyond it, out of memory") {
+  size_t free0 = 0, total = 0;
+  REQUIRE(cudaMemGetInfo(&free0, &total) == cudaSuccess);
+  CHECK(total == size_t(256) << 20);
+  void* big = nullptr;
+  CHECK(cudaMalloc(&big, size_t(300) << 20) == cudaErrorMemoryAllocation);
+  CHECK(big == nullptr);
+  CHECK(cudaGetLastError() == cudaErrorMemoryAllocation);  // not sticky: read once, then clear
+  CHECK(cudaGetLastError() == cudaSuccess);
+  void* a = nullptr;
+  REQUIRE(cudaMalloc(&a, size_t(100) << 20) == cudaSuccess);
+  size_t free1 = 0;
+  REQUIRE(cudaMemGetInfo(&free1, &total) == cudaSuccess);
+  CHECK(free0 - free1 == size_t(100) << 20);
+  int n = 0;
+  REQUIRE(cudaGetDeviceCount(&n) == cudaSuccess);
+  if (n >= 2) {  // the other device's memory is its own
+    REQUIRE(cudaSetDevice(1) == cudaSuccess);
+    void* b = nullptr;
+    CHECK(cudaMalloc(&b, size_t(200) << 20) == cudaSuccess);
+    cudaFree(b);
+    REQUIRE(cudaSetDevice(0) == cudaSuccess);
+  }
+  CHECK(cudaFree(a) == cudaSuccess);
+  CHECK(cudaSetDevice(7) == cudaErrorInvalidDevice);
+}
+
 TEST_CASE("atomics count every thread") {
   unsigned* c = nullptr;
   REQUIRE(cudaMalloc(reinterpret_cast<void**>(&c), sizeof(unsigned)) == cudaSuccess);
