@@ -175,12 +175,14 @@ std::vector<Segment>& image() {
 const Heap* g_heap = nullptr;
 
 const Heap& heap() {
-  static const Heap h = [] {
-    Heap made = make_heap();
+  // g_heap is written once, inside the initialisation every other thread synchronises with
+  // (a thread-safe static), before any device memory exists to be accessed.
+  static const Heap* h = [] {
+    const Heap* made = new Heap(make_heap());  // leaked: device memory outlives static destructors
+    g_heap = made;
     return made;
   }();
-  g_heap = &h;
-  return h;
+  return *h;
 }
 
 int& current_device() {

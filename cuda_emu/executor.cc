@@ -19,6 +19,13 @@
 // order (a missing barrier) gives different results under different seeds, beside the
 // race check that reports it directly (memcheck.cc).
 //
+// Note [Fibers under ThreadSanitizer]: under --config=cuda-emu-tsan each runner is a TSan
+// fiber, and every switch synchronises (the scheduler and the runners share the block's
+// state), so TSan sees a block's GPU threads as ordered, as they run here: it reports races
+// between blocks run by different host threads (global memory written by two blocks without
+// atomics) and in the host code, the emulator's and the engine's. Races within a block are
+// the emulator's own check's (Note [Shared-memory races] in memcheck.cc).
+//
 // Note [Warp operations]: shuffles, votes and __syncwarp wait until every lane of their
 // mask is at a warp operation with the same mask; the last lane to arrive computes every
 // lane's result. A mask that names a lane which has exited (or does not exist: the last warp
@@ -159,15 +166,9 @@ void runner_main(bc::transfer_t t) {
     th.stack_hi = r->stack_hi;
     th.state = TState::running;
     r->current = &th;
-#if defined(__SANITIZE_THREAD__)
-    __tsan_acquire(&b);
-#endif
     tls_thread = &th;
     L.entry(L.args.get());
     tls_thread = nullptr;
-#if defined(__SANITIZE_THREAD__)
-    __tsan_release(&b);
-#endif
     th.state = TState::done;
     ++b.finished;
     check_exit_against_warp(b, th);
@@ -175,6 +176,9 @@ void runner_main(bc::transfer_t t) {
   r->current = nullptr;
   r->done = true;
   RT_EMU_SWITCH_TO(nullptr, r->sched_stack, r->sched_stack_size);  // this stack is done with
+#if defined(__SANITIZE_THREAD__)
+  __tsan_switch_to_fiber(worker().tsan_self, 0);
+#endif
   bc::jump_fcontext(r->sched, r);
   __builtin_unreachable();
 }
@@ -186,7 +190,7 @@ void yield(ThreadCtx& th) {
   void* fake = nullptr;
   RT_EMU_SWITCH_TO(&fake, r.sched_stack, r.sched_stack_size);
 #if defined(__SANITIZE_THREAD__)
-  __tsan_switch_to_fiber(worker().tsan_self, __tsan_switch_to_fiber_no_sync);
+  __tsan_switch_to_fiber(worker().tsan_self, 0);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.sched, &r);
   RT_EMU_SWITCHED(fake, &r.sched_stack, &r.sched_stack_size);
@@ -200,7 +204,7 @@ void enter(Worker& w, Runner& r) {
   RT_EMU_SWITCH_TO(&tls_fake_stack, r.stack_lo, kStackBytes);
 #if defined(__SANITIZE_THREAD__)
   if (!w.tsan_self) w.tsan_self = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(w.tsan_fibers[size_t(r.slot)], __tsan_switch_to_fiber_no_sync);
+  __tsan_switch_to_fiber(w.tsan_fibers[size_t(r.slot)], 0);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.ctx, &r);
   RT_EMU_SWITCHED(tls_fake_stack, nullptr, nullptr);
@@ -442,9 +446,6 @@ bool release_or_fault(BlockCtx& b) {
         return false;
       }
     }
-#if defined(__SANITIZE_THREAD__)
-    for (uint32_t id : at_barrier) __tsan_release(&ts[id]);
-#endif
     ++b.epoch;
     for (uint32_t id : at_barrier) ts[id].state = TState::ready;
     return true;
@@ -510,9 +511,6 @@ void run_block(Job& job, uint64_t linear_block) {
   shuffle_order(w.order, b, linear_block);
   b.order = &w.order;
   const size_t free_before = w.free_slots.size();
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(&b);
-#endif
 
   while (!b.faulted && b.finished < b.nthreads) {
     if (job.faulted.load(std::memory_order_relaxed)) {
@@ -541,9 +539,6 @@ void run_block(Job& job, uint64_t linear_block) {
     w.free_slots.clear();
     for (int i = int(kMaxThreadsPerBlock) - 1; i >= 0; --i) w.free_slots.push_back(i);
   }
-#if defined(__SANITIZE_THREAD__)
-  __tsan_acquire(&b);
-#endif
 }
 
 // ---- the pool ------------------------------------------------------------------------------------
@@ -649,13 +644,7 @@ void sync_block(const std::source_location& where) {
   ThreadCtx& th = self("__syncthreads");
   th.where = where;
   th.state = TState::barrier;
-#if defined(__SANITIZE_THREAD__)
-  __tsan_release(&th);
-#endif
   yield(th);
-#if defined(__SANITIZE_THREAD__)
-  for (const ThreadCtx& o : *th.block->threads) __tsan_acquire(const_cast<ThreadCtx*>(&o));
-#endif
 }
 
 unsigned warp_op(WarpOp op, unsigned mask, const void* in, void* out, size_t bytes, int arg, int width,

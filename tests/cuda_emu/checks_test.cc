@@ -6,6 +6,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <numeric>
@@ -14,7 +15,9 @@
 
 #include "tests/cuda_emu/planted.h"
 
-#if RINGTAPE_CUDA_EMU
+// The emulator's own checks: under cuda-emu-asan and -tsan the sanitizer's instrumentation
+// replaces them (docs/cuda-on-cpu.md), so these cases run in the plain config only.
+#if RINGTAPE_CUDA_EMU && !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 #include "cuda_emu/emu.h"
 
 namespace {
@@ -222,6 +225,35 @@ TEST_CASE("each device has its own memory limit (RINGTAPE_EMU_MEMORY, 256M here)
   }
   CHECK(cudaFree(a) == cudaSuccess);
   CHECK(cudaSetDevice(7) == cudaErrorInvalidDevice);
+  CHECK(cudaGetLastError() == cudaErrorInvalidDevice);  // as CUDA: the failed call's error, once
+}
+
+TEST_CASE("__fmul_rn then __fadd_rn round twice: never contracted into an FMA (Note [No contraction in _rn])") {
+  // (1 + 2^-12)^2 = 1 + 2^-11 + 2^-24: the product rounds (a tie, to even) to 1 + 2^-11, so the
+  // sum with -1 is 2^-11; one fused multiply-add would keep the 2^-24.
+  const float a = 1.0f + 0x1p-12f;
+  Buf x(std::vector<float>{a}), z(std::vector<float>{-1.0f}), y(1);
+  rt::emu_test::mul_add_rn(x.p, x.p, z.p, 1, y.p, nullptr);
+  expect_clean();
+  CHECK(y.get()[0] == 0x1p-11f);
+  CHECK(std::fma(a, a, -1.0f) != 0x1p-11f);  // the value a contraction would give
+}
+
+TEST_CASE("the legacy default stream waits for blocking streams and they for it; non-blocking ones do not") {
+  cudaStream_t blocking, free_running;
+  REQUIRE(cudaStreamCreate(&blocking) == cudaSuccess);
+  REQUIRE(cudaStreamCreateWithFlags(&free_running, cudaStreamNonBlocking) == cudaSuccess);
+  Buf x(iota(4096)), y(4096), z(4096);
+  rt::emu_test::scale(x.p, 4096, y.p, 256, nullptr);   // y on the legacy stream ...
+  rt::emu_test::scale(y.p, 4096, z.p, 256, blocking);  // ... read on a blocking one: ordered
+  rt::emu_test::scale(z.p, 4096, y.p, 256, nullptr);   // and back: ordered
+  expect_clean();
+  CHECK(y.get()[4095] == doctest::Approx(8.0 * 4096));
+  rt::emu_test::scale(x.p, 4096, y.p, 256, nullptr);
+  launch_planted([&] { rt::emu_test::scale(y.p, 4096, z.p, 256, free_running); });  // not ordered
+  expect_fault({"cross-stream hazard", "legacy default stream"});
+  cudaStreamDestroy(blocking);
+  cudaStreamDestroy(free_running);
 }
 
 TEST_CASE("atomics count every thread") {
@@ -237,6 +269,8 @@ TEST_CASE("atomics count every thread") {
 
 #else
 
-TEST_CASE("cuda-emu checks") { std::printf("SKIPPED: the emulator's checks run under --config=cuda-emu\n"); }
+TEST_CASE("cuda-emu checks") {
+  std::printf("SKIPPED: the emulator's own checks run under --config=cuda-emu (not -asan, -tsan)\n");
+}
 
 #endif

@@ -85,6 +85,11 @@ __global__ void count_kernel(int64_t n, unsigned* counter) {
   if (blockIdx.x * int64_t(blockDim.x) + threadIdx.x < n) atomicAdd(counter, 1u);
 }
 
+__global__ void mul_add_rn_kernel(const float* a, const float* b, const float* c, int n, float* y) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i < n) y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]);
+}
+
 }  // namespace
 
 void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s) {
@@ -130,6 +135,11 @@ void shared_read(int written, int read_slot, float* y, cudaStream_t s) {
 
 void count(int64_t n, unsigned* counter, cudaStream_t s) {
   RT_LAUNCH(int((n + 255) / 256), 256, 0, s, count_kernel)(n, counter);
+  CUDA_CHECK_LAUNCH();
+}
+
+void mul_add_rn(const float* a, const float* b, const float* c, int n, float* y, cudaStream_t s) {
+  RT_LAUNCH((n + 63) / 64, 64, 0, s, mul_add_rn_kernel)(a, b, c, n, y);
   CUDA_CHECK_LAUNCH();
 }
 
