@@ -20,11 +20,16 @@
 // race check that reports it directly (memcheck.cc).
 //
 // Note [Fibers under ThreadSanitizer]: under --config=cuda-emu-tsan each runner is a TSan
-// fiber, and every switch synchronises (the scheduler and the runners share the block's
-// state), so TSan sees a block's GPU threads as ordered, as they run here: it reports races
+// fiber, and every switch releases and acquires the worker's `tsan_sync` (the scheduler and
+// the runners share the block's state), so TSan sees a block's GPU threads as ordered, as
+// they run here: it reports races
 // between blocks run by different host threads (global memory written by two blocks without
 // atomics) and in the host code, the emulator's and the engine's. Races within a block are
-// the emulator's own check's (Note [Shared-memory races] in memcheck.cc).
+// the emulator's own check's (Note [Shared-memory races] in memcheck.cc). The switches
+// themselves do not synchronise (__tsan_switch_to_fiber_no_sync): TSan's synchronising
+// switch releases on the address of the target's ThreadState, which for a host thread lies
+// in TSan's own thread-local storage, and crashed there (gcc 12's libtsan, elementwise and
+// optim tests); a heap address of our own is what TSan's annotations are meant for.
 //
 // Note [Warp operations]: shuffles, votes and __syncwarp wait until every lane of their
 // mask is at a warp operation with the same mask; the last lane to arrive computes every
@@ -58,6 +63,11 @@
 #endif
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
+
+// oneDNN (the CPU reference convolutions of the GPU tests) runs on OpenMP threads that
+// synchronise inside uninstrumented libgomp, so TSan would report its memset of scratch the
+// main thread allocated as a race; its calls into TSan's interceptors are not ours to check.
+extern "C" const char* __tsan_default_suppressions() { return "called_from_lib:libdnnl.so.2\n"; }
 #endif
 
 namespace bc = boost::context::detail;
@@ -106,6 +116,7 @@ struct Worker {
 #if defined(__SANITIZE_THREAD__)
   std::vector<void*> tsan_fibers;
   void* tsan_self = nullptr;
+  char tsan_sync = 0;  // the address every switch releases and acquires (Note [Fibers under ThreadSanitizer])
 #endif
 
   Worker() {
@@ -148,11 +159,28 @@ Worker& worker() {
 
 thread_local void* tls_fake_stack = nullptr;  // AddressSanitizer's, of the scheduler
 
+#if defined(__SANITIZE_THREAD__)
+// Tells TSan the host thread now runs `fiber` (Note [Fibers under ThreadSanitizer]): what the
+// old fiber did happens before everything the new one does, the jump's own reads included.
+// Inlined: a function of its own would enter on one fiber's shadow stack and exit on the other's.
+[[gnu::always_inline]] inline void tsan_switch(Worker& w, void* fiber) {
+  __tsan_release(&w.tsan_sync);
+  __tsan_switch_to_fiber(fiber, __tsan_switch_to_fiber_no_sync);
+  __tsan_acquire(&w.tsan_sync);
+}
+#endif
+
 struct Job;
 void check_exit_against_warp(BlockCtx& b, ThreadCtx& th);
 
 // A runner: starts the block's threads not yet started, in order, until none is left
 // (Note [Fibers]); returns to the scheduler whenever the thread on it waits.
+// Not instrumented under TSan: it never returns (its last act is a jump away), so its
+// function-entry record would pile up on the reused TSan fiber, one per block, until TSan's
+// shadow stack overflowed (a crash in elementwise_cuda_test's thousands of blocks).
+#if defined(__SANITIZE_THREAD__)
+__attribute__((no_sanitize_thread))
+#endif
 void runner_main(bc::transfer_t t) {
   auto* r = static_cast<Runner*>(t.data);
   r->sched = t.fctx;
@@ -177,7 +205,7 @@ void runner_main(bc::transfer_t t) {
   r->done = true;
   RT_EMU_SWITCH_TO(nullptr, r->sched_stack, r->sched_stack_size);  // this stack is done with
 #if defined(__SANITIZE_THREAD__)
-  __tsan_switch_to_fiber(worker().tsan_self, 0);
+  tsan_switch(worker(), worker().tsan_self);
 #endif
   bc::jump_fcontext(r->sched, r);
   __builtin_unreachable();
@@ -190,7 +218,7 @@ void yield(ThreadCtx& th) {
   void* fake = nullptr;
   RT_EMU_SWITCH_TO(&fake, r.sched_stack, r.sched_stack_size);
 #if defined(__SANITIZE_THREAD__)
-  __tsan_switch_to_fiber(worker().tsan_self, 0);
+  tsan_switch(worker(), worker().tsan_self);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.sched, &r);
   RT_EMU_SWITCHED(fake, &r.sched_stack, &r.sched_stack_size);
@@ -204,7 +232,7 @@ void enter(Worker& w, Runner& r) {
   RT_EMU_SWITCH_TO(&tls_fake_stack, r.stack_lo, kStackBytes);
 #if defined(__SANITIZE_THREAD__)
   if (!w.tsan_self) w.tsan_self = __tsan_get_current_fiber();
-  __tsan_switch_to_fiber(w.tsan_fibers[size_t(r.slot)], 0);
+  tsan_switch(w, w.tsan_fibers[size_t(r.slot)]);
 #endif
   bc::transfer_t t = bc::jump_fcontext(r.ctx, &r);
   RT_EMU_SWITCHED(tls_fake_stack, nullptr, nullptr);
@@ -535,7 +563,12 @@ void run_block(Job& job, uint64_t linear_block) {
     if (b.epoch != epoch) shuffle_order(w.order, b, linear_block);
   }
   if (w.free_slots.size() != free_before) {
-    // A faulted block: its runners are dropped without unwinding (Note [Fibers]).
+    // A faulted block: its runners are dropped without unwinding (Note [Fibers]); under TSan
+    // their fibers go too, with the frames they never left.
+#if defined(__SANITIZE_THREAD__)
+    for (void*& f : w.tsan_fibers)
+      if (f) __tsan_destroy_fiber(f), f = nullptr;
+#endif
     w.free_slots.clear();
     for (int i = int(kMaxThreadsPerBlock) - 1; i >= 0; --i) w.free_slots.push_back(i);
   }

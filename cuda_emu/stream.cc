@@ -333,19 +333,30 @@ cudaError_t wait_event(CUstream_st* s, CUevent_st* e) {
   return cudaSuccess;
 }
 
-cudaError_t submit(CUstream_st* s, std::unique_ptr<Op> op) {
+namespace {
+// Queues `op` on `s`; its sequence number on `s` goes to *seq.
+cudaError_t submit_seq(CUstream_st* s, std::unique_ptr<Op> op, uint64_t* seq) {
   if (const cudaError_t st = sticky_error(s->device)) return st;
   op->correlation_id = ++g_correlation;
   op->external_ids = tls_external_ids;
   std::lock_guard<std::mutex> g(g_clock_mu);
   legacy_waits_locked(s);
   push_locked(s, std::move(op));
+  *seq = s->enqueued;
   return cudaSuccess;
+}
+}  // namespace
+
+cudaError_t submit(CUstream_st* s, std::unique_ptr<Op> op) {
+  uint64_t seq = 0;
+  return submit_seq(s, std::move(op), &seq);
 }
 
 cudaError_t submit_and_wait(CUstream_st* s, std::unique_ptr<Op> op, bool host_learns) {
-  if (const cudaError_t e = submit(s, std::move(op))) return e;
-  return host_learns ? synchronize_stream(s) : (wait_completed(s, s->enqueued), sticky_error(s->device));
+  // The op's own number, taken under g_clock_mu: another host thread may queue on `s` meanwhile.
+  uint64_t seq = 0;
+  if (const cudaError_t e = submit_seq(s, std::move(op), &seq)) return e;
+  return host_learns ? synchronize_stream(s) : (wait_completed(s, seq), sticky_error(s->device));
 }
 
 // ---- host waits ------------------------------------------------------------------------------

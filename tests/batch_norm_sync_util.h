@@ -131,12 +131,16 @@ inline std::vector<Result> run_shards(Op op, const Inputs& in, const std::vector
   std::vector<Result> out(static_cast<size_t>(k));
   std::vector<std::exception_ptr> errors(static_cast<size_t>(k));
   std::vector<std::thread> threads;
+  // Every shard's sync is made before any thread starts: a push_back while a thread reads the
+  // vector would move its elements under it (ThreadSanitizer found this).
+  std::vector<std::shared_ptr<ShardSync>> mine;
+  for (int i = 0; i < k; ++i) mine.push_back(std::make_shared<ShardSync>(ex, i, in.x.size(1)));
+  syncs.insert(syncs.end(), mine.begin(), mine.end());
   int64_t n0 = 0;
   for (int i = 0; i < k; ++i) {
-    syncs.push_back(std::make_shared<ShardSync>(ex, i, in.x.size(1)));
-    threads.emplace_back([&, i, n0] {
+    threads.emplace_back([&, i, n0, sync = mine[size_t(i)]] {
       try {
-        out[size_t(i)] = run_op(op, in, n0, n0 + split[size_t(i)], dt, f, syncs[size_t(i)], dev);
+        out[size_t(i)] = run_op(op, in, n0, n0 + split[size_t(i)], dt, f, sync, dev);
       } catch (...) {
         errors[size_t(i)] = std::current_exception();
       }

@@ -36,7 +36,10 @@ __global__ void unscale_kernel(GradBatch b, float inv_scale, float* found_inf) {
     bad |= !finite(v);
     if (inv_scale != 1.0f) g[i] = from_acc<T>(v * A(inv_scale));
   }
-  if (bad) *found_inf = 1.0f;
+  // Several blocks may find one: an atomic store, so the flag is not a data race between
+  // blocks (a plain store of the same value works on hardware, but ThreadSanitizer under
+  // --config=cuda-emu-tsan rightly calls it one).
+  if (bad) atomicExch(found_inf, 1.0f);
 }
 
 constexpr int kThreads = 256;

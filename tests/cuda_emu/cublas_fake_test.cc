@@ -544,7 +544,13 @@ TEST_CASE("the emulator catches a C buffer one element short, and a GEMM that mi
   std::memset(pinned, 0, m * k * 4);
   DevBuf c(m * n * 4);
   REQUIRE(cublasSetStream(handle.h, s2) == CUBLAS_STATUS_SUCCESS);
+#if defined(__SANITIZE_THREAD__)
+  // Under ThreadSanitizer the planted hazard is a real race between the two streams' workers,
+  // which TSan reports before the emulator's check can: only the ordered case runs.
+  for (bool with_event : {true}) {
+#else
   for (bool with_event : {false, true}) {
+#endif
     REQUIRE(cudaMemcpyAsync(a.p, pinned, m * k * 4, cudaMemcpyHostToDevice, s1) == cudaSuccess);
     cudaEvent_t e = nullptr;
     if (with_event) {
