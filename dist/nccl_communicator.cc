@@ -282,7 +282,14 @@ void NcclCommunicator::Impl::watchdog() {
   auto last_liveness = Clock::now();
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    cv.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping || !inflight.empty(); });
+    // Note [Watchdog lock]: every round waits with `mu` released: asleep until a call is in
+    // flight, then 1 ms between polls. (A wait_for whose predicate is already true returns at
+    // once without unlocking: while any call was in flight the watchdog kept `mu` for good,
+    // so run() could not queue the next call until the device had finished the earlier ones,
+    // and with a call that never completed it held issue_mu waiting for `mu` while the
+    // watchdog waited for issue_mu to abort: a hang.)
+    if (inflight.empty()) cv.wait(lock, [&] { return stopping || !inflight.empty(); });
+    else cv.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping; });
     if (stopping) return;
     if (inflight.empty() || !broken.empty()) continue;
     try {

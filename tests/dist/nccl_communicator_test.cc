@@ -6,12 +6,16 @@
 // a bad call fails with its name. Without a GPU each case prints "SKIPPED: no CUDA device".
 #include <doctest/doctest.h>
 
+#include <chrono>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
+#include "engine/ops.h"
 #include "engine/stream.h"
+#include "kernels/cuda/runtime.h"
 #include "tests/dist/communicator_test_util.h"
 
 namespace rt::dist {
@@ -75,6 +79,49 @@ TEST_CASE("nccl: calls in flight complete in issue order") {
     works[k].wait();
     CHECK(ts[k].to_vector<double>().back() == double(k));
   }
+}
+
+// Issue order without host waits (the design's overlap of all-reduce and backward): while the
+// caller's stream is still busy, a series of calls returns to the host, and the first call's
+// result includes that busy work's output. Before the fix the watchdog kept its lock for as
+// long as any call was in flight (a condition-variable wait whose predicate was already
+// true returns without unlocking), so the second call's run() waited for the first to
+// complete on the device, that is, for all of the caller's work.
+TEST_CASE("nccl: calls return to the host while the caller's work still runs, and reduce its output") {
+  if (!testing::have_gpu("NcclCommunicator issue without host waits")) return;
+  OneGpu one;
+  const Stream caller = Stream::create(Device::cuda(0));
+  StreamGuard guard(caller);
+#if RINGTAPE_CUDA_EMU
+  const int64_t n = 1 << 16;  // ~40 ms an add emulated: ~1.6 s of device work
+  const int reps = 40;
+#else
+  const int64_t n = 1 << 24;  // ~50 us an add on an H200: ~50 ms of device work
+  const int reps = 1000;
+#endif
+  const Tensor one_each = Tensor::full({n}, 1.0, DType::f32, Device::cuda(0));
+  Tensor y = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  caller.synchronize();
+  for (int i = 0; i < reps; ++i) y = add(y, one_each);
+  void* busy_done = cuda::event_create(0);
+  cuda::event_record(busy_done, caller.handle());
+
+  std::vector<Tensor> small;
+  std::vector<Work> works;
+  works.push_back(one.comm.all_reduce(y, ReduceOp::sum, AllReduceAlgo::library));
+  std::this_thread::sleep_for(std::chrono::milliseconds(5));  // the watchdog sees the call in flight
+  for (int k = 0; k < 8; ++k) {
+    small.push_back(Tensor::full({7}, double(k), DType::f32, Device::cuda(0)));
+    works.push_back(one.comm.all_reduce(small.back(), ReduceOp::sum, k % 2 ? AllReduceAlgo::ring : AllReduceAlgo::library));
+  }
+  const bool busy_was_done = cuda::event_query(busy_done);
+  CHECK_MESSAGE(!busy_was_done, "the calls returned to the host only after the caller's work had finished");
+  for (Work& w : works) w.wait();
+  cuda::event_destroy(busy_done);
+  const std::vector<double> got = y.to_vector<double>();
+  CHECK(got.front() == double(reps));
+  CHECK(got.back() == double(reps));
+  for (int k = 0; k < 8; ++k) CHECK(small[size_t(k)].to_vector<double>().back() == double(k));
 }
 
 TEST_CASE("nccl: a CPU tensor is refused, naming the device to move it to") {
