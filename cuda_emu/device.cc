@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <link.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
+#include <atomic>
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
@@ -189,6 +191,39 @@ int& current_device() {
   thread_local int d = 0;
   return d;
 }
+
+namespace {
+std::atomic<uint64_t> g_contexts{0};
+
+// Writes the process's contexts to RINGTAPE_EMU_CONTEXTS at exit (Note [Contexts]).
+struct ContextReport {
+  ~ContextReport() {
+    const char* path = std::getenv("RINGTAPE_EMU_CONTEXTS");
+    if (!path || !*path) return;
+    std::string line = "rank ";
+    const char* rank = std::getenv("RANK");
+    line += rank && *rank ? rank : "-";
+    line += " pid " + std::to_string(getpid()) + " contexts:";
+    const uint64_t c = g_contexts.load();
+    for (int d = 0; d < 64; ++d)
+      if (c >> d & 1) line += " cuda:" + std::to_string(d);
+    line += "\n";
+    // One write of a short line to a file opened for appending: lines of several processes
+    // do not interleave.
+    if (FILE* f = std::fopen(path, "a")) {
+      std::fwrite(line.data(), 1, line.size(), f);
+      std::fclose(f);
+    }
+  }
+} g_context_report;
+}  // namespace
+
+void note_context() {
+  const int d = current_device();
+  if (d >= 0 && d < 64) g_contexts.fetch_or(uint64_t(1) << d, std::memory_order_relaxed);
+}
+
+uint64_t contexts() { return g_contexts.load(); }
 
 cudaError_t check_device(int device) {
   return device >= 0 && device < heap().ndev ? cudaSuccess : cudaErrorInvalidDevice;

@@ -46,6 +46,14 @@ extern const Heap* g_heap;
 const Heap& heap();
 
 int& current_device();  // of the calling host thread
+// Note [Contexts]: on a GPU a process gets a context on a device (hundreds of MB of its
+// memory) the first time a host thread whose current device it is makes a call that needs
+// one; a thread that never called cudaSetDevice has device 0. note_context() records the
+// calling thread's current device; RINGTAPE_EMU_CONTEXTS=FILE appends, at exit, one line per
+// process: "rank R pid P contexts: cuda:0 cuda:1", so a test can check that each rank of a
+// data-parallel run touched its own GPU only.
+void note_context();
+uint64_t contexts();  // bit d: a context on cuda:d
 cudaError_t check_device(int device);
 void* device_alloc(int device, size_t bytes);  // nullptr when the device's limit is reached
 cudaError_t device_free(const void* p);

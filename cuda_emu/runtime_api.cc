@@ -132,6 +132,7 @@ cudaError_t cudaGetDeviceCount(int* count) {
 cudaError_t cudaSetDevice(int device) {
   if (const cudaError_t e = check_device(device)) return ret(e);
   current_device() = device;
+  note_context();  // since CUDA 12 cudaSetDevice initialises the device's primary context
   return cudaSuccess;
 }
 
@@ -234,6 +235,7 @@ cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr attr, int de
 }
 
 cudaError_t cudaDeviceSynchronize() {
+  note_context();
   if (const cudaError_t e = check_device(current_device())) return ret(e);
   return synchronize_device(current_device());
 }
@@ -281,6 +283,7 @@ const char* cudaGetErrorString(cudaError_t e) {
 
 // ---- memory ----------------------------------------------------------------------------------
 cudaError_t cudaMalloc(void** p, size_t bytes) {
+  note_context();
   if (!p) return ret(cudaErrorInvalidValue);
   *p = nullptr;
   if (const cudaError_t e = current_ok()) return ret(e);
@@ -290,6 +293,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
 }
 
 cudaError_t cudaFree(void* p) {
+  note_context();
   if (!p) return cudaSuccess;
   const int d = device_of(p);
   if (d < 0) return ret(cudaErrorInvalidValue);
@@ -298,6 +302,7 @@ cudaError_t cudaFree(void* p) {
 }
 
 cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
+  note_context();
   if (!free_bytes || !total) return ret(cudaErrorInvalidValue);
   if (const cudaError_t e = current_ok()) return ret(e);
   *total = heap().limit;
@@ -306,6 +311,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 }
 
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
+  note_context();
   if (!p) return ret(cudaErrorInvalidValue);
   *p = pinned_alloc(bytes);
   return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
@@ -313,7 +319,10 @@ cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
 
 cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, bytes, 0); }
 
-cudaError_t cudaFreeHost(void* p) { return ret(pinned_free(p)); }
+cudaError_t cudaFreeHost(void* p) {
+  note_context();
+  return ret(pinned_free(p));
+}
 
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t n, cudaMemcpyKind kind) {
   return copy(dst, src, n, kind, nullptr, true);
@@ -331,6 +340,7 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t n, cudaStream_t stream)
 
 // ---- streams ---------------------------------------------------------------------------------
 cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, int priority) {
+  note_context();
   if (!s) return ret(cudaErrorInvalidValue);
   if (const cudaError_t e = current_ok()) return ret(e);
   *s = create_stream(current_device(), (flags & cudaStreamNonBlocking) == 0, priority);
@@ -385,6 +395,7 @@ cudaError_t cudaDeviceGetStreamPriorityRange(int* least, int* greatest) {
 
 // ---- events ----------------------------------------------------------------------------------
 cudaError_t cudaEventCreateWithFlags(cudaEvent_t* e, unsigned int flags) {
+  note_context();
   if (!e) return ret(cudaErrorInvalidValue);
   if (const cudaError_t err = current_ok()) return ret(err);
   *e = create_event(current_device(), flags);
@@ -402,17 +413,20 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
 }
 
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
+  note_context();
   if (!is_live_event(e)) return ret(cudaErrorInvalidResourceHandle);
   return synchronize_event(e);
 }
 
 cudaError_t cudaEventQuery(cudaEvent_t e) {
+  note_context();
   if (!is_live_event(e)) return ret(cudaErrorInvalidResourceHandle);
   if (const cudaError_t err = sticky_error(e->device)) return err;
   return event_done(e) ? cudaSuccess : cudaErrorNotReady;
 }
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
+  note_context();
   if (!ms) return ret(cudaErrorInvalidValue);
   if (!is_live_event(start) || !is_live_event(end)) return ret(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming) return ret(cudaErrorInvalidResourceHandle);

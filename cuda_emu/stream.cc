@@ -252,7 +252,10 @@ std::string op_name(uint64_t packed) {
 }
 
 // ---- streams ---------------------------------------------------------------------------------
-CUstream_st* resolve(cudaStream_t s) { return resolve_on(s, current_device()); }
+CUstream_st* resolve(cudaStream_t s) {
+  note_context();  // every call that names a stream needs the thread's context
+  return resolve_on(s, current_device());
+}
 
 CUstream_st* resolve_on(cudaStream_t s, int device) {
   if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread)

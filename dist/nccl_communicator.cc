@@ -279,6 +279,9 @@ void NcclCommunicator::Impl::abort(const std::string& why) {
 }
 
 void NcclCommunicator::Impl::watchdog() {
+  // Its event queries on the communicator's device: a thread's current device is 0 until it
+  // chooses one, and the first query would give a rank other than 0 a context on cuda:0.
+  CUDA_WARN(cudaSetDevice(device));
   auto last_liveness = Clock::now();
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {

@@ -15,6 +15,7 @@
 
 #include "dist/local_launcher.h"
 #include "engine/profiler.h"
+#include "kernels/cuda/runtime.h"
 #include "profile/session.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
@@ -313,6 +314,20 @@ int launch_workers(const ParallelConfig& pc, const std::vector<std::string>& arg
 
 }  // namespace
 
+// This rank's GPU: cuda:LOCAL_RANK; with fewer visible devices than local ranks (a scheduler
+// binding each task to its own GPU, e.g. srun --gpus-per-task=1, leaves one visible to each
+// process) LOCAL_RANK modulo the visible count, said in the log.
+static int rank_gpu(const dist::LaunchEnv& env) {
+  const int visible = cuda::device_count();
+  if (visible <= 0 || env.local_rank < visible) return env.local_rank;
+  const int gpu = env.local_rank % visible;
+  std::fprintf(stderr,
+               "rank %d: %d CUDA device%s visible to this process for %d local ranks (a per-task GPU binding?): "
+               "local rank %d uses cuda:%d\n",
+               env.rank, visible, visible == 1 ? "" : "s", env.local_world_size, env.local_rank, gpu);
+  return gpu;
+}
+
 int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   TrainConfig cfg = parse_train_config(flags);
   const dist::LaunchEnv env = dist::launch_env_from_process();
@@ -325,8 +340,11 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   // A worker of a data-parallel run (started by the launcher, torchrun or srun): on a GPU
   // machine its GPU is cuda:LOCAL_RANK; on the CPU the cores are shared among the node's ranks.
   Device device = cfg.compute.device ? *cfg.compute.device : default_device();
-  if (device.is_cuda()) device = Device::cuda(env.local_rank);
+  if (device.is_cuda()) device = Device::cuda(rank_gpu(env));
   cfg.compute.device = device;
+  // Every thread of this rank that touches CUDA without naming a device (the loader's
+  // pinned buffers, the communicator's watchdog) works on this rank's GPU.
+  if (device.is_cuda()) cuda::set_home_device(device.index);
   if (!device.is_cuda() && cfg.compute.threads == 0)
     cfg.compute.threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
   DataParallel par(env, device, cfg.parallel);

@@ -1,4 +1,5 @@
 // Host-side CUDA runtime wrappers (see runtime.h). No kernels here.
+#include <atomic>
 #include <cstdio>
 
 #include "kernels/cuda/check.cuh"
@@ -80,7 +81,20 @@ void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
 }
 
+namespace {
+std::atomic<int> g_home_device{0};
+}  // namespace
+
+void set_home_device(int device) {
+  CUDA_CHECK(cudaSetDevice(device));
+  g_home_device.store(device);
+}
+int home_device() { return g_home_device.load(); }
+
 void* host_alloc_pinned(size_t bytes) {
+  // A thread that never chose a device is on device 0: the allocation would give this
+  // process a context there.
+  CUDA_CHECK(cudaSetDevice(g_home_device.load()));
   void* p = nullptr;
   const cudaError_t e = cudaHostAlloc(&p, bytes, cudaHostAllocPortable);
   if (e == cudaErrorMemoryAllocation) {

@@ -28,8 +28,16 @@ void* try_malloc(int device, size_t bytes);
 void free(int device, void* ptr) noexcept;
 void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 
-// Page-locked host memory (cudaHostAlloc, portable): nullptr when out of memory; other
-// failures throw.
+// The process's own GPU: threads that touch CUDA without naming a device (the loader's
+// workers allocating pinned buffers, the NCCL watchdog) make it their current device first,
+// so a data-parallel rank holds a context on its GPU only (a context costs hundreds of MB of
+// device memory, and exclusive-process compute mode refuses a second process). Also makes it
+// the calling thread's current device. 0 until set.
+void set_home_device(int device);
+int home_device();
+
+// Page-locked host memory (cudaHostAlloc, portable; on the home device's context): nullptr
+// when out of memory; other failures throw.
 void* host_alloc_pinned(size_t bytes);
 void host_free_pinned(void* ptr) noexcept;
 

@@ -13,6 +13,7 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -154,6 +155,38 @@ TEST_CASE("--nproc-per-node 2 and 3 with --sync-bn on --device cuda train like o
     CHECK_MESSAGE(d <= 1e-4, n, " processes: ", which, " differs by ", d, " of its largest value");
   }
 }
+
+#if RINGTAPE_CUDA_EMU
+// Each rank's work on its own GPU only (the emulator's Note [Contexts]: a context is what a
+// process holds on a device, hundreds of MB of its memory on a GPU, and what exclusive-process
+// compute mode refuses a second process). Before the fix, rank 1 also had one on cuda:0: the
+// communicator's device guard restored device 0 after its setup, and threads that never
+// chose a device (the NCCL watchdog, the loader's workers with their pinned buffers) are on
+// device 0 by default.
+TEST_CASE("--nproc-per-node 2 on --device cuda: each rank holds a context on its own GPU only") {
+  const fs::path base = tmpdir("contexts");
+  const fs::path report = base / "contexts.txt";
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = test::start(tiny(base / "run", "cuda", {"--nproc-per-node", "2", "--precision", "fp32"}),
+                                base / "run.txt", {{"RINGTAPE_EMU_CONTEXTS", report.string()}});
+  const Run r = test::finish(pid, base / "run.txt", t0, std::chrono::seconds(600));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  std::map<std::string, std::string> by_rank;  // "0" -> " cuda:0"
+  std::istringstream lines(test::read_file(report));
+  for (std::string line; std::getline(lines, line);) {
+    const size_t c = line.find(" contexts:");
+    REQUIRE(line.rfind("rank ", 0) == 0);
+    REQUIRE(c != std::string::npos);
+    by_rank[line.substr(5, line.find(' ', 5) - 5)] = line.substr(c + 10);
+  }
+  INFO(test::read_file(report));
+  CHECK(by_rank.count("-") == 1);  // the launcher
+  CHECK(by_rank["-"] == "");       // which touches no GPU
+  CHECK(by_rank["0"] == " cuda:0");
+  CHECK(by_rank["1"] == " cuda:1");
+}
+#endif
 
 TEST_CASE("--profile-steps on --device cuda: the GPU table, kernels and streams in trace.json") {
   if (!have_gpus(1, "--profile-steps on cuda")) return;
