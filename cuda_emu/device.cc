@@ -53,6 +53,32 @@ int env_devices() {
   return int(n);
 }
 
+// CUDA_VISIBLE_DEVICES as CUDA reads it, over the emulated machine's `machine` devices: the
+// ones this process sees, in that order (a scheduler binding each task to its own GPU gives
+// each process a different one, seen as cuda:0). Unset: all of them.
+int env_visible(int machine, int* physical) {
+  const char* v = std::getenv("CUDA_VISIBLE_DEVICES");
+  if (!v) {
+    for (int d = 0; d < machine; ++d) physical[d] = d;
+    return machine;
+  }
+  int n = 0;
+  uint64_t seen = 0;
+  for (const char* p = v;;) {
+    char* end = nullptr;
+    const long d = std::strtol(p, &end, 10);
+    if (end == p || d < 0 || d >= machine || (seen >> d & 1) || (*end && *end != ','))
+      bad_env("CUDA_VISIBLE_DEVICES", v,
+              ("a list of distinct device numbers below RINGTAPE_EMU_DEVICES=" + std::to_string(machine) +
+               " (e.g. 1 or 0,2; the emulator takes no UUIDs, and needs at least one device)")
+                  .c_str());
+    seen |= uint64_t(1) << d;
+    physical[n++] = int(d);
+    if (!*end) return n;
+    p = end + 1;
+  }
+}
+
 size_t env_memory() {
   const char* v = std::getenv("RINGTAPE_EMU_MEMORY");
   if (!v || !*v) return 8 * kGiB;
@@ -80,7 +106,7 @@ void* reserve(size_t bytes) {
 
 Heap make_heap() {
   Heap h;
-  h.ndev = env_devices();
+  h.ndev = env_visible(env_devices(), h.physical);
   h.limit = env_memory();
   h.span = kGiB;
   h.span_shift = 30;

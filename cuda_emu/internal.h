@@ -33,7 +33,8 @@ struct Heap {
   size_t span = 0;   // bytes per device: its memory limit rounded up to a power of two
   int span_shift = 0;
   size_t limit = 0;  // what cudaMemGetInfo reports as total
-  int ndev = 0;
+  int ndev = 0;      // visible to this process
+  int physical[64] = {};  // [ndev]: the emulated machine's number of each (CUDA_VISIBLE_DEVICES)
   size_t total = 0;  // span * ndev
   uint8_t* shadow = nullptr;                  // [total]
   std::atomic<uint64_t>* writer = nullptr;    // [total >> kGranuleShift]

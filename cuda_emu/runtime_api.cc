@@ -170,11 +170,11 @@ cudaError_t cudaGetDeviceProperties(cudaDeviceProp* p, int device) {
   p->unifiedAddressing = 1;
   p->canMapHostMemory = 1;
   p->streamPrioritiesSupported = 1;
-  p->pciBusID = device + 1;  // distinct per device, as NCCL's duplicate check needs
+  p->pciBusID = heap().physical[device] + 1;  // the machine's: distinct per GPU, as NCCL's duplicate check needs
   p->pciDeviceID = 0;
   p->pciDomainID = 0;
   std::memset(&p->uuid, 0, sizeof p->uuid);
-  p->uuid.bytes[0] = char(device + 1);
+  p->uuid.bytes[0] = char(heap().physical[device] + 1);
   return cudaSuccess;
 }
 
@@ -208,7 +208,7 @@ cudaError_t cudaDeviceGetAttribute(int* value, cudaDeviceAttr attr, int device) 
 cudaError_t cudaDeviceGetPCIBusId(char* id, int len, int device) {
   if (!id || len <= 0) return ret(cudaErrorInvalidValue);
   if (const cudaError_t e = check_device(device)) return ret(e);
-  std::snprintf(id, size_t(len), "0000:%02x:00.0", device + 1);
+  std::snprintf(id, size_t(len), "0000:%02x:00.0", heap().physical[device] + 1);  // the machine's, as on a GPU
   return cudaSuccess;
 }
 

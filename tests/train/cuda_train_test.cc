@@ -20,6 +20,7 @@
 
 #include "engine/io/json.h"
 #include "kernels/cuda/runtime.h"
+#include "dist/net_util.h"
 #include "tests/train/process_util.h"
 
 namespace rt {
@@ -185,6 +186,38 @@ TEST_CASE("--nproc-per-node 2 on --device cuda: each rank holds a context on its
   CHECK(by_rank["-"] == "");       // which touches no GPU
   CHECK(by_rank["0"] == " cuda:0");
   CHECK(by_rank["1"] == " cuda:1");
+}
+
+// A scheduler that binds each task to its own GPU (srun --gpus-per-task=1) leaves one visible
+// device to each process: LOCAL_RANK 1 then has no cuda:1. The rank uses LOCAL_RANK modulo
+// the visible count, says so, and trains as two ranks on two devices of one process's view
+// do. Before the fix rank 1 asked for cuda:1 and failed ("cudaSetDevice(device) failed:
+// cudaErrorInvalidDevice"), and rank 0 waited out the rendezvous.
+TEST_CASE("per-task GPU binding (one visible device per rank): local rank 1 uses cuda:0 and says so") {
+  const fs::path base = tmpdir("per_task");
+  const fs::path both = train(base, "both", tiny(base / "both", "cuda", {"--nproc-per-node", "2", "--precision", "fp32"}));
+  const int port = dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (int r = 0; r < 2; ++r) {
+    const std::vector<std::pair<std::string, std::string>> env = {
+        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
+        {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", "2"},
+        {"CUDA_VISIBLE_DEVICES", std::to_string(r)}};
+    pids.push_back(test::start(tiny(base / "bound", "cuda", {"--precision", "fp32", "--timeout", "60"}),
+                               base / ("rank" + std::to_string(r) + ".txt"), env));
+  }
+  const Run r0 = test::finish(pids[0], base / "rank0.txt", t0, std::chrono::seconds(600));
+  const Run r1 = test::finish(pids[1], base / "rank1.txt", t0, std::chrono::seconds(600));
+  INFO(r0.output);
+  INFO(r1.output);
+  REQUIRE(r0.status == 0);
+  REQUIRE(r1.status == 0);
+  CHECK(r1.output.find("1 CUDA device visible to this process for 2 local ranks") != std::string::npos);
+  CHECK(r1.output.find("local rank 1 uses cuda:0") != std::string::npos);
+  std::string which;
+  const double d = worst_relative(base / "bound" / "model.safetensors", both / "model.safetensors", which);
+  CHECK_MESSAGE(d == 0.0, which, " differs by ", d, " of its largest value");
 }
 #endif
 
