@@ -48,7 +48,7 @@ std::vector<int64_t> gather(Communicator& comm, const std::vector<int64_t>& mine
   return out.to_vector<int64_t>();
 }
 
-// Note [Same model on every rank]: a rank with another model (or another --arch or --num-classes) would all-reduce mismatched buckets into garbage or hang; the parameter lists are
+// Note [Same model on every rank]: a rank with another model (another --model, --num-classes or model flag) would all-reduce mismatched buckets into garbage or hang; the parameter lists are
 // compared before the first step, count first, then one fingerprint each.
 void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& params, Millis timeout) {
   const int W = comm.world_size();
@@ -57,7 +57,7 @@ void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& pa
   for (int r = 0; r < W; ++r)
     RT_CHECK(counts[size_t(r)] == counts[0], "data parallel: rank ", r, " has ", counts[size_t(r)],
              " parameters, rank 0 has ", counts[0],
-             ": every rank must build the same model (same --arch, "
+             ": every rank must build the same model (same --model, "
              "--num-classes and model flags)");
   std::vector<int64_t> mine;
   for (const auto& p : params) mine.push_back(fingerprint(describe(p)));
@@ -67,7 +67,7 @@ void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& pa
       RT_CHECK(all[size_t(r) * params.size() + i] == all[i], "data parallel: parameter ", i,
                " differs between rank 0 and rank ", r,
                comm.rank() == 0 || comm.rank() == r ? " (here: " + describe(params[i]) + ")" : std::string(),
-               ": every rank must build the same model (same --arch, "
+               ": every rank must build the same model (same --model, "
                "--num-classes and model flags)");
 }
 

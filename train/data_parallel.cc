@@ -1,8 +1,8 @@
 #include "train/data_parallel.h"
 
 #include <chrono>
-#include <map>
 #include <cstdio>
+#include <map>
 
 #include "dist/gloo_communicator.h"
 #include "dist/nccl_communicator.h"
@@ -41,9 +41,10 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
 DataParallel::~DataParallel() = default;
 
 std::string DataParallel::describe() const {
+  char cap[32];  // as given: --bucket-cap-mb 0.5 is "0.5 MiB", not "0 MiB"
+  std::snprintf(cap, sizeof cap, "%g", cfg_.bucket_cap_mb);
   return "data parallel: rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.world_size) + " (" +
-         comm_->backend() + ", --allreduce " + dist::algo_name(cfg_.allreduce) + ", buckets of " +
-         std::to_string(int64_t(cfg_.bucket_cap_mb)) + " MiB)";
+         comm_->backend() + ", --allreduce " + dist::algo_name(cfg_.allreduce) + ", buckets of " + cap + " MiB)";
 }
 
 // Rank 0's value, through the store: what must be the same on every rank but is decided in

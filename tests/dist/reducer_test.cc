@@ -319,6 +319,9 @@ int consistency(int) {
   if (rank == 1) sizes[3] = 1023;
   e = testing::error_of([&] { Reducer red(c, make_params(sizes)); });
   RT_CHECK(e.find("parameter 3 differs between rank 0 and rank 1") != std::string::npos, "shape mismatch: ", e);
+  // The flags it names exist (it once named --arch, which ringtape does not have).
+  RT_CHECK(e.find("same --model,") != std::string::npos && e.find("--arch") == std::string::npos,
+           "the message names a flag ringtape does not have: ", e);
   return 0;
 }
 

@@ -72,6 +72,8 @@ TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce
     REQUIRE(r.status == 0);
     CHECK(r.output.find("data parallel: rank 0 of 2 (gloo") != std::string::npos);
     CHECK(r.output.find("global batch 16 = 2 process(es) x batch 8") != std::string::npos);
+    if (variants[k][0] == "--bucket-cap-mb")  // as given: 0.0001 was once printed as "0 MiB"
+      CHECK(r.output.find("buckets of " + variants[k][1] + " MiB") != std::string::npos);
     CHECK(fs::exists(dir / "logs" / "rank-1.log"));
     const std::vector<float> w = weights(dir / "model.safetensors");
     if (k == 0) ref = w;
