@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <exception>
 
 #include "engine/error.h"
 
@@ -121,7 +122,10 @@ void PeerLiveness::connect_all(Store& store, const std::string& prefix, const st
 
 PeerLiveness::~PeerLiveness() {
   if (!thread_.joinable()) return;
-  {
+  // Goodbye only from an orderly end: destroyed while an exception unwinds, this rank failed,
+  // and its peers must see it as lost (named at once) rather than wait out their timeout and
+  // call every process alive.
+  if (std::uncaught_exceptions() == 0) {
     std::lock_guard<std::mutex> lock(mu_);
     for (Peer& p : peers_)
       if (p.open) (void)::send(p.fd.get(), &kGoodbye, 1, MSG_NOSIGNAL | MSG_DONTWAIT);

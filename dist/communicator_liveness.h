@@ -30,8 +30,9 @@ class PeerLiveness {
   // Throws rt::Error naming the ranks that did not connect within `timeout`.
   PeerLiveness(Store& store, const std::string& prefix, int rank, int world, const std::string& host,
                Millis timeout);
-  // Says goodbye to every peer (so they do not report this rank as lost) and stops the
-  // thread. Never throws.
+  // Says goodbye to every peer (so they do not report this rank as lost), unless destroyed
+  // while an exception unwinds (this rank failed: its peers report it lost at once), and
+  // stops the thread. Never throws.
   ~PeerLiveness();
   PeerLiveness(const PeerLiveness&) = delete;
   PeerLiveness& operator=(const PeerLiveness&) = delete;

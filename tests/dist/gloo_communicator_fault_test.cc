@@ -107,6 +107,52 @@ TEST_CASE("gloo: a rank's death ends every wait at once, even on another rank's 
   CHECK(r.ranks[0].exit_code == 0);
 }
 
+// As above, but rank 1 fails with an exception instead of dying: its communicator is
+// destroyed while the exception unwinds and the process lives on (as one that reports its
+// error). Rank 0, waiting on silent rank 2, must name rank 1 at once. Before the fix the
+// failing rank said goodbye as if it had finished in order, so rank 0 waited out its whole
+// timeout and then reported every peer's process alive.
+int wait_on_silent_peer_while_another_fails(int rank) {
+  CommOptions o;
+  o.timeout = kTimeout;
+  if (rank == 1) {
+    try {
+      testing::GlooRank g(o);
+      g.comm().barrier().wait();
+      std::this_thread::sleep_for(300ms);
+      throw Error("rank 1 fails");
+    } catch (const Error&) {
+    }
+    std::this_thread::sleep_for(kTimeout + 1s);
+    return 0;
+  }
+  testing::GlooRank g(o);
+  Communicator& c = g.comm();
+  c.barrier().wait();
+  if (rank == 2) {
+    std::this_thread::sleep_for(kTimeout + 1s);
+    return 0;
+  }
+  Tensor x = int_tensor(rank, 1000, DType::f32);
+  const auto start = Clock::now();
+  try {
+    c.recv(x, 2).wait();
+  } catch (const Error& e) {
+    const double s = std::chrono::duration<double>(Clock::now() - start).count();
+    RT_CHECK(has(e.what(), "lost rank 1 ("), "message: ", e.what());
+    RT_CHECK(s < 2.0, "the receive failed after ", s, " s instead of soon after rank 1 failed; message: ", e.what());
+    return 0;
+  }
+  return 3;
+}
+
+TEST_CASE("gloo: a rank that fails with an exception is named at once, not after the timeout") {
+  const auto r = testing::launch(3, wait_on_silent_peer_while_another_fails, within(20s));
+  INFO(r.report());
+  CHECK(r.hung().empty());
+  CHECK(r.ranks[0].exit_code == 0);
+}
+
 // Rank 1 is alive but never calls; rank 0's call times out.
 int silent_peer(int rank, AllReduceAlgo algo) {
   CommOptions o;
