@@ -21,7 +21,8 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
   num_samples_ = opt.drop_last ? num_batches_ * batch_size : per_rank_;
   RT_CHECK(num_batches_ > 0, "sampler: with drop_last, ", per_rank_, " examples per rank (", dataset_size,
            " over ", opt.world_size, " ranks) do not fill one batch of ", batch_size,
-           "; lower the batch size or turn drop_last off");
+           "; lower --batch-size or the number of processes (training batches are always full: the short "
+           "last one is dropped)");
 }
 
 std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const {
