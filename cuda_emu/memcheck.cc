@@ -371,7 +371,10 @@ void atomic_bits(AtomicOp op, void* p, bool is_float, bool is_signed, const void
 
 void atomic_rmw(AtomicOp op, void* p, size_t bytes, bool is_float, bool is_signed, const void* operand,
                 const void* compare, void* old) {
-  if (ThreadCtx* t = tls_thread) on_access(*t, uintptr_t(p), bytes, true, true, __builtin_return_address(0));
+  // Under a sanitizer the access below is its to check (and kernels' writes never reached the
+  // shadow, so an initialisation check here would be wrong).
+  if (kKernelWritesMarked)
+    if (ThreadCtx* t = tls_thread) on_access(*t, uintptr_t(p), bytes, true, true, __builtin_return_address(0));
   if (bytes == 4) atomic_bits<uint32_t, float>(op, p, is_float, is_signed, operand, compare, old);
   else atomic_bits<uint64_t, double>(op, p, is_float, is_signed, operand, compare, old);
 }
