@@ -200,10 +200,8 @@ TEST_CASE("per-task GPU binding (one visible device per rank): local rank 1 uses
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
-    const std::vector<std::pair<std::string, std::string>> env = {
-        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", "2"},
-        {"CUDA_VISIBLE_DEVICES", std::to_string(r)}};
+    auto env = test::torchrun_env(port, r, 2);
+    env.emplace_back("CUDA_VISIBLE_DEVICES", std::to_string(r));
     pids.push_back(test::start(tiny(base / "bound", "cuda", {"--precision", "fp32", "--timeout", "60"}),
                                base / ("rank" + std::to_string(r) + ".txt"), env));
   }

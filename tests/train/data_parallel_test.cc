@@ -153,9 +153,7 @@ TEST_CASE("ranks started with different training flags stop, naming the flag (to
   const auto t0 = std::chrono::steady_clock::now();
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
-    const std::vector<std::pair<std::string, std::string>> env = {
-        {"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(r)},
-        {"WORLD_SIZE", "2"},          {"LOCAL_RANK", std::to_string(r)},    {"LOCAL_WORLD_SIZE", "2"}};
+    const auto env = test::torchrun_env(port, r, 2);
     pids.push_back(start(tiny(dir / "run", {"--lr", r == 0 ? "0.1" : "0.2", "--timeout", "10"}),
                          dir / ("rank" + std::to_string(r) + ".txt"), env));
   }

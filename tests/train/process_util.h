@@ -102,6 +102,14 @@ inline Run finish(pid_t pid, const std::filesystem::path& out_file, std::chrono:
   return r;
 }
 
+// torchrun's environment for rank `rank` of `world` ranks on one node, the store at
+// 127.0.0.1:`port` (for starting ranks by hand with start()).
+inline std::vector<std::pair<std::string, std::string>> torchrun_env(int port, int rank, int world) {
+  return {{"MASTER_ADDR", "127.0.0.1"}, {"MASTER_PORT", std::to_string(port)}, {"RANK", std::to_string(rank)},
+          {"WORLD_SIZE", std::to_string(world)}, {"LOCAL_RANK", std::to_string(rank)},
+          {"LOCAL_WORLD_SIZE", std::to_string(world)}};
+}
+
 // Runs ringtape to its end; `during(pid)` runs meanwhile in this thread (e.g. to kill a worker).
 inline Run ringtape(const std::vector<std::string>& args, const std::filesystem::path& out_file,
                     std::chrono::seconds limit = std::chrono::seconds(60),
