@@ -9,9 +9,9 @@
 // threads one after the other on its stack, and only when one of them waits does that
 // runner stay with it, and the scheduler starts a new runner for the threads not yet
 // started. A thread that finishes after waiting goes on starting threads on its runner.
-// Stacks come from a pool per host thread, reused from block to block. A thread that
+// Stacks come from the host thread's worker, reused from block to block. A thread that
 // faults is never resumed; its block is dropped without unwinding (nothing else refers to
-// its stack).
+// its stack), and its worker is retired (Note [Worker ownership]).
 //
 // Note [Thread order]: between two barriers the threads of a block run one after the other,
 // each until it waits, in an order drawn anew for every epoch from RINGTAPE_EMU_SEED
@@ -60,6 +60,7 @@
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/common_interface_defs.h>
+#include <sanitizer/lsan_interface.h>
 #endif
 #if defined(__SANITIZE_THREAD__)
 #include <sanitizer/tsan_interface.h>
@@ -140,9 +141,58 @@ struct Worker {
   uint8_t* stack_lo(int slot) const { return stacks + size_t(slot) * (kGuardBytes + kStackBytes) + kGuardBytes; }
 };
 
-Worker& worker() {
-  thread_local Worker* w = new Worker;  // leaked with its thread: fibers may be abandoned on it
+// Note [Worker ownership]: workers belong to the process and are lent to one host thread at a
+// time; a thread that ends gives its worker back for the next thread that needs one (stream
+// workers come and go with streams). A worker whose block faulted is retired instead: the
+// faulted threads' frames are never unwound (Note [Fibers]), so what they own stays where
+// they left it. Its stacks are kept, and scanned as roots under LeakSanitizer, so that
+// memory is held rather than leaked. A fault costs one worker (about 1 MiB touched); a
+// fault ends its device's context anyway (sticky errors).
+struct Workers {
+  std::mutex mu;
+  std::vector<Worker*> idle, retired;
+};
+Workers& workers() {
+  static auto* w = new Workers;
   return *w;
+}
+
+struct WorkerLease {
+  Worker* w = nullptr;
+  ~WorkerLease() {
+    if (!w) return;
+    std::lock_guard<std::mutex> g(workers().mu);
+    workers().idle.push_back(w);
+  }
+};
+thread_local WorkerLease tls_worker;
+
+Worker& worker() {
+  if (Worker* w = tls_worker.w) return *w;
+  {
+    std::lock_guard<std::mutex> g(workers().mu);
+    if (!workers().idle.empty()) {
+      tls_worker.w = workers().idle.back();
+      workers().idle.pop_back();
+    }
+  }
+  if (!tls_worker.w) tls_worker.w = new Worker;
+#if defined(__SANITIZE_THREAD__)
+  tls_worker.w->tsan_self = nullptr;  // this host thread's own fiber, learnt on first entry
+#endif
+  return *tls_worker.w;
+}
+
+// The calling thread's worker, after a faulted block left runners on `busy` slots.
+void retire_worker(Worker& w, const std::vector<int>& busy) {
+#if defined(__SANITIZE_ADDRESS__)
+  for (int slot : busy) __lsan_register_root_region(w.stack_lo(slot), kStackBytes);
+#else
+  (void)busy;
+#endif
+  std::lock_guard<std::mutex> g(workers().mu);
+  workers().retired.push_back(&w);
+  if (tls_worker.w == &w) tls_worker.w = nullptr;
 }
 
 // ---- fiber switches --------------------------------------------------------------------------
@@ -563,14 +613,19 @@ void run_block(Job& job, uint64_t linear_block) {
     if (b.epoch != epoch) shuffle_order(w.order, b, linear_block);
   }
   if (w.free_slots.size() != free_before) {
-    // A faulted block: its runners are dropped without unwinding (Note [Fibers]); under TSan
-    // their fibers go too, with the frames they never left.
+    // A faulted block: its runners are dropped without unwinding (Note [Fibers]), and the
+    // worker with them (Note [Worker ownership]); under TSan their fibers go, with the
+    // frames they never left.
 #if defined(__SANITIZE_THREAD__)
     for (void*& f : w.tsan_fibers)
       if (f) __tsan_destroy_fiber(f), f = nullptr;
 #endif
-    w.free_slots.clear();
-    for (int i = int(kMaxThreadsPerBlock) - 1; i >= 0; --i) w.free_slots.push_back(i);
+    std::vector<bool> is_free(kMaxThreadsPerBlock, false);
+    for (int i : w.free_slots) is_free[size_t(i)] = true;
+    std::vector<int> busy;
+    for (int i = 0; i < int(kMaxThreadsPerBlock); ++i)
+      if (!is_free[size_t(i)]) busy.push_back(i);
+    retire_worker(w, busy);
   }
 }
 

@@ -10,8 +10,10 @@
 #include "cuda_emu/stream.h"
 
 #include <chrono>
+#include <memory>
 #include <cstdio>
 #include <unordered_set>
+#include <unordered_map>
 
 namespace rt::emu {
 namespace {
@@ -30,8 +32,10 @@ std::unordered_set<CUstream_st*>& live_streams() {
   static auto* s = new std::unordered_set<CUstream_st*>;
   return *s;
 }
-std::unordered_set<CUevent_st*>& live_events() {
-  static auto* s = new std::unordered_set<CUevent_st*>;
+// Owned here and by the queued records of them: destroying an event with a record still
+// queued is allowed (CUDA frees it once the record has run), so the record holds it too.
+std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>& live_events() {
+  static auto* s = new std::unordered_map<CUevent_st*, std::shared_ptr<CUevent_st>>;
   return *s;
 }
 
@@ -292,19 +296,18 @@ bool is_live_event(cudaEvent_t e) {
 }
 
 CUevent_st* create_event(int device, unsigned flags) {
-  auto* e = new CUevent_st;
+  auto e = std::make_shared<CUevent_st>();
   e->device = device;
   e->flags = flags;
   std::lock_guard<std::mutex> g(g_clock_mu);
-  live_events().insert(e);
-  return e;
+  live_events().emplace(e.get(), e);
+  return e.get();
 }
 
 cudaError_t destroy_event(cudaEvent_t e) {
   std::lock_guard<std::mutex> g(g_clock_mu);
   if (!live_events().erase(e)) return cudaErrorInvalidResourceHandle;
-  // Leaked: a queued record of it may still run (the record's work holds the pointer).
-  return cudaSuccess;
+  return cudaSuccess;  // freed here, or by the last queued record of it
 }
 
 cudaError_t record_event(CUevent_st* e, CUstream_st* s) {
@@ -314,8 +317,10 @@ cudaError_t record_event(CUevent_st* e, CUstream_st* s) {
   op->kind = Op::Kind::record;
   op->name = "event record";
   std::lock_guard<std::mutex> g(g_clock_mu);
+  const auto owner = live_events().find(e);
+  if (owner == live_events().end()) return cudaErrorInvalidResourceHandle;
   const uint64_t gen = ++e->generation;
-  op->fn = [e, gen] {
+  op->fn = [e = owner->second, gen] {
     if (e->generation == gen) e->time_ns.store(now_ns(), std::memory_order_release);
   };
   legacy_waits_locked(s);

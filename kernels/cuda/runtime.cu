@@ -89,7 +89,6 @@ void set_home_device(int device) {
   CUDA_CHECK(cudaSetDevice(device));
   g_home_device.store(device);
 }
-int home_device() { return g_home_device.load(); }
 
 void* host_alloc_pinned(size_t bytes) {
   // A thread that never chose a device is on device 0: the allocation would give this

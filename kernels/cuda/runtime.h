@@ -34,7 +34,6 @@ void mem_get_info(int device, size_t* free_bytes, size_t* total_bytes);
 // device memory, and exclusive-process compute mode refuses a second process). Also makes it
 // the calling thread's current device. 0 until set.
 void set_home_device(int device);
-int home_device();
 
 // Page-locked host memory (cudaHostAlloc, portable; on the home device's context): nullptr
 // when out of memory; other failures throw.

@@ -451,7 +451,9 @@ TEST_CASE("bad arguments: cuBLAS's statuses, nothing queued, and the reason in t
   CHECK(ex(h, N, -1, n, k, &one, F, m, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(ex(h, N, m, -1, k, &one, F, m, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(ex(h, N, m, n, -1, &one, F, m, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);
-  CHECK(ex(h, cublasOperation_t(7), m, n, k, &one, F, m, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);
+  // An enumerator gemm does not take (a value outside the enumeration's range, such as 7, would
+  // itself be undefined behaviour: UBSan reports forming it).
+  CHECK(ex(h, CUBLAS_OP_CONJG, m, n, k, &one, F, m, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(ex(h, N, m, n, k, &one, F, m - 1, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);  // lda < m
   CHECK(ex(h, T, m, n, k, &one, F, k - 1, k, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);  // lda < k, transposed
   CHECK(ex(h, N, m, n, k, &one, F, m, k - 1, F, m, C32) == CUBLAS_STATUS_INVALID_VALUE);  // ldb < k
