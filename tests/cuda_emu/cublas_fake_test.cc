@@ -473,8 +473,10 @@ TEST_CASE("bad arguments: cuBLAS's statuses, nothing queued, and the reason in t
   CHECK(ex(h, N, m, n, k, &one, CUDA_R_16BF, m, k, CUDA_R_16BF, m, CUBLAS_COMPUTE_32F_FAST_TF32) ==
         CUBLAS_STATUS_NOT_SUPPORTED);
   CHECK(ex(h, N, m, n, k, &one, CUDA_R_8I, m, k, CUDA_R_8I, m, C32) == CUBLAS_STATUS_NOT_SUPPORTED);
-  CHECK(ex(h, N, m, n, k, &one, F, m, k, F, m, C32, cublasGemmAlgo_t(12345)) == CUBLAS_STATUS_NOT_SUPPORTED);
-  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).find("algo 12345") != std::string::npos);
+  // 50: between CUBLAS_GEMM_ALGO23 and CUBLAS_GEMM_DEFAULT_TENSOR_OP, inside the enumeration's
+  // range (-1024..1023: AUTOTUNE is 999); a value outside it would be undefined behaviour.
+  CHECK(ex(h, N, m, n, k, &one, F, m, k, F, m, C32, cublasGemmAlgo_t(50)) == CUBLAS_STATUS_NOT_SUPPORTED);
+  CHECK(std::string(cublasGetStatusString(CUBLAS_STATUS_NOT_SUPPORTED)).find("algo 50") != std::string::npos);
 
   CHECK(cublasSetMathMode(h, cublasMath_t(1234)) == CUBLAS_STATUS_INVALID_VALUE);
   CHECK(cublasSetMathMode(h, CUBLAS_TENSOR_OP_MATH) == CUBLAS_STATUS_NOT_SUPPORTED);

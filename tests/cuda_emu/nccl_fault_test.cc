@@ -360,6 +360,9 @@ TEST_CASE("nccl fake: a stream or a buffer of another device is refused, naming 
   CHECK_MESSAGE(r.ok(), r.report());
 }
 
+// Not under a sanitizer config: there the kernels' writes go to the sanitizer's runtime, not
+// the emulator's shadow, so reads of never-written memory are not checked (memcheck.cc).
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
 TEST_CASE("nccl fake: an operation is checked like a kernel when it runs (a never-written input)") {
   const auto r = launch(
       1,
@@ -378,6 +381,7 @@ TEST_CASE("nccl fake: an operation is checked like a kernel when it runs (a neve
       within(30));
   CHECK_MESSAGE(r.ok(), r.report());
 }
+#endif
 
 }  // namespace
 }  // namespace rt::emu_test
