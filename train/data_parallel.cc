@@ -64,6 +64,7 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   std::vector<dist::Reducer::Param> params;
   for (const auto& [name, t] : model.named_parameters()) {
     state.push_back(t);
+    params_.emplace_back(name, t);
     if (t.requires_grad()) params.emplace_back(name, t);
   }
   for (const auto& [name, t] : model.named_buffers()) {
@@ -186,14 +187,18 @@ EvalShard DataParallel::eval_shard(int64_t test_size) const {
   return EvalShard{int(r), int(W), r < test_size ? (test_size - r + W - 1) / W : 0};
 }
 
+void DataParallel::sum_over_ranks(std::vector<double>& values) {
+  if (values.empty()) return;
+  Tensor t = Tensor::from_vector(values, {int64_t(values.size())}).to(comm_->device());
+  comm_->all_reduce(t, dist::ReduceOp::sum, dist::AllReduceAlgo::library, timeout_of(cfg_)).wait();
+  values = t.to_vector<double>();
+}
+
 void DataParallel::sum_eval_counts(EvalCounts& c) {
   // f64 holds every count exactly (< 2^53).
-  Tensor t = Tensor::from_vector(std::vector<double>{c.loss_sum, double(c.n), double(c.top1), double(c.top5),
-                                                     double(c.nonfinite), double(c.skipped)},
-                                 {6})
-                 .to(comm_->device());
-  comm_->all_reduce(t, dist::ReduceOp::sum, dist::AllReduceAlgo::library, timeout_of(cfg_)).wait();
-  const std::vector<double> v = t.to_vector<double>();
+  std::vector<double> v = {c.loss_sum, double(c.n), double(c.top1), double(c.top5), double(c.nonfinite),
+                           double(c.skipped)};
+  sum_over_ranks(v);
   c.loss_sum = v[0];
   c.n = int64_t(v[1]);
   c.top1 = int64_t(v[2]);
@@ -202,8 +207,34 @@ void DataParallel::sum_eval_counts(EvalCounts& c) {
   c.skipped = int64_t(v[5]);
 }
 
-// The last barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as the
-// last one).
-void DataParallel::finish() { dist::join(*store_.store, env_.rank, env_.world_size, timeout_of(cfg_)); }
+namespace {
+// FNV-1a over the bytes of every tensor, in order (on the host).
+std::string fingerprint(const nn::NamedTensors& tensors) {
+  uint64_t h = 1469598103934665603ull;
+  for (const auto& [name, t] : tensors) {
+    const Tensor c = t.to(Device::cpu()).to(MemoryFormat::contiguous);
+    const auto* p = static_cast<const unsigned char*>(c.raw_data());
+    for (size_t i = 0, n = size_t(c.numel()) * dtype_size(c.dtype()); i < n; ++i) h = (h ^ p[i]) * 1099511628211ull;
+  }
+  char buf[17];
+  std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+}  // namespace
+
+// Note [Same weights at the end]: every rank applies the same averaged gradients to the same
+// weights, so the ranks' parameters are bit-identical after every step; a rank that decided
+// something alone (a skipped step, Note [Skipping together]) would break that silently, and
+// rank 0's weights file would not be what the others trained. The last meeting compares a
+// fingerprint of each rank's parameters with rank 0's (one copy to the host, once per run).
+// Then the last barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as
+// the last one).
+void DataParallel::finish() {
+  const std::string mine = fingerprint(params_), rank0 = agree("final-weights", mine);
+  RT_CHECK(mine == rank0, "data parallel: rank ", env_.rank, "'s weights differ from rank 0's at the end of training ",
+           "(fingerprint ", mine, " vs ", rank0, "): the ranks stopped training the same model; this is a bug, ",
+           "please report it with the command and logs/rank-*.log");
+  dist::join(*store_.store, env_.rank, env_.world_size, timeout_of(cfg_));
+}
 
 }  // namespace rt::train

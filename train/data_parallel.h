@@ -26,6 +26,7 @@
 #include "dist/launch_env.h"
 #include "dist/reducer.h"
 #include "dist/rendezvous.h"
+#include "engine/nn/module.h"
 #include "train/metrics.h"
 #include "train/parallel_context.h"
 #include "train/train_config.h"
@@ -52,6 +53,7 @@ class DataParallel final : public ParallelContext {
   void before_evaluation(nn::Module& model) override;
   EvalShard eval_shard(int64_t test_size) const override;
   void sum_eval_counts(EvalCounts& counts) override;
+  void sum_over_ranks(std::vector<double>& values) override;
 
   OverlapStats overlap() const override { return overlap_; }
   void finish() override;
@@ -63,6 +65,7 @@ class DataParallel final : public ParallelContext {
   dist::RendezvousStore store_;
   std::unique_ptr<dist::Communicator> comm_;
   std::unique_ptr<dist::Reducer> reducer_;
+  nn::NamedTensors params_;       // the model's parameters (Note [Same weights at the end])
   std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)
   OverlapStats overlap_;
 

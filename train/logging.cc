@@ -184,8 +184,9 @@ void TrainLog::done(int64_t steps, int64_t skipped_steps, const std::string& wei
 void TrainLog::parallel(const std::string& describe, int world, int64_t batch, int64_t accum_steps) {
   world_ = world;
   if (!metrics_) return;
-  std::printf("%s; global batch %ld = %d process(es) x batch %ld x %ld accumulation step(s)\n", describe.c_str(),
-              int64_t(world) * batch * accum_steps, world, batch, accum_steps);
+  std::printf("%s; global batch %ld = %d process(es) x batch %ld x %ld accumulation step(s); the logged loss is the "
+              "mean over every process\n",
+              describe.c_str(), int64_t(world) * batch * accum_steps, world, batch, accum_steps);
 }
 
 void TrainLog::overlap(const OverlapStats& o) {

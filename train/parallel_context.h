@@ -14,14 +14,17 @@
 //     backward, and before_optimizer_step waits for them; the optimizer, fp16's unscaling
 //     and --skip-nonfinite's gradient check then see the reduced gradients.
 //     before_optimizer_step is called exactly when before_backward(true) was: a step
-//     skipped on a NaN/Inf loss runs no further backward (a data-parallel run must agree
-//     on such a skip across ranks first).
+//     skipped on a NaN/Inf loss runs no further backward.
+//   - sum_over_ranks: the ranks agree on what each decides alone, with one small all-reduce
+//     (Note [Skipping together], train/step.cc): every rank skips a step when any rank
+//     must, and the logged loss is every rank's, not rank 0's shard's.
 //   - sum_eval_counts: evaluation's counts become the sum over every rank (train/evaluate.cc);
 //     a sharded test set must leave out the padding the sampler adds.
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace rt::nn {
 class Module;
@@ -72,6 +75,9 @@ class ParallelContext {
   virtual void before_evaluation(nn::Module& model) = 0;
   virtual EvalShard eval_shard(int64_t test_size) const = 0;
   virtual void sum_eval_counts(EvalCounts& counts) = 0;
+  // `values` summed element-wise over every rank, on every rank (each calls it at the same
+  // point of the run with as many values; the host waits for the result).
+  virtual void sum_over_ranks(std::vector<double>& values) = 0;
 
   virtual OverlapStats overlap() const = 0;
   virtual void finish() = 0;  // the run ended well: the last meeting of the ranks
@@ -91,6 +97,7 @@ class SingleProcess final : public ParallelContext {
   void before_evaluation(nn::Module&) override {}
   EvalShard eval_shard(int64_t test_size) const override { return EvalShard{0, 1, test_size}; }
   void sum_eval_counts(EvalCounts&) override {}
+  void sum_over_ranks(std::vector<double>&) override {}
   OverlapStats overlap() const override { return {}; }
   void finish() override {}
 };

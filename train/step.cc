@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <vector>
 
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -49,7 +50,11 @@ StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
       loss = cross_entropy(mp_.forward(b->input), b->labels, label_smoothing_);
       l = losses_.add(loss, accum_);  // nullopt: it stays on the device
     }
-    if (l && skip_why.empty() && !std::isfinite(*l)) skip_why = nonfinite_loss(*l, b->input, p);
+    if (skip_why.empty()) {
+      std::string mine;  // why this rank would skip
+      if (l && !std::isfinite(*l)) mine = nonfinite_loss(*l, b->input, p);  // throws without --skip-nonfinite
+      skip_why = skip_nonfinite_ ? agree_on_skip(mine) : mine;
+    }
     if (!skip_why.empty()) continue;  // the rest of a skipped step only reads its batches
     if (accum_ > 1) loss = mul(loss, 1.0 / double(accum_));
     const bool last = micro + 1 == accum_;
@@ -62,13 +67,18 @@ StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
   const prof::RangeScope phase(EventKind::phase, "optimizer");
   const MemoryTagScope tag(MemoryTag::optimizer_state);
   out.complete = stepped_ = true;
+  std::optional<TrainState> after;  // --skip-nonfinite: the state this step made, if it stands
   if (skip_why.empty()) {
     par_.before_optimizer_step();
-    skip_why = nonfinite_gradients();
+    std::string mine = nonfinite_gradients();
+    if (mine.empty()) out.overflow = !mp_.step(opt_);
+    opt_.zero_grad();
+    if (mine.empty()) mine = nonfinite_update(after);
+    if (skip_nonfinite_) skip_why = agree_on_skip(mine);
+  } else {
+    opt_.zero_grad();
   }
-  if (skip_why.empty()) out.overflow = !mp_.step(opt_);
-  opt_.zero_grad();
-  if (skip_why.empty()) skip_why = nonfinite_update();
+  if (skip_why.empty() && after) good_ = std::move(after);
   losses_.end_step(skip_why.empty());
   if (!skip_why.empty()) {
     good_->restore(model_, opt_, mp_);
@@ -94,12 +104,34 @@ std::string TrainStep::nonfinite_gradients() const {
   return bad ? "the gradient of '" + *bad + "' is NaN or Inf" : "";
 }
 
-std::string TrainStep::nonfinite_update() {
+std::string TrainStep::nonfinite_update(std::optional<TrainState>& after) const {
   if (!skip_nonfinite_) return "";
-  TrainState after = TrainState::take(model_, opt_, mp_);
-  if (const auto bad = after.first_nonfinite()) return "the step made '" + *bad + "' NaN or Inf";
-  good_ = std::move(after);
+  after = TrainState::take(model_, opt_, mp_);
+  if (const auto bad = after->first_nonfinite()) return "the step made '" + *bad + "' NaN or Inf";
   return "";
+}
+
+// Note [Skipping together]: in a data-parallel run a skip is decided by every rank at once.
+// A rank that skipped alone would leave the others waiting in the gradient all-reduce of a
+// backward it never runs (until --timeout), and a skip decided by state that differs per
+// rank (batch-norm running statistics, a NaN input in one rank's shard) would restore one
+// rank's weights and not the others'. So at each decision (after each micro-batch's
+// forward, and after the update) every rank says whether it would skip, one small
+// all-reduce later all know, and all skip if any would: the weights stay the same on every
+// rank. The cost is one all-reduce of a few bytes per micro-batch, with --skip-nonfinite only.
+std::string TrainStep::agree_on_skip(const std::string& mine) {
+  if (par_.world_size() == 1) return mine;
+  std::vector<double> would(size_t(par_.world_size()), 0.0);  // [rank]: 1 if that rank would skip
+  would[size_t(par_.rank())] = mine.empty() ? 0.0 : 1.0;
+  par_.sum_over_ranks(would);
+  if (!mine.empty()) return mine;
+  std::string ranks;
+  int n = 0;
+  for (size_t r = 0; r < would.size(); ++r)
+    if (would[r] != 0.0) ranks += (n++ ? ", " : "") + std::to_string(r);
+  if (n == 0) return "";
+  return std::string(n == 1 ? "rank " : "ranks ") + ranks + " found NaN or Inf (" + (n == 1 ? "its" : "their") +
+         " log says where); every rank skips the step";
 }
 
 double TrainStep::window_loss(int64_t first_step, const Progress& p) const {

@@ -49,7 +49,11 @@ class TrainStep {
   // --skip-nonfinite), gradient, or state after the update (which then becomes the good one).
   std::string nonfinite_loss(double loss, const Tensor& input, const Progress& p) const;
   std::string nonfinite_gradients() const;
-  std::string nonfinite_update();
+  // `after`: the state the update made (the good one if the step stands).
+  std::string nonfinite_update(std::optional<TrainState>& after) const;
+  // `mine` (this rank's reason to skip, "" for none) or another rank's: what every rank
+  // decides together (Note [Skipping together], step.cc).
+  std::string agree_on_skip(const std::string& mine);
 
   nn::Module& model_;
   optim::Optimizer& opt_;

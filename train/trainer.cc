@@ -13,6 +13,8 @@
 #include <thread>
 #include <vector>
 
+#include <omp.h>
+
 #include "dist/local_launcher.h"
 #include "engine/profiler.h"
 #include "kernels/cuda/runtime.h"
@@ -42,10 +44,14 @@ nn::Module& ready_to_train(const TrainConfig& cfg, const Setup& s) {
 }
 
 // The flags the checkpoint records, with the precision auto chose (resuming must choose the
-// same) and the number of processes (Note [Resume with another world size]).
-std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Precision precision, int world) {
+// same), the CPU threads the math runs on (--threads 0 is "all cores": Note [Exact resume]
+// holds for a thread count, so a resume on a machine with other cores must be caught) and
+// the number of processes (Note [Resume with another world size]).
+std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Precision precision, Device device,
+                                                   int world) {
   std::map<std::string, std::string> flags = cfg.recorded_flags;
   flags["precision"] = precision_name(precision);
+  if (!device.is_cuda()) flags["threads"] = std::to_string(omp_get_max_threads());  // set_up() set it
   flags["world-size"] = std::to_string(world);
   return flags;
 }
@@ -163,8 +169,9 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
       }()),
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
-      flags_(flags_to_record(cfg, s_.precision, par.world_size())),
-      p_(cfg.output.resume.empty() ? Progress{} : resume(cfg.output.resume, model_, *opt_, mp_, flags_)),
+      flags_(flags_to_record(cfg, s_.precision, s_.device, par.world_size())),
+      p_(cfg.output.resume.empty() ? Progress{}
+                                   : resume(cfg.output.resume, model_, *opt_, mp_, flags_, data_.steps_per_epoch)),
       attached_(attach(par, model_, mp_, flags_, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
@@ -253,8 +260,16 @@ bool Trainer::end_epoch() {
   return true;
 }
 
+// Note [Logged loss]: a data-parallel run logs the mean over every rank's shard (one
+// all-reduce of a scalar per log line), the loss of the global batch a single process
+// would log; rank 0's own shard alone would be a sample of it.
 void Trainer::log_window() {
   window_.loss_sum = step_.window_loss(window_.first_step, p_);
+  if (par_.world_size() > 1) {
+    std::vector<double> sum = {window_.loss_sum};
+    par_.sum_over_ranks(sum);
+    window_.loss_sum = sum[0] / double(par_.world_size());
+  }
   log_.train(p_, opt_->lr(), window_, mp_);
   window_ = LogWindow(p_.step + 1);
   step_.reset_window();

@@ -52,6 +52,10 @@ class Recorder final : public train::ParallelContext {
     c.top5 *= world_;
     events.push_back("sum_eval_counts");
   }
+  void sum_over_ranks(std::vector<double>& v) override {
+    for (double& x : v) x *= world_;
+    events.push_back("sum_over_ranks(" + std::to_string(v.size()) + ")");
+  }
 
   std::vector<std::string> events;
 
