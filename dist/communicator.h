@@ -114,6 +114,13 @@ class Communicator {
   Work recv(const Tensor& t, int src, Millis timeout = kDefaultTimeout);
   Work send_recv(const Tensor& sent, int dst, const Tensor& received, int src, Millis timeout = kDefaultTimeout);
 
+  // Waits until the calls issued so far have ended, then throws the failure that broke this
+  // communicator, if one did. NCCL's calls can end by an abort after the caller's stream
+  // went on with their results (Work::block_stream returns before they fail), so what ran
+  // after them may have used partly reduced values: Note [No checkpoint after a failure]
+  // in train/trainer.cc. Gloo's calls are waited for on the host, which sees their errors.
+  virtual void check_healthy() {}
+
  protected:
   Communicator(int rank, int world, Device device, CommOptions opts);
 

@@ -442,6 +442,16 @@ NcclCommunicator::~NcclCommunicator() = default;
 
 const Stream& NcclCommunicator::stream() const { return impl_->stream; }
 
+void NcclCommunicator::check_healthy() {
+  Impl& m = *impl_;
+  // Every call queued ends, completed or ended by an abort (then `aborting` is already set:
+  // abort() sets it, under `mu`, before it aborts NCCL).
+  m.stream.synchronize();
+  std::lock_guard<std::mutex> lock(m.mu);
+  if (!m.broken.empty()) throw Error(m.broken);
+  RT_CHECK(!m.aborting, "rank ", m.rank, " of ", m.world, ": the NCCL communicator was aborted");
+}
+
 void NcclCommunicator::check_reducible(DType, const std::string&) const {}  // every floating dtype
 
 Work NcclCommunicator::run(Call call) {

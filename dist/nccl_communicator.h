@@ -44,6 +44,7 @@ class NcclCommunicator final : public Communicator {
   ~NcclCommunicator() override;
 
   const char* backend() const override { return "nccl"; }
+  void check_healthy() override;
   const Stream& stream() const;  // the communication stream
 
  protected:

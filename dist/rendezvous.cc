@@ -1,6 +1,9 @@
 #include "dist/rendezvous.h"
 
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -85,6 +88,38 @@ std::string wait_for_ranks(Store& store, const std::vector<std::string>& keys, C
 
 Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
+// "pid 123 on node7".
+std::string this_process() {
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "an unnamed host");
+  return "pid " + std::to_string(getpid()) + " on " + host;
+}
+
+// Note [Rank claims]: a store belongs to one job, and each rank of it joins once. Before its
+// first join a rank claims its number (an atomic add on the store): only the first claim
+// of a number wins. A process that reaches a store where its rank is taken (a second job
+// started on a running job's MASTER_PORT, whose rank 0 failed to bind but whose other
+// ranks connected; or two processes started with one RANK) fails at once, naming the
+// holder, and has changed nothing the job reads: before, its join counted as the running
+// job's next barrier, which then waited out --timeout at its end and failed.
+void claim_rank(Store& store, int rank, const std::string& where) {
+  const std::string key = "rendezvous/claims/" + std::to_string(rank), holder = key + "/holder";
+  if (store.add(key, 1) == 1) {
+    store.set(holder, text(this_process()));
+    return;
+  }
+  std::string who = "another process";
+  try {
+    const Bytes h = store.get(holder, Millis(2000));
+    who = std::string(h.begin(), h.end());
+  } catch (const Error&) {
+  }
+  RT_FAIL("rendezvous: rank ", rank, " of the job whose store is at ", where, " is already taken (by ", who,
+          "): another job runs with this MASTER_ADDR:MASTER_PORT (give this one another --master-port, or "
+          "MASTER_PORT under torchrun or srun), or two processes were started with RANK=", rank,
+          " (start each rank once)");
+}
+
 }  // namespace
 
 // Note [The last barrier]: a program ends with a join() and rank 0 exits, taking the store
@@ -157,6 +192,7 @@ RendezvousStore connect_store(const LaunchEnv& env, Millis timeout) {
   } catch (const Error& e) {
     RT_FAIL("rendezvous (rank ", env.rank, " of ", env.world_size, "): ", e.what());
   }
+  if (env.world_size > 1) claim_rank(*rs.store, env.rank, net::endpoint(addr, port));
   const auto left = std::max(Millis(0), timeout - std::chrono::duration_cast<Millis>(Clock::now() - start));
   join(*rs.store, env.rank, env.world_size, left);
   return rs;

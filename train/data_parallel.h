@@ -55,6 +55,7 @@ class DataParallel final : public ParallelContext {
   void sum_eval_counts(EvalCounts& counts) override;
   void sum_over_ranks(std::vector<double>& values) override;
 
+  void check_healthy() override { comm_->check_healthy(); }
   OverlapStats overlap() const override { return overlap_; }
   void finish() override;
 

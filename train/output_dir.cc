@@ -1,10 +1,13 @@
 #include "train/output_dir.h"
 
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <cstdio>
 #include <ctime>
 #include <filesystem>
@@ -63,12 +66,51 @@ std::string timestamp() {
 
 }  // namespace
 
-void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
+OutputDirLock::OutputDirLock(const fs::path& dir) {
+  const fs::path path = dir / "run.lock";
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  RT_CHECK(fd_ >= 0, "cannot open ", path.string(), ": ", std::strerror(errno));
+  if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    const int err = errno;
+    char holder[256] = {};
+    const ssize_t n = ::pread(fd_, holder, sizeof holder - 1, 0);
+    std::string who = n > 0 ? std::string(holder, size_t(n)) : "another process";
+    while (!who.empty() && (who.back() == '\n' || who.back() == ' ')) who.pop_back();
+    ::close(fd_);
+    fd_ = -1;
+    RT_CHECK(err == EWOULDBLOCK, "cannot lock ", path.string(), ": ", std::strerror(err));
+    throw cli::UsageError("--output-dir '" + dir.string() + "' is in use by a run that is still going (" + who +
+                          "): two runs writing one directory would interleave its files. Wait for that run to "
+                          "end (or stop it: it saves a checkpoint), or choose another --output-dir");
+  }
+  char host[256] = {};
+  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "an unnamed host");
+  const std::string me = "pid " + std::to_string(getpid()) + " on " + host + "\n";
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
+    std::fprintf(stderr, "warning: cannot write %s (%s); the lock holds all the same\n", path.c_str(),
+                 std::strerror(errno));
+}
+
+OutputDirLock& OutputDirLock::operator=(OutputDirLock&& o) noexcept {
+  if (this != &o) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = o.fd_;
+    o.fd_ = -1;
+  }
+  return *this;
+}
+
+OutputDirLock::~OutputDirLock() {
+  if (fd_ >= 0) ::close(fd_);  // releases the flock
+}
+
+OutputDirLock prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
   const fs::path dir = dir_arg.empty() ? fs::path(".") : fs::path(dir_arg);
   std::error_code ec;
   fs::create_directories(dir, ec);
   RT_CHECK(!ec, "cannot create --output-dir '", dir.string(), "': ", ec.message());
   RT_CHECK(::access(dir.c_str(), W_OK) == 0, "--output-dir '", dir.string(), "' is not writable");
+  OutputDirLock lock(dir);
   std::string existing;
   for (const char* f : kRunFiles)
     if (existing.empty() && fs::exists(dir / f, ec)) existing = (dir / f).string();
@@ -87,13 +129,14 @@ void prepare_output_dir(const std::string& dir_arg, const std::string& resume) {
                             "out --output-dir) or into an empty one");
   }
   remove_stale_temp_files(dir);
+  return lock;
 }
 
-fs::path open_output_dir(const OutputConfig& out, const std::string& run_name) {
+fs::path open_output_dir(const OutputConfig& out, const std::string& run_name, OutputDirLock& lock) {
   std::string dir = out.output_dir;
   if (dir.empty())
     dir = out.resume.empty() ? "runs/" + run_name + "-" + timestamp() : fs::path(out.resume).parent_path().string();
-  prepare_output_dir(dir, out.resume);
+  lock = prepare_output_dir(dir, out.resume);
   return dir.empty() ? fs::path(".") : fs::path(dir);
 }
 

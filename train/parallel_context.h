@@ -79,6 +79,10 @@ class ParallelContext {
   // point of the run with as many values; the host waits for the result).
   virtual void sum_over_ranks(std::vector<double>& values) = 0;
 
+  // Throws when the ranks' communication failed (their state may hold partly averaged
+  // gradients); before a checkpoint (Note [No checkpoint after a failure], trainer.cc).
+  virtual void check_healthy() = 0;
+
   virtual OverlapStats overlap() const = 0;
   virtual void finish() = 0;  // the run ended well: the last meeting of the ranks
 };
@@ -98,6 +102,7 @@ class SingleProcess final : public ParallelContext {
   EvalShard eval_shard(int64_t test_size) const override { return EvalShard{0, 1, test_size}; }
   void sum_eval_counts(EvalCounts&) override {}
   void sum_over_ranks(std::vector<double>&) override {}
+  void check_healthy() override {}
   OverlapStats overlap() const override { return {}; }
   void finish() override {}
 };

@@ -90,12 +90,12 @@ std::string format_bar(const BarState& s, int columns) {
   return (head + " " + count).substr(0, budget);
 }
 
-int bar_columns(bool enabled) {
-  if (!enabled || !isatty(STDOUT_FILENO)) return 0;
+int bar_columns(bool enabled, int fd) {
+  if (!enabled || !isatty(fd)) return 0;
   const char* term = std::getenv("TERM");
   if (term && std::strcmp(term, "dumb") == 0) return 0;
   winsize w{};
-  return ioctl(STDOUT_FILENO, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? int(w.ws_col) : kDefaultColumns;
+  return ioctl(fd, TIOCGWINSZ, &w) == 0 && w.ws_col > 0 ? int(w.ws_col) : kDefaultColumns;
 }
 
 ProgressBar::ProgressBar(std::FILE* out, int fallback_columns, std::chrono::milliseconds interval)

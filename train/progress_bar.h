@@ -39,7 +39,7 @@ std::string format_duration(double seconds);
 // The columns of the bar to draw on stdout: 0 (plain lines instead) unless `enabled`
 // (--no-progress not given), stdout is a terminal and TERM is not "dumb"; else the
 // terminal's width (80 when it does not say).
-int bar_columns(bool enabled);
+int bar_columns(bool enabled, int fd = 1);  // fd: where the bar goes (stdout)
 
 // Draws format_bar() lines on `out` as "\r" + line + erase-to-end-of-line: at most once per
 // `interval` unless forced (the end of an epoch). The width is asked of `out` at each draw

@@ -8,12 +8,15 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <optional>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include <omp.h>
+#include <unistd.h>
 
 #include "dist/local_launcher.h"
 #include "engine/profiler.h"
@@ -58,48 +61,63 @@ std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Preci
 
 // The run's directory: rank 0 opens it (fs checks, another run's files refused, stale
 // temporaries removed) and every rank uses the same one.
-fs::path run_dir(const TrainConfig& cfg, ParallelContext& par) {
+fs::path run_dir(const TrainConfig& cfg, ParallelContext& par, OutputDirLock& lock) {
   const std::string name = std::string(dataset_name(cfg.data.dataset)) + "-" + cfg.model.name;
-  if (par.world_size() == 1) return open_output_dir(cfg.output, name);
+  if (par.world_size() == 1) return open_output_dir(cfg.output, name, lock);
   std::string dir;
-  if (par.is_logging_rank()) dir = open_output_dir(cfg.output, name).string();
+  if (par.is_logging_rank()) dir = open_output_dir(cfg.output, name, lock).string();
   dir = par.agree("output-dir", dir);
   fs::create_directories(fs::path(dir) / "logs");
   return dir;
 }
 
-// The logging rank's progress bar and TensorBoard events. The bar's terminal is asked about
-// before rank_log() turns stdout into a pipe (data parallel).
-LiveOutputs live_outputs(const TrainConfig& cfg, const ParallelContext& par, const fs::path& dir) {
+// The logging rank's progress bar and TensorBoard events. The bar's terminal is the one
+// stdout was before the rank log made it a pipe (data parallel).
+LiveOutputs live_outputs(const TrainConfig& cfg, const ParallelContext& par, const fs::path& dir, const RankLog* log) {
   LiveOutputs o;
   if (!par.is_logging_rank()) return o;
-  o.bar_columns = bar_columns(cfg.output.progress_bar);
+  o.bar_columns = bar_columns(cfg.output.progress_bar, log ? log->original_stdout() : STDOUT_FILENO);
   const std::string& tb = cfg.output.tensorboard_dir;
   if (cfg.output.tensorboard) o.tensorboard_dir = tb.empty() ? (dir / "tensorboard").string() : tb;
   return o;
 }
 
-// Data parallel: each rank's output copied to <dir>/logs/rank-K.log.
-std::unique_ptr<RankLog> rank_log(const fs::path& dir, const ParallelContext& par) {
-  if (par.world_size() == 1) return nullptr;
-  return std::make_unique<RankLog>((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
+// Data parallel: each rank's output copied to <dir>/logs/rank-K.log (Note [Whole rank logs]).
+RankLog* open_rank_log(RankLog* log, const fs::path& dir, const ParallelContext& par) {
+  if (log && par.world_size() > 1) log->open((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
+  return log;
 }
 
 // Note [Same flags on every rank]: ranks that train with different trajectory flags (Note
 // [Trajectory flags]: model, data, batch, optimizer, schedule, seed, ...) would average
-// gradients of different computations. Each rank compares its flags with rank 0's before
-// the first step; one that differs stops naming the flag (the launcher reports that rank).
+// gradients of different computations, and ranks with different communication flags issue
+// different collectives (another bucket size: buffers of other sizes, which Gloo stops on
+// with an assertion; another --allreduce: other messages, and both ranks wait out
+// --timeout). Each rank compares its flags with rank 0's before the first collective of
+// training; one that differs stops naming the flag (the launcher reports that rank).
+const std::set<std::string>& same_on_every_rank() {
+  static const std::set<std::string> names = [] {
+    std::set<std::string> s = trajectory_flags();
+    s.insert({"bucket-cap-mb", "allreduce", "find-unused-parameters"});
+    // The threads a rank's CPU math uses (all its share of the cores by default) may differ
+    // between machines: each rank's gradients are its own computation either way.
+    s.erase("threads");
+    return s;
+  }();
+  return names;
+}
+
 void check_same_flags(ParallelContext& par, const std::map<std::string, std::string>& flags) {
   if (par.world_size() == 1) return;
   std::string mine;
-  for (const std::string& k : trajectory_flags())
+  for (const std::string& k : same_on_every_rank())
     if (flags.count(k)) mine += k + "=" + flags.at(k) + "\n";
   const std::string theirs = par.agree("trajectory-flags", mine);
   if (theirs == mine) return;
   std::map<std::string, std::string> r0;
   std::istringstream in(theirs);
   for (std::string line; std::getline(in, line);) r0[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
-  for (const std::string& k : trajectory_flags()) {
+  for (const std::string& k : same_on_every_rank()) {
     const std::string a = flags.count(k) ? flags.at(k) : "(unset)", b = r0.count(k) ? r0.at(k) : "(unset)";
     if (a != b)
       throw cli::UsageError("data parallel: rank " + std::to_string(par.rank()) + " runs with --" + k + " " + a +
@@ -120,7 +138,7 @@ bool attach(ParallelContext& par, nn::Module& model, MixedPrecision& mp,
 // The members are declared in the order they are set up.
 class Trainer {
  public:
-  Trainer(const TrainConfig& cfg, ParallelContext& par);
+  Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log);
   int run();
 
  private:
@@ -132,9 +150,10 @@ class Trainer {
   const TrainConfig& cfg_;
   ParallelContext& par_;
   Setup s_;
+  OutputDirLock dir_lock_;  // Note [One run per directory]
   fs::path dir_, ckpt_, weights_;
   LiveOutputs live_;
-  std::unique_ptr<RankLog> rank_log_;
+  RankLog* rank_log_;
   nn::Module& model_;
   std::unique_ptr<optim::Optimizer> opt_;
   MixedPrecision mp_;
@@ -152,15 +171,15 @@ class Trainer {
   int64_t skipped_steps_ = 0;  // by --skip-nonfinite, in this process
 };
 
-Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par)
+Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
     : cfg_(cfg),
       par_(par),
       s_(set_up(cfg, /*training=*/true)),
-      dir_(run_dir(cfg, par)),
+      dir_(run_dir(cfg, par, dir_lock_)),
       ckpt_(dir_ / "checkpoint.safetensors"),
       weights_(dir_ / "model.safetensors"),
-      live_(live_outputs(cfg, par, dir_)),
-      rank_log_(rank_log(dir_, par)),
+      live_(live_outputs(cfg, par, dir_, log)),
+      rank_log_(open_rank_log(log, dir_, par)),
       model_(ready_to_train(cfg, s_)),
       opt_(make_optimizer(cfg.optimizer, model_)),
       mp_([&] {
@@ -197,8 +216,13 @@ int Trainer::run() {
   if (const int sig = interrupt_.signal()) {  // also one that came after the last step
     checkpoint();
     log_.end_line();
-    std::fprintf(stderr, "ringtape train: interrupted by %s after step %ld: checkpoint saved to %s; continue with "
-                 "--resume %s\n", signal_name(sig), p_.step, ckpt_.c_str(), ckpt_.c_str());
+    if (par_.is_logging_rank())
+      std::fprintf(stderr, "ringtape train: interrupted by %s after step %ld: checkpoint saved to %s; continue with "
+                   "--resume %s\n", signal_name(sig), p_.step, ckpt_.c_str(), ckpt_.c_str());
+    else  // only rank 0 saves: this rank cannot tell whether it did (it says so in its own log)
+      std::fprintf(stderr, "ringtape train: rank %d interrupted by %s after step %ld; this rank saves no checkpoint: "
+                   "rank 0 saves %s when it stops by a signal too (its log says whether it did)\n",
+                   par_.rank(), signal_name(sig), p_.step, ckpt_.c_str());
     return 128 + sig;
   }
   profile_.stop();  // --steps ended inside the profiled steps
@@ -276,8 +300,22 @@ void Trainer::log_window() {
 }
 
 // Every rank checks the loss first: no checkpoint after a NaN/Inf loss kept on the device.
+//
+// Note [No checkpoint after a failure]: on GPUs the optimizer step is queued after the
+// gradient all-reduce without the host waiting for it; when a rank dies, the communicator
+// aborts the call in flight, the queued step then runs on partly averaged gradients, and
+// the launcher stops the survivors with SIGTERM, which makes rank 0 save. So before any
+// save the communicator must be whole (ParallelContext::check_healthy: queued calls waited
+// for, none failed); if it is not, nothing is written and the last checkpoint stays.
 void Trainer::checkpoint() {
   step_.window_loss(window_.first_step, p_);
+  try {
+    par_.check_healthy();
+  } catch (const Error& e) {
+    RT_FAIL("no checkpoint saved after step ", p_.step, ": the communication between the ranks failed, so this ",
+            "step may have used partly averaged gradients (", e.what(), "); the checkpoint saved last stays: ",
+            ckpt_.string());
+  }
   if (!par_.is_logging_rank()) return;
   SaveInProgress saving(ckpt_.string());
   save_checkpoint(ckpt_.string(), model_, *opt_, p_, flags_, mp_.state());
@@ -285,7 +323,7 @@ void Trainer::checkpoint() {
 
 }  // namespace
 
-int train(const TrainConfig& cfg, ParallelContext& par) { return Trainer(cfg, par).run(); }
+int train(const TrainConfig& cfg, ParallelContext& par, RankLog* log) { return Trainer(cfg, par, log).run(); }
 
 int eval(const EvalConfig& cfg) {
   Setup s = set_up(cfg, /*training=*/false);
@@ -347,7 +385,23 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   TrainConfig cfg = parse_train_config(flags);
   const dist::LaunchEnv env = dist::launch_env_from_process();
   const ParallelConfig& pc = cfg.parallel;
-  if ((pc.nproc_per_node > 1 || pc.nnodes > 1) && env.source == "default") return launch_workers(pc, args);
+  if (pc.nproc_per_node > 1 || pc.nnodes > 1) {
+    // Note [Who starts the ranks]: --nproc-per-node/--nnodes make this process the launcher.
+    // A process that another launcher already made one rank of several (torchrun's RANK and
+    // WORLD_SIZE; srun's SLURM_PROCID and SLURM_NTASKS, also set in an sbatch script) would
+    // otherwise ignore the flags and wait out --timeout for ranks nobody starts.
+    if (env.source != "default" && env.world_size > 1)
+      throw cli::UsageError(
+          "--nproc-per-node " + std::to_string(pc.nproc_per_node) + " / --nnodes " + std::to_string(pc.nnodes) +
+          " make ringtape start the ranks, but this process already is " + env.describe() +
+          ": the launcher that set " +
+          (env.source == "slurm" ? "SLURM_PROCID and SLURM_NTASKS (srun, or an sbatch script)" : "RANK and WORLD_SIZE") +
+          " starts the ranks. Drop --nproc-per-node and --nnodes, or unset those variables to let ringtape launch");
+    if (env.source != "default")
+      std::printf("%s describes one process: --nproc-per-node %d starts the ranks\n", env.describe().c_str(),
+                  pc.nproc_per_node);
+    return launch_workers(pc, args);
+  }
   if (env.world_size == 1) {
     SingleProcess one;
     return train(cfg, one);
@@ -362,8 +416,12 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   if (device.is_cuda()) cuda::set_home_device(device.index);
   if (!device.is_cuda() && cfg.compute.threads == 0)
     cfg.compute.threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
+  // Kept to the end of the process: main() prints a fatal error after the run unwound
+  // (Note [Whole rank logs]).
+  static std::optional<RankLog> log;
+  log.emplace();
   DataParallel par(env, device, cfg.parallel);
-  return train(cfg, par);
+  return train(cfg, par, &*log);
 }
 
 int run_eval(const cli::Flags& flags) { return eval(parse_eval_config(flags)); }

@@ -21,6 +21,8 @@
 
 namespace rt::train {
 
+class RankLog;  // train/rank_log.h
+
 // The CLI's commands: parse the flags, then run. `train` runs in this process, or as a rank
 // of a data-parallel run when the environment says so (torchrun's contract, dist/launch_env.h),
 // or with --nproc-per-node / --nnodes starts and supervises the workers, passing them `args`
@@ -30,7 +32,8 @@ int run_eval(const cli::Flags& flags);
 
 // Trains as `par` says. Returns the exit status: 0 when training finished (the checkpoint
 // and model.safetensors written), 128 + N when signal N stopped it (a checkpoint written).
-int train(const TrainConfig& cfg, ParallelContext& par);
+// `log`: a data-parallel rank's log (train/rank_log.h), opened in the run's directory.
+int train(const TrainConfig& cfg, ParallelContext& par, RankLog* log = nullptr);
 // Evaluates the weights `cfg` names on the test set and prints the result; returns 0.
 int eval(const EvalConfig& cfg);
 

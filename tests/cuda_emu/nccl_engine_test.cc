@@ -20,6 +20,7 @@
 #include "dist/nccl_communicator.h"
 #include "dist/rendezvous.h"
 #include "engine/error.h"
+#include "engine/ops.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
 #include "tests/dist/launch.h"
@@ -146,6 +147,33 @@ int lose_a_rank(int) {
   return 0;
 }
 
+// Issue 21, finding 3: the caller's stream goes on after an all-reduce (block_stream) before
+// the call fails; when a peer dies the call is aborted, the stream's next kernel runs on
+// partly reduced values, and nothing on the host said so. check_healthy() (what the trainer
+// asks before a checkpoint) waits for the calls and names the failure.
+int abort_after_block_stream(int) {
+  Job job;
+  job.final_join = false;
+  const int rank = job.env.rank, world = job.env.world_size, dev = job.env.local_rank;
+  NcclCommunicator comm(*job.store.store, rank, world, dev, job.opts());
+  Tensor x = input(rank, 1000, DType::f32, dev);
+  comm.all_reduce(x).wait();
+  comm.check_healthy();  // all well so far: no throw
+  if (rank == world - 1) raise(SIGKILL);
+  Work w = comm.all_reduce(x);
+  w.block_stream(Stream::current(Device::cuda(dev)));  // returns: the call has not failed yet
+  Tensor after = mul(x, 2.0);  // "the optimizer step", queued behind the call
+  std::string msg;
+  try {
+    comm.check_healthy();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  RT_CHECK(msg.find("rank " + std::to_string(world - 1)) != std::string::npos, "rank ", rank,
+           ": check_healthy() after the peer died: ", msg.empty() ? "(no error)" : msg);
+  return 0;
+}
+
 // Every rank on cuda:0 (the rank's device not taken from LOCAL_RANK): the constructor fails
 // with NCCL's message.
 int same_device(int) {
@@ -177,6 +205,16 @@ TEST_CASE("nccl engine: two ranks on one GPU fail the constructor, naming both")
   o.limit = std::chrono::seconds(60);
   const auto r = testing::launch(2, same_device, o);
   CHECK_MESSAGE(r.ok(), r.report());
+}
+
+TEST_CASE("nccl engine: after a killed rank, check_healthy() fails although the stream went on") {
+  testing::LaunchOptions o;
+  o.limit = std::chrono::seconds(60);
+  const auto r = testing::launch(2, abort_after_block_stream, o);
+  INFO(r.report());
+  REQUIRE(r.ranks.size() == 2);
+  CHECK(r.ranks[0].exit_code == 0);
+  CHECK(r.ranks[1].signal == SIGKILL);
 }
 
 TEST_CASE("nccl engine: a killed rank fails the others' calls, naming it") {

@@ -8,6 +8,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <string>
 #include <vector>
 
@@ -41,6 +43,10 @@ class Recorder final : public train::ParallelContext {
   train::EvalShard eval_shard(int64_t n) const override { return {0, 1, n}; }
   train::OverlapStats overlap() const override { return {}; }
   void finish() override { events.push_back("finish"); }
+  void check_healthy() override {
+    if (!broken.empty()) throw Error(broken);
+  }
+  std::string broken;  // what check_healthy() throws, "" for nothing
   void before_backward(bool last) override { events.push_back(last ? "before_backward(last)" : "before_backward"); }
   void after_backward(bool last) override { events.push_back(last ? "after_backward(last)" : "after_backward"); }
   void before_optimizer_step() override { events.push_back("before_optimizer_step"); }
@@ -142,6 +148,37 @@ TEST_CASE("only the logging rank writes metrics, checkpoints and weights") {
   }
   // Both ran the same steps.
   CHECK(rank1.events == rank0.events);
+}
+
+// Note [No checkpoint after a failure]: a communicator that failed (an NCCL call aborted
+// after the optimizer step was queued behind it) writes no checkpoint and no weights; the
+// one saved before stays as it was. Before, the trainer saved without asking.
+TEST_CASE("a broken communicator: no checkpoint or weights are written, the last checkpoint stays") {
+  const std::string dir = tmpdir("broken");
+  Recorder first(0, 2);
+  REQUIRE(train::train(tiny({"--steps", "1", "--output-dir", dir}), first) == 0);
+  const fs::path ckpt = fs::path(dir) / "checkpoint.safetensors", weights = fs::path(dir) / "model.safetensors";
+  fs::remove(weights);
+  const auto before = fs::last_write_time(ckpt);
+  const std::string bytes = [&] {
+    std::ifstream in(ckpt, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }();
+  Recorder rank0(0, 2);
+  rank0.broken = "rank 0 of 2: all_reduce #7 failed after 1.0 s: lost rank 1 (its process exited)";
+  std::string msg;
+  try {
+    train::train(tiny({"--steps", "2", "--output-dir", dir, "--resume", ckpt.string()}), rank0);
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.find("no checkpoint saved after step 2: the communication between the ranks failed") !=
+                    std::string::npos, msg);
+  CHECK(msg.find("lost rank 1") != std::string::npos);
+  CHECK_FALSE(fs::exists(weights));
+  CHECK(fs::last_write_time(ckpt) == before);
+  std::ifstream in(ckpt, std::ios::binary);
+  CHECK(std::string(std::istreambuf_iterator<char>(in), {}) == bytes);
 }
 
 }  // namespace

@@ -1,0 +1,218 @@
+// Launching, rendezvous and the run's files of data-parallel training, through the `ringtape`
+// binary as a user runs it (CPU processes over Gloo on 127.0.0.1, each run bounded in time).
+// Each case failed before its fix (issue 21's findings):
+//   - a second job on a running job's --master-port fails alone, naming the rank it found
+//     taken; the running job finishes (Note [Rank claims], dist/rendezvous.cc);
+//   - ranks with different communication flags stop naming the flag (Note [Same flags on
+//     every rank]); logs/rank-K.log holds the rank's opening lines and its fatal error
+//     (Note [Whole rank logs]);
+//   - a second run into a directory a live run writes is refused, naming the holder (Note
+//     [One run per directory]);
+//   - --nproc-per-node inside another launcher's environment is refused at once (Note [Who
+//     starts the ranks]);
+//   - two launchers as two "nodes" (2 processes each) train like one process with the
+//     global batch; a SIGTERM to node 1's launcher makes no rank claim a checkpoint it did
+//     not write.
+#include <doctest/doctest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <chrono>
+#include <filesystem>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "dist/net_util.h"
+#include "tests/train/process_util.h"
+
+namespace rt {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace std::chrono_literals;
+using test::finish;
+using test::ringtape;
+using test::Run;
+using test::start;
+
+fs::path tmpdir(const std::string& name) { return test::fresh_dir("data_parallel_launch_test_", name); }
+
+int free_port() { return dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get()); }
+
+// A small ResNet on 101 synthetic 8x8 images, batch 8.
+std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes",
+                                "4", "--width", "4", "--batch-size", "8", "--epochs", "1", "--workers", "0",
+                                "--device", "cpu", "--seed", "3", "--print-freq", "1", "--output-dir", dir.string()};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+// Waits until `file` exists (a run got going), at most `limit`.
+bool wait_for_file(const fs::path& file, std::chrono::seconds limit = 30s) {
+  const auto t0 = std::chrono::steady_clock::now();
+  while (!fs::exists(file)) {
+    if (std::chrono::steady_clock::now() - t0 > limit) return false;
+    std::this_thread::sleep_for(20ms);
+  }
+  return true;
+}
+
+// Before: the second job's rank 1 reached the first job's store and took part in its
+// rendezvous; the first job trained to its end, then waited out --timeout at its last
+// barrier and exited 1 (4 of 4 tries).
+TEST_CASE("a second job on a running job's --master-port fails alone; the running job finishes") {
+  const fs::path dir = tmpdir("port");
+  const std::string port = std::to_string(free_port());
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t first = start(tiny(dir / "first", {"--nproc-per-node", "2", "--master-port", port, "--epochs", "30",
+                                                 "--timeout", "10"}),
+                            dir / "first.txt");
+  REQUIRE(wait_for_file(dir / "first" / "metrics.jsonl"));
+  const Run second = ringtape(tiny(dir / "second", {"--nproc-per-node", "2", "--master-port", port, "--timeout", "10"}),
+                              dir / "second.txt");
+  const Run one = finish(first, dir / "first.txt", t0, 90s);
+  INFO("first job:\n" << one.output);
+  INFO("second job:\n" << second.output);
+  CHECK(second.status != 0);
+  CHECK(second.output.find("rank 1 of the job whose store is at 127.0.0.1:" + port + " is already taken (by pid") !=
+        std::string::npos);
+  CHECK(one.status == 0);
+  CHECK(one.output.find("step 180/180") != std::string::npos);
+}
+
+// Before: another --bucket-cap-mb ended a rank in a Gloo assertion (exit 134), another
+// --allreduce hung both ranks until --timeout; and rank-1.log held neither the opening lines
+// nor the error.
+TEST_CASE("ranks with different communication flags stop naming the flag; the rank's log holds its error") {
+  struct Case {
+    const char* flag;
+    const char* rank0;
+    const char* rank1;
+  };
+  for (const Case c : {Case{"--bucket-cap-mb", "1", "2"}, Case{"--allreduce", "ring", "tree"}}) {
+    CAPTURE(c.flag);
+    const fs::path dir = tmpdir(std::string("flags") + c.flag);
+    const int port = free_port();
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<pid_t> pids;
+    for (int r = 0; r < 2; ++r)
+      pids.push_back(start(tiny(dir / "run", {c.flag, r == 0 ? c.rank0 : c.rank1, "--timeout", "10"}),
+                           dir / ("rank" + std::to_string(r) + ".txt"), test::torchrun_env(port, r, 2)));
+    const Run r0 = finish(pids[0], dir / "rank0.txt", t0), r1 = finish(pids[1], dir / "rank1.txt", t0);
+    INFO(r0.output);
+    INFO(r1.output);
+    const std::string said = std::string("rank 1 runs with ") + c.flag + " " + c.rank1 + " but rank 0 with " + c.flag +
+                             " " + c.rank0;
+    CHECK(r1.status == 2);
+    CHECK(r1.output.find(said) != std::string::npos);
+    CHECK(r1.seconds < 10);
+    const std::string log = test::read_file(dir / "run" / "logs" / "rank-1.log");
+    CHECK_MESSAGE(log.find(said) != std::string::npos, log);             // the fatal error
+    CHECK_MESSAGE(log.find("precision auto:") != std::string::npos, log);  // the opening lines
+  }
+}
+
+// Before: both runs exited 0 and metrics.jsonl interleaved their steps.
+TEST_CASE("a second run into a directory a live run writes is refused, naming the holder") {
+  const fs::path dir = tmpdir("lock");
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t first = start(tiny(dir / "run", {"--epochs", "1000", "--checkpoint-every", "1"}), dir / "first.txt");
+  REQUIRE(wait_for_file(dir / "run" / "checkpoint.safetensors"));
+  const Run second = ringtape(tiny(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string()}),
+                              dir / "second.txt");
+  kill(first, SIGTERM);
+  const Run one = finish(first, dir / "first.txt", t0);
+  INFO(second.output);
+  INFO(one.output);
+  CHECK(second.status == 2);
+  CHECK(second.output.find("is in use by a run that is still going (pid " + std::to_string(first) + " on ") !=
+        std::string::npos);
+  CHECK(one.status == 128 + SIGTERM);
+  // The lock went with its run: resuming now works.
+  const Run third = ringtape(tiny(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string(),
+                                                "--epochs", "1000", "--steps", "1"}),
+                             dir / "third.txt");
+  INFO(third.output);
+  CHECK(third.status == 0);
+}
+
+// Before: the flag was ignored and the process waited --timeout for a rank nobody started.
+TEST_CASE("--nproc-per-node in a process another launcher made one rank of several is refused at once") {
+  const fs::path dir = tmpdir("nested");
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t p = start(tiny(dir / "run", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out.txt",
+                        test::torchrun_env(free_port(), 0, 2));
+  const Run r = finish(p, dir / "out.txt", t0);
+  INFO(r.output);
+  CHECK(r.status == 2);
+  CHECK(r.seconds < 10);
+  CHECK(r.output.find("but this process already is rank 0 of 2") != std::string::npos);
+  CHECK(r.output.find("Drop --nproc-per-node and --nnodes") != std::string::npos);
+  // Slurm's variables (an sbatch script with --ntasks 2) say the same.
+  const pid_t q = start(tiny(dir / "run2", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out2.txt",
+                        {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
+                         {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost"},
+                         {"SLURM_JOB_ID", "4242"}, {"MASTER_PORT", std::to_string(free_port())}});
+  const Run s = finish(q, dir / "out2.txt", std::chrono::steady_clock::now());
+  INFO(s.output);
+  CHECK(s.status == 2);
+  CHECK(s.output.find("SLURM_PROCID and SLURM_NTASKS") != std::string::npos);
+}
+
+// Deliverable: two launchers (--nnodes 2, 2 processes each) on this machine equal one process
+// with the global batch of 32 (--sync-bn, no shuffling: bound as in data_parallel_test's
+// --sync-bn case). Then a SIGTERM to node 1's launcher: no rank there claims a checkpoint.
+TEST_CASE("two nodes of two processes train like one process with the global batch; SIGTERM on node 1") {
+  const fs::path dir = tmpdir("nodes");
+  auto nodes = [&](const std::string& name, std::vector<std::string> more) {
+    const std::string port = std::to_string(free_port());
+    std::vector<pid_t> pids;
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int node = 0; node < 2; ++node) {
+      std::vector<std::string> args = tiny(dir / name, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank",
+                                                        std::to_string(node), "--master-addr", "127.0.0.1",
+                                                        "--master-port", port, "--timeout", "20"});
+      args.insert(args.end(), more.begin(), more.end());
+      pids.push_back(start(args, dir / (name + std::to_string(node) + ".txt")));
+    }
+    return std::make_pair(pids, t0);
+  };
+  auto [pids, t0] = nodes("two", {"--no-shuffle", "--sync-bn", "--steps", "3"});
+  const Run n0 = finish(pids[0], dir / "two0.txt", t0, 90s), n1 = finish(pids[1], dir / "two1.txt", t0, 90s);
+  INFO(n0.output);
+  INFO(n1.output);
+  REQUIRE(n0.status == 0);
+  REQUIRE(n1.status == 0);
+  CHECK(n0.output.find("global batch 32 = 4 process(es) x batch 8") != std::string::npos);
+  std::vector<std::string> one_args = tiny(dir / "one", {"--no-shuffle", "--steps", "3"});
+  one_args[std::find(one_args.begin(), one_args.end(), "--batch-size") - one_args.begin() + 1] = "32";
+  const Run one = ringtape(one_args, dir / "one.txt");
+  INFO(one.output);
+  REQUIRE(one.status == 0);
+  std::string which;
+  const double d = test::worst_relative(dir / "two" / "model.safetensors", dir / "one" / "model.safetensors", which);
+  MESSAGE("2 nodes x 2 processes x batch 8 vs 1 x 32 (--sync-bn): ", d, " (", which, ")");
+  CHECK_MESSAGE(d <= 1e-4, which, " differs by ", d, " of its largest value");
+
+  // SIGTERM to node 1's launcher once training runs. Before: its ranks printed "checkpoint
+  // saved to .../checkpoint.safetensors; continue with --resume" although only rank 0 saves.
+  auto [stopped, t1] = nodes("term", {"--epochs", "1000"});
+  REQUIRE(wait_for_file(dir / "term" / "metrics.jsonl"));
+  kill(stopped[1], SIGTERM);
+  const Run s1 = finish(stopped[1], dir / "term1.txt", t1, 60s), s0 = finish(stopped[0], dir / "term0.txt", t1, 60s);
+  INFO(s0.output);
+  INFO(s1.output);
+  CHECK(s1.status != 0);
+  CHECK(s1.output.find("checkpoint saved to") == std::string::npos);
+  for (const char* rank : {"rank-2.log", "rank-3.log"}) {
+    const std::string log = test::read_file(dir / "term" / "logs" / rank);
+    CHECK_MESSAGE(log.find("checkpoint saved to") == std::string::npos, log);
+    CHECK_MESSAGE(log.find("this rank saves no checkpoint") != std::string::npos, log);
+  }
+  CHECK(s0.status != 0);  // node 0's ranks lose their peers
+}
+
+}  // namespace
+}  // namespace rt
