@@ -152,7 +152,7 @@ std::string busy_port_problem(const DoctorReport& r) {
   if (p.error.find("already in use") == std::string::npos) return cat("MASTER_PORT ", p.port, ": ", p.error);
   return cat("MASTER_PORT ", p.port, " is in use",
              p.holder.empty() ? " (by a process not visible here: `ss -ltnp` as root names it)" : " by " + p.holder,
-             ": stop that process, or choose ", instead, " (torchrun --master-port)");
+             ": stop that process, or choose ", instead, " (ringtape --master-port or torchrun --master-port)");
 }
 
 // "cuda:0 NVIDIA H100, cuda:1 NVIDIA A100" and the CUDA_VISIBLE_DEVICES of cuda:0's model,
@@ -245,7 +245,14 @@ DoctorOptions doctor_options(const char* master_port, int port_count) {
 
 void doctor_verdict(const DoctorOptions& o, DoctorReport& r) {
   if (!o.port_problem.empty()) r.problems.push_back(o.port_problem);
-  if (!r.ports.empty() && !r.ports.front().free) r.problems.push_back(busy_port_problem(r));
+  // A busy default port stops only launches that use it (torchrun, --nnodes with it); ringtape
+  // --nproc-per-node picks a free port itself. One that was chosen (MASTER_PORT) must be free.
+  if (!r.ports.empty() && !r.ports.front().free) {
+    if (o.port_source == DoctorOptions().port_source)
+      r.warnings.push_back(busy_port_problem(r) + "; ringtape --nproc-per-node alone picks a free port itself");
+    else
+      r.problems.push_back(busy_port_problem(r));
+  }
   if (r.gpu_count > 0)
     judge_gpus(r);
   else

@@ -157,8 +157,9 @@ void validate_flags(const cli::Flags& f) {
     if (f.integer("nnodes") > 1 && f.integer("master-port") == 0)
       throw cli::UsageError("--nnodes " + f.str("nnodes") +
                             " needs --master-port (the same on every machine, e.g. --master-port 29500)");
-    num_in(f, "bucket-cap-mb", 0, 1 << 20, true, "a number of MiB > 0");
-    num_in(f, "timeout", 0, 1e7, true, "a number of seconds > 0");
+    // A bucket holds at least one byte: 1e-30 MiB passed once and failed in every worker.
+    num_in(f, "bucket-cap-mb", 1e-6, 1 << 20, false, "in [0.000001, 1048576] (MiB; a bucket holds a byte at least)");
+    num_in(f, "timeout", 0, 1e7, true, "in (0, 10000000] seconds");
   }
   int_in(f, "threads", 0, kMaxThreads, "in [0, " + std::to_string(kMaxThreads) + "] (0 = all cores)");
   int_in(f, "workers", 0, kMaxWorkers, "in [0, " + std::to_string(kMaxWorkers) + "] (0 = load in the training thread)");

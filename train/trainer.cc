@@ -383,6 +383,12 @@ static int rank_gpu(const dist::LaunchEnv& env) {
 
 int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   TrainConfig cfg = parse_train_config(flags);
+  // Refused before any worker starts (status 2), and in one process too, where it would be
+  // silently ignored: Gloo reduces f32/f64 only (Note [Reduce dtype], dist/reducer.h).
+  if (cfg.parallel.grad_reduce_dtype == DType::bf16 &&
+      !(cfg.compute.device ? *cfg.compute.device : default_device()).is_cuda())
+    throw cli::UsageError("--grad-reduce-dtype bf16 needs GPUs (NCCL); on the CPU gradients are reduced in fp32: drop "
+                          "the flag");
   const dist::LaunchEnv env = dist::launch_env_from_process();
   const ParallelConfig& pc = cfg.parallel;
   if (pc.nproc_per_node > 1 || pc.nnodes > 1) {

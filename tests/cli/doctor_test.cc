@@ -142,10 +142,21 @@ TEST_CASE("verdicts on GPU findings: ready, mixed models, NCCL missing, no peer 
     r.ports = {{29500, false, "pid 7 (torchrun)", "cannot listen on *:29500: port 29500 is already in use by pid 7"},
                {29501, false, "", "... already in use"},
                {29502, true, "", ""}};
-    doctor_verdict(o, r);
+    doctor_verdict(doctor_options("29500"), r);  // chosen in the environment: it must be free
     CHECK_FALSE(r.usable);
     CHECK(has(r.verdict, "MASTER_PORT 29500 is in use by pid 7 (torchrun)"));
     CHECK(has(r.verdict, "MASTER_PORT=29502, which is free"));
+  }
+  SUBCASE("the default port busy: usable (the launcher picks a free port), with a warning") {
+    // Before: "not ready", although ringtape --nproc-per-node does not use 29500.
+    DoctorReport r = gpus_found({"H100"});
+    r.ports = {{29500, false, "pid 7 (torchrun)", "cannot listen on *:29500: port 29500 is already in use by pid 7"},
+               {29501, true, "", ""}};
+    doctor_verdict(o, r);
+    CHECK(r.usable);
+    REQUIRE(r.warnings.size() == 1);
+    CHECK(has(r.warnings[0], "MASTER_PORT 29500 is in use by pid 7 (torchrun)"));
+    CHECK(has(r.warnings[0], "ringtape --nproc-per-node alone picks a free port itself"));
   }
   SUBCASE("no GPU and no Gloo: not ready") {
     DoctorReport r;

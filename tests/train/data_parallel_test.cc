@@ -138,13 +138,19 @@ TEST_CASE("--master-port held by another socket: the error names the port") {
   CHECK(r.output.find("in use") != std::string::npos);
 }
 
-TEST_CASE("--grad-reduce-dtype bf16 on CPU processes is refused with the fix") {
+// Before: refused only once the workers ran (exit 1), and silently accepted in one process.
+TEST_CASE("--grad-reduce-dtype bf16 on the CPU is refused with the fix before any worker starts") {
   const fs::path dir = tmpdir("bf16");
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--grad-reduce-dtype", "bf16", "--timeout", "10"}),
-                         dir / "out.txt");
-  INFO(r.output);
-  CHECK(r.status != 0);
-  CHECK(r.output.find("--grad-reduce-dtype bf16 needs GPUs (NCCL)") != std::string::npos);
+  for (const char* procs : {"2", "1"}) {
+    CAPTURE(procs);
+    const Run r = ringtape(tiny(dir / procs, {"--nproc-per-node", procs, "--grad-reduce-dtype", "bf16", "--timeout",
+                                              "10"}),
+                           dir / (std::string(procs) + ".txt"));
+    INFO(r.output);
+    CHECK(r.status == 2);
+    CHECK(r.output.find("--grad-reduce-dtype bf16 needs GPUs (NCCL)") != std::string::npos);
+    CHECK(r.output.find("ringtape launcher:") == std::string::npos);
+  }
 }
 
 TEST_CASE("ranks started with different training flags stop, naming the flag (torchrun-style environment)") {

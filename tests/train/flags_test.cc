@@ -69,6 +69,9 @@ TEST_CASE("train: each bad value is a UsageError naming its flag") {
       {{"--init-weights", "a.safetensors", "--resume", "b/checkpoint.safetensors"}, "pass one of them"},
       {{"--init-weights-non-strict"}, "--init-weights-non-strict applies to --init-weights"},
       {{"--cudnn-benchmark-runtime-compiled"}, "--cudnn-benchmark-runtime-compiled applies to --cudnn-benchmark"},
+      // Before: 1e-30 passed here and failed in every worker; the timeout's bound was unsaid.
+      {{"--nproc-per-node", "2", "--bucket-cap-mb", "1e-30"}, "--bucket-cap-mb must be in [0.000001, 1048576] (MiB"},
+      {{"--nproc-per-node", "2", "--timeout", "1e8"}, "--timeout must be in (0, 10000000] seconds, got 1e8"},
   };
   for (const Bad& c : cases) {
     std::string joined;
