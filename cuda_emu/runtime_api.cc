@@ -2,6 +2,7 @@
 // signatures as cuda_runtime_api.h (whose declarations give them C linkage), linked instead
 // of libcudart under --config=cuda-emu. A function the engine starts to use and this file
 // lacks is a link error, never a silent stub.
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstring>
@@ -343,8 +344,16 @@ cudaError_t cudaStreamCreateWithPriority(cudaStream_t* s, unsigned int flags, in
   note_context();
   if (!s) return ret(cudaErrorInvalidValue);
   if (const cudaError_t e = current_ok()) return ret(e);
-  *s = create_stream(current_device(), (flags & cudaStreamNonBlocking) == 0, priority);
+  // As CUDA: a priority outside the range cudaDeviceGetStreamPriorityRange gives is clamped to it.
+  *s = create_stream(current_device(), (flags & cudaStreamNonBlocking) == 0, std::clamp(priority, -5, 0));
   return *s ? cudaSuccess : ret(cudaErrorMemoryAllocation);
+}
+
+cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
+  CUstream_st* s = resolve(stream);
+  if (!s || !priority) return ret(!s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue);
+  *priority = s->priority;
+  return cudaSuccess;
 }
 
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {

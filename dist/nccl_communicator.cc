@@ -43,9 +43,12 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 // A CUDA event, destroyed when its last holder lets go (CUDA frees a pending event's
-// resources once it completes).
+// resources once it completes). Without timing: these only order streams and signal
+// completion (a timing event costs more to record and query).
 using EventPtr = std::shared_ptr<void>;
-EventPtr make_event(int device) { return EventPtr(cuda::event_create(device), [](void* e) { cuda::event_destroy(e); }); }
+EventPtr make_event(int device) {
+  return EventPtr(cuda::event_create(device, /*timing=*/false), [](void* e) { cuda::event_destroy(e); });
+}
 
 // Sets the current CUDA device for a scope (NCCL enqueues on the current device).
 class DeviceGuard {
@@ -201,7 +204,10 @@ NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
     NCCL_WARN(ncclCommAbort(comm));  // no watchdog yet: this is the only owner
     throw;
   }
-  stream = Stream::create(Device::cuda(device));
+  // Note [Communication stream priority]: the greatest, so that a bucket's all-reduce, once
+  // its gradients are ready, is scheduled ahead of the backward kernels queued after them
+  // (PyTorch's NCCL process groups do the same).
+  stream = Stream::create(Device::cuda(device), /*high_priority=*/true);
   {
     // Zeroed and owned by the stream that all-reduces it in barrier(): zeroed on the caller's
     // stream it raced with the first barrier (found under --config=cuda-emu).

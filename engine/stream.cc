@@ -11,12 +11,13 @@ namespace {
 thread_local std::map<int, Stream> t_current;
 }  // namespace
 
-Stream Stream::create(Device d) {
+Stream Stream::create(Device d, bool high_priority) {
   Stream s;
   s.device_ = d;
   if (d.is_cuda()) {
     allocator_for(d);  // validates the index with a clear message
-    s.handle_ = std::shared_ptr<void>(cuda::stream_create(d.index), [](void* h) { cuda::stream_destroy(h); });
+    s.handle_ = std::shared_ptr<void>(cuda::stream_create(d.index, high_priority),
+                                      [](void* h) { cuda::stream_destroy(h); });
   }
   return s;
 }

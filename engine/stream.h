@@ -14,7 +14,8 @@ class Stream {
  public:
   Stream() = default;
   // A new stream on `d` (CUDA: a non-blocking cudaStream_t; CPU: trivial).
-  static Stream create(Device d);
+  // `high_priority` (CUDA): the device's greatest stream priority (cuda::stream_create).
+  static Stream create(Device d, bool high_priority = false);
   // The stream ops on `d` run on in this thread (the device's default stream unless set).
   static Stream current(Device d);
   static void set_current(const Stream& s);

@@ -105,11 +105,18 @@ void* host_alloc_pinned(size_t bytes) {
 }
 void host_free_pinned(void* ptr) noexcept { CUDA_WARN(cudaFreeHost(ptr)); }
 
-void* stream_create(int device) {
+void* stream_create(int device, bool high_priority) {
   CUDA_CHECK(cudaSetDevice(device));
+  int least = 0, greatest = 0;
+  if (high_priority) CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
   cudaStream_t s;
-  CUDA_CHECK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, high_priority ? greatest : least));
   return s;
+}
+int stream_priority(void* stream) {
+  int p = 0;
+  CUDA_CHECK(cudaStreamGetPriority(static_cast<cudaStream_t>(stream), &p));
+  return p;
 }
 void stream_destroy(void* stream) noexcept { CUDA_WARN(cudaStreamDestroy(static_cast<cudaStream_t>(stream))); }
 void stream_synchronize(int device, void* stream) {
@@ -117,10 +124,10 @@ void stream_synchronize(int device, void* stream) {
   CUDA_CHECK(cudaStreamSynchronize(static_cast<cudaStream_t>(stream)));
 }
 
-void* event_create(int device) {
+void* event_create(int device, bool timing) {
   CUDA_CHECK(cudaSetDevice(device));
   cudaEvent_t e;
-  CUDA_CHECK(cudaEventCreate(&e));
+  CUDA_CHECK(cudaEventCreateWithFlags(&e, timing ? cudaEventDefault : cudaEventDisableTiming));
   return e;
 }
 void event_destroy(void* event) noexcept { CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(event))); }

@@ -48,11 +48,16 @@ void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device,
 // stay unchanged until `stream` has passed this point (record an event after it).
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void* stream);
 
-void* stream_create(int device);
+// A non-blocking stream; `high_priority`: the device's greatest priority (its kernels are
+// scheduled before those of default-priority streams: communication that backward waits on).
+void* stream_create(int device, bool high_priority = false);
+int stream_priority(void* stream);  // cudaStreamGetPriority
 void stream_destroy(void* stream) noexcept;
 void stream_synchronize(int device, void* stream);
 
-void* event_create(int device);
+// `timing`: cudaEventElapsedTime works on it; without, the event is cheaper to record and
+// query (cudaEventDisableTiming), what events that only order or signal should be.
+void* event_create(int device, bool timing = true);
 void event_destroy(void* event) noexcept;
 void event_record(void* event, void* stream);
 void stream_wait_event(void* stream, void* event);

@@ -124,6 +124,17 @@ TEST_CASE("nccl: calls return to the host while the caller's work still runs, an
   for (int k = 0; k < 8; ++k) CHECK(small[size_t(k)].to_vector<double>().back() == double(k));
 }
 
+// Note [Communication stream priority]. Before: the stream had the default priority, so a
+// ready bucket's all-reduce queued behind the rest of backward's kernels.
+TEST_CASE("nccl: the communication stream has the device's greatest priority") {
+  if (!testing::have_gpu("NcclCommunicator stream priority")) return;
+  OneGpu one;
+  const Stream plain = Stream::create(Device::cuda(0));
+  CHECK(cuda::stream_priority(one.comm.stream().handle()) < cuda::stream_priority(plain.handle()));  // lower: sooner
+  CHECK(cuda::stream_priority(Stream::create(Device::cuda(0), /*high_priority=*/true).handle()) ==
+        cuda::stream_priority(one.comm.stream().handle()));
+}
+
 TEST_CASE("nccl: a CPU tensor is refused, naming the device to move it to") {
   if (!testing::have_gpu("NcclCommunicator misuse")) return;
   OneGpu one;
