@@ -20,6 +20,8 @@ namespace rt::dist {
 namespace {
 
 constexpr uint8_t kGoodbye = 'B';
+constexpr uint8_t kHeartbeat = 'H';
+constexpr auto kHeartbeatEvery = std::chrono::milliseconds(500);  // Note [Silent peers]
 constexpr char kMagic[4] = {'R', 'T', 'L', 'V'};
 
 std::string key_of(const std::string& prefix, int rank) { return prefix + "/live/" + std::to_string(rank); }
@@ -151,6 +153,7 @@ bool PeerLiveness::poll_peers(int timeout_ms) {
     uint8_t buf[64];
     const ssize_t k = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
     if (k > 0) {
+      who[i]->last_heard = Clock::now();
       if (std::memchr(buf, kGoodbye, size_t(k))) who[i]->open = false;  // an orderly shutdown
       continue;
     }
@@ -182,16 +185,22 @@ void PeerLiveness::notify_loss() {
 }
 
 void PeerLiveness::loop() {
+  auto last_beat = Clock::time_point();
   for (;;) {
     std::vector<pollfd> fds{pollfd{wake_.get(), POLLIN, 0}};
     {
       std::lock_guard<std::mutex> lock(mu_);
+      if (Clock::now() - last_beat >= kHeartbeatEvery) {  // a full buffer (a stopped peer) drops it
+        for (Peer& p : peers_)
+          if (p.open) (void)::send(p.fd.get(), &kHeartbeat, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+        last_beat = Clock::now();
+      }
       for (const Peer& p : peers_)
         if (p.open) fds.push_back(pollfd{p.fd.get(), POLLIN, 0});
     }
     // Descriptors stay open until the destructor, after this thread ends: polling them
     // without the lock is safe.
-    const int rc = ::poll(fds.data(), fds.size(), -1);
+    const int rc = ::poll(fds.data(), fds.size(), int(kHeartbeatEvery.count()));
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents) return;  // the destructor
     bool newly_lost;
@@ -213,6 +222,22 @@ std::vector<PeerLiveness::Loss> PeerLiveness::lost(Millis grace) {
     while (lost_.empty() && Clock::now() < deadline)
       newly_lost |= poll_peers(int(std::chrono::ceil<Millis>(deadline - Clock::now()).count()));
     out = lost_;
+  }
+  if (newly_lost) notify_loss();
+  return out;
+}
+
+std::string PeerLiveness::describe_silent(Millis after) {
+  std::string out;
+  bool newly_lost;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    newly_lost = poll_peers(0);
+    const auto now = Clock::now();
+    for (const Peer& p : peers_)
+      if (p.open && now - p.last_heard >= after)
+        out += detail::cat(out.empty() ? "" : "; ", "rank ", p.rank, " (its process is alive but sent nothing for ",
+                           net::seconds(now - p.last_heard), ": stopped, e.g. by SIGSTOP or a debugger, or hung)");
   }
   if (newly_lost) notify_loss();
   return out;

@@ -1,5 +1,9 @@
 // PeerLiveness: one plain TCP connection from every rank to every other rank, carrying
-// nothing but a goodbye byte when a rank shuts down in order. When a peer's process dies
+// a heartbeat byte twice a second and a goodbye byte when a rank shuts down in order.
+// Note [Silent peers]: a process that is alive but stopped (SIGSTOP, a debugger) or hung
+// in the kernel keeps its sockets open, so only its silence tells: describe_silent() names
+// the peers not heard from for a while, for the message of a call that timed out (before,
+// it said every peer was alive and blamed nobody). When a peer's process dies
 // (SIGKILL, a crash, the OOM killer) its kernel closes the socket and a background thread
 // notices at once, so a collective that fails or times out can name the rank that went
 // away, not only the neighbour that happened to report it. (Gloo reports a closed
@@ -49,6 +53,9 @@ class PeerLiveness {
   // "rank 3 (its connection closed 0.1 s ago: the process exited or was killed)", one
   // clause per lost rank joined by "; ", or "" when every peer is alive.
   std::string describe_lost(Millis grace = Millis(0));
+  // "rank 1 (its process is alive but sent nothing for 4.0 s: stopped, e.g. by SIGSTOP or a
+  // debugger, or hung)", one clause per open peer not heard from for `after`, or "".
+  std::string describe_silent(Millis after = std::chrono::seconds(3));
   // Called (from the liveness thread, or from lost()) each time a peer is found lost, so
   // that transfers waiting on that peer can be aborted at once (Note [Aborting waits on a
   // lost peer] in gloo_communicator.cc). Must not call back into this object.
@@ -59,6 +66,7 @@ class PeerLiveness {
     int rank;
     net::Fd fd;
     bool open = true;
+    Clock::time_point last_heard = Clock::now();  // its last heartbeat (or any byte)
   };
   void connect_all(Store& store, const std::string& prefix, const std::string& host, Millis timeout);
   // Reads what arrived; notes closes; true when a peer was newly lost. Needs mu_.

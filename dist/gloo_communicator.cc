@@ -287,6 +287,10 @@ std::string GlooCommunicator::Impl::describe(const std::string& what, Millis tim
   std::string why;
   if (!lost.empty()) {
     why = "lost " + lost + "; Gloo reported: " + cause;
+  } else if (const std::string silent = timeout_hit ? liveness->describe_silent() : ""; !silent.empty()) {
+    why = detail::cat("timed out (timeout ", net::seconds(timeout), ")",
+                      peer >= 0 ? detail::cat(" waiting for rank ", peer, sending ? " to receive" : " to send") : "",
+                      "; not taking part: ", silent);
   } else if (timeout_hit) {
     why = detail::cat("timed out (timeout ", net::seconds(timeout), ")",
                       peer >= 0 ? detail::cat(" waiting for rank ", peer, sending ? " to receive" : " to send") : "",

@@ -164,9 +164,14 @@ int run_local_launcher(const LocalLaunchOptions& o) {
   int first_failed = -1;  // index into workers
   int forwarded = 0;      // the signal forwarded to the workers
   Clock::time_point kill_at = Clock::time_point::max();
+  // A stopped worker (SIGSTOP, a debugger) acts on SIGTERM only once continued: without the
+  // SIGCONT it kept the launcher waiting the whole grace period before SIGKILL.
   auto signal_all = [&](int sig) {
     for (Worker& w : workers)
-      if (w.running) kill(-w.pid, sig);
+      if (w.running) {
+        kill(-w.pid, sig);
+        if (sig == SIGTERM || sig == SIGINT) kill(-w.pid, SIGCONT);
+      }
   };
   for (;;) {
     std::vector<pollfd> fds;

@@ -336,6 +336,8 @@ void NcclCommunicator::Impl::watchdog() {
       std::unique_lock<std::mutex> issuing(issue_mu, std::try_to_lock);
       if (!issuing.owns_lock()) continue;
       if (!lost.empty()) abort("lost " + lost);
+      else if (const std::string silent = liveness->describe_silent(); !silent.empty())
+        abort(detail::cat("timed out (timeout ", net::seconds(head.timeout), "); not taking part: ", silent));
       else
         abort(detail::cat("timed out (timeout ", net::seconds(head.timeout), "); NCCL does not say which peer ",
                           "it waited for. Every peer's process is alive (their liveness links are open), so some ",

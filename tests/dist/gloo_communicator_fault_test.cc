@@ -187,6 +187,34 @@ int silent_peer(int rank, AllReduceAlgo algo) {
   return 0;
 }
 
+// Note [Silent peers]: rank 1 stops (SIGSTOP) with its sockets open. Before, rank 0's timeout
+// said every peer's process was alive and named nobody.
+int stopped_peer(int rank) {
+  CommOptions o;
+  o.timeout = 10s;
+  testing::GlooRank g(o);
+  Communicator& c = g.comm();
+  if (rank == 1) raise(SIGSTOP);  // killed at the launch's limit
+  Tensor x = int_tensor(rank, 1000, DType::f32);
+  std::string msg = "(no error)";
+  try {
+    c.all_reduce(x, ReduceOp::sum, AllReduceAlgo::library, 4s).wait();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  RT_CHECK(has(msg, "timed out (timeout 4.0 s)"), "message: ", msg);
+  RT_CHECK(has(msg, "not taking part: rank 1 (its process is alive but sent nothing for"), "message: ", msg);
+  RT_CHECK(has(msg, "stopped, e.g. by SIGSTOP or a debugger, or hung"), "message: ", msg);
+  return 0;
+}
+
+TEST_CASE("gloo: a stopped peer (SIGSTOP) is named when the call times out") {
+  const auto r = testing::launch(2, stopped_peer, within(9s));
+  INFO(r.report());
+  CHECK(r.ranks[0].exit_code == 0);
+  CHECK(r.hung() == std::vector<int>{1});
+}
+
 TEST_CASE("gloo: a peer that never joins makes the call time out, naming the operation and the time") {
   for (AllReduceAlgo algo : {AllReduceAlgo::library, AllReduceAlgo::ring}) {
     const auto r = testing::launch(2, [algo](int rank) { return silent_peer(rank, algo); }, within(20s));

@@ -68,6 +68,21 @@ TEST_CASE("launcher: a failed worker stops the others; the launcher names it wit
   CHECK(s < 10);  // the sleeping workers were stopped, not waited for
 }
 
+// Before: a stopped worker acted on SIGTERM only when continued, so the launcher waited the
+// whole grace period (30 s by default) before its SIGKILL.
+TEST_CASE("launcher: a stopped worker (SIGSTOP) is continued with the SIGTERM, not waited for") {
+  LocalLaunchOptions o = sh(2, "if [ $RANK = 1 ]; then trap 'exit 143' TERM; kill -STOP $$; sleep 30; fi; "
+                               "sleep 0.5; exit 3");
+  o.grace = std::chrono::seconds(15);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run_in_child(o);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  INFO(r.output);
+  CHECK(r.exit_code == 3);
+  CHECK(r.output.find("rank 0 failed (exit status 3)") != std::string::npos);
+  CHECK(s < 8);
+}
+
 TEST_CASE("launcher: SIGTERM is forwarded to every worker; exit 128 + 15") {
   const auto r = run_in_child(sh(2, "trap 'echo got-TERM-$RANK; exit 143' TERM; sleep 30 & wait"), true);
   INFO(r.output);
