@@ -12,6 +12,7 @@
 #include "cli/doctor.h"
 #include "cli/flags.h"
 #include "cli/plot.h"
+#include "dist/nccl_communicator.h"
 #include "engine/device.h"
 #include "engine/error.h"
 #include "kernels/cpu/gemm.h"
@@ -37,6 +38,7 @@ int cmd_info() {
   std::string why;
   const int n = rt::cuda::device_count(&why);
   std::printf("cuda: %s\n", rt::cuda::runtime_versions().c_str());
+  std::printf("nccl: %s\n", rt::dist::nccl_versions().c_str());
   if (n == 0) std::printf("cuda: no usable device (%s)\n", why.c_str());
   for (int i = 0; i < n; ++i) {
     const rt::cuda::DeviceProps p = rt::cuda::device_props(i);

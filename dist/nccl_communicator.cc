@@ -4,10 +4,12 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstring>
+#include <cstdio>
 #include <deque>
 #include <mutex>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "dist/allreduce_algos.h"
 #include "dist/communicator_liveness.h"
@@ -120,6 +122,7 @@ struct NcclCommunicator::Impl {
   std::mutex mu;        // the fields below
   std::condition_variable cv;
   std::deque<Entry> inflight;
+  std::vector<Tensor> aborted_keep;  // Note [Tensors of aborted calls]
   std::string broken;  // the failure that broke the communicator; "" while it works
   std::atomic<bool> aborting{false};
   bool stopping = false;
@@ -225,7 +228,15 @@ NcclCommunicator::Impl::~Impl() {
   }
   cv.notify_all();
   if (thread.joinable()) thread.join();
-  if (aborting) return;  // NCCL freed it
+  if (aborting) {  // NCCL freed it; what aborted calls used goes once the stream has passed them
+    try {
+      stream.synchronize();
+    } catch (const std::exception& e) {  // a faulted device: the memory is not touched again
+      std::fprintf(stderr, "warning: NCCL communicator teardown: %s\n", e.what());
+    }
+    aborted_keep.clear();
+    return;
+  }
   // Finalize (flushes NCCL's own work), then destroy; abort if that does not end in time.
   const auto deadline = Clock::now() + opts.timeout;
   ncclResult_t st = ncclCommFinalize(comm);
@@ -280,6 +291,12 @@ void NcclCommunicator::Impl::abort(const std::string& why) {
   broken = inflight.empty() ? why : describe(inflight.front(), why);
   for (size_t i = 0; i < inflight.size(); ++i)
     inflight[i].state->finish(i == 0 ? broken : inflight[i].what + " not run: " + broken);
+  // Note [Tensors of aborted calls]: NCCL's kernels and our reduce kernels queued on the stream
+  // may still read and write these after the abort (ncclCommAbort does not wait for the
+  // stream); freed now, the caching allocator could hand their memory to the caller's next
+  // tensors while that happens. They stay until ~Impl has synchronised the stream.
+  for (Entry& e : inflight)
+    for (Tensor& t : e.keep) aborted_keep.push_back(std::move(t));
   inflight.clear();
   cv.notify_all();
 }
@@ -449,6 +466,15 @@ NcclCommunicator::NcclCommunicator(Store& store, int rank, int world, int device
 NcclCommunicator::~NcclCommunicator() = default;
 
 const Stream& NcclCommunicator::stream() const { return impl_->stream; }
+
+std::string nccl_versions() {
+  // NCCL >= 2.9 encodes x.y.z as x * 10000 + y * 100 + z.
+  const auto text = [](int v) { return detail::cat(v / 10000, ".", v / 100 % 100, ".", v % 100); };
+  int v = 0;
+  const ncclResult_t st = ncclGetVersion(&v);
+  return detail::cat(st == ncclSuccess ? text(v) : std::string("unknown (") + ncclGetErrorString(st) + ")",
+                     " (compiled against ", text(NCCL_VERSION_CODE), ")");
+}
 
 void NcclCommunicator::check_healthy() {
   Impl& m = *impl_;

@@ -22,16 +22,22 @@
 // (ours widen 16-bit types to float per step and round once per step). On the one stream a
 // step's transfers and the previous step's reduction run one after the other: the slices
 // pipeline across ranks, but sending and reducing do not overlap within a rank as they do
-// on Gloo (NCCL's own kernels fuse them). Not yet run on a GPU (compiled only).
+// on Gloo (NCCL's own kernels fuse them). Runs under --config=cuda-emu (the NCCL fake across
+// processes); not yet run on a GPU.
 #pragma once
 
 #include <memory>
+#include <string>
 
 #include "dist/communicator.h"
 #include "dist/store.h"
 #include "engine/stream.h"
 
 namespace rt::dist {
+
+// "2.27.3 (compiled against 2.27.3)": the NCCL this process loaded (ncclGetVersion) and the
+// one its headers were; a mismatch is the first thing to rule out when NCCL misbehaves.
+std::string nccl_versions();
 
 class NcclCommunicator final : public Communicator {
  public:

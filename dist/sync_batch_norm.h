@@ -10,14 +10,11 @@
 // the same gathered values in rank order, so all ranks get bit-identical statistics and sums
 // (an all_reduce's order of summation is the backend's).
 //
-// Note [Sync batch norm and the reducer]: the gradient reducer (dist/reducer.h) issues its
-// bucket all-reduces on the same communicator from gradient-ready hooks during backward,
-// while this class issues all_gathers from the batch-norm backward on the same thread.
-// Every rank runs the same graph in the same order, so the hooks fire and the batch norms
-// call at the same points of backward on every rank: the collectives are issued in the same
-// order everywhere (Note [Issue order] in dist/work.h), which is all the communicator needs.
-// An all_gather waits behind the buckets queued before it; that wait is the price of
-// synchronising inside backward.
+// Note [Sync batch norm and the reducer]: the trainer gives this class a communicator of its
+// own (Note [Sync batch norm on its own communicator], train/data_parallel.cc). Sharing the
+// reducer's would work when every rank issues bucket all-reduces and all_gathers in the same
+// order (Note [Issue order] in dist/work.h), but each all_gather would wait behind the
+// buckets queued before it, and --find-unused-parameters can change where buckets launch.
 #pragma once
 
 #include <cstdint>

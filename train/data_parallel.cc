@@ -36,6 +36,21 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
   } else {
     comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
   }
+  if (cfg_.sync_bn) {
+    // Note [Sync batch norm on its own communicator]: SyncBN's all-gathers run inside forward
+    // and backward, and backward waits for them; on the gradients' communicator (one stream
+    // on NCCL, one queue on Gloo) each waited behind every bucket all-reduce queued before it,
+    // so backward stalled on communication the design means to hide. And with
+    // --find-unused-parameters, buckets and all-gathers could be issued in different orders on
+    // different ranks (a collective mismatch). Their own communicator (keys under its own
+    // prefix: its own NCCL communicator and stream, or Gloo context and queue) orders each
+    // kind by itself, the same on every rank.
+    o.prefix = "rt-sync-bn";
+    if (device_.is_cuda())
+      sync_comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, o);
+    else
+      sync_comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
+  }
 }
 
 DataParallel::~DataParallel() = default;
@@ -44,7 +59,8 @@ std::string DataParallel::describe() const {
   char cap[32];  // as given: --bucket-cap-mb 0.5 is "0.5 MiB", not "0 MiB"
   std::snprintf(cap, sizeof cap, "%g", cfg_.bucket_cap_mb);
   return "data parallel: rank " + std::to_string(env_.rank) + " of " + std::to_string(env_.world_size) + " (" +
-         comm_->backend() + ", --allreduce " + dist::algo_name(cfg_.allreduce) + ", buckets of " + cap + " MiB)";
+         comm_->backend() + ", --allreduce " + dist::algo_name(cfg_.allreduce) + ", buckets of " + cap + " MiB" +
+         (sync_comm_ ? ", --sync-bn on a communicator of its own" : "") + ")";
 }
 
 // Rank 0's value, through the store: what must be the same on every rank but is decided in
@@ -106,10 +122,8 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
                                                  if (which[k] >= 0) copies->accumulate_grad(size_t(which[k]));
                                                });
   }
-  if (cfg_.sync_bn) {
-    // Note [Sync batch norm and the reducer] in dist/sync_batch_norm.h: both use comm_.
-    nn::set_batch_norm_sync(model, std::make_shared<dist::SyncBatchNorm>(*comm_, timeout_of(cfg_)));
-  }
+  if (cfg_.sync_bn)  // Note [Sync batch norm on its own communicator]
+    nn::set_batch_norm_sync(model, std::make_shared<dist::SyncBatchNorm>(*sync_comm_, timeout_of(cfg_)));
   if (cfg_.comm_timeline && env_.rank == 0) {
     timeline_.emplace(run_dir + "/timeline.jsonl");
   }

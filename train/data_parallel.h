@@ -42,6 +42,7 @@ class DataParallel final : public ParallelContext {
 
   int rank() const override { return env_.rank; }
   int world_size() const override { return env_.world_size; }
+  bool is_data_parallel() const override { return true; }
   std::string describe() const override;
   std::string agree(const std::string& key, const std::string& rank0_value) override;
 
@@ -55,7 +56,10 @@ class DataParallel final : public ParallelContext {
   void sum_eval_counts(EvalCounts& counts) override;
   void sum_over_ranks(std::vector<double>& values) override;
 
-  void check_healthy() override { comm_->check_healthy(); }
+  void check_healthy() override {
+    comm_->check_healthy();
+    if (sync_comm_) sync_comm_->check_healthy();
+  }
   OverlapStats overlap() const override { return overlap_; }
   void finish() override;
 
@@ -64,7 +68,8 @@ class DataParallel final : public ParallelContext {
   ParallelConfig cfg_;
   Device device_;
   dist::RendezvousStore store_;
-  std::unique_ptr<dist::Communicator> comm_;
+  std::unique_ptr<dist::Communicator> comm_;       // the gradients', evaluation's, agreements'
+  std::unique_ptr<dist::Communicator> sync_comm_;  // --sync-bn's (Note [Sync batch norm on its own communicator])
   std::unique_ptr<dist::Reducer> reducer_;
   nn::NamedTensors params_;       // the model's parameters (Note [Same weights at the end])
   std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)

@@ -58,6 +58,9 @@ class ParallelContext {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
+  // Trains with others through a communicator (also at world size 1 under a launcher: Note
+  // [World 1 under a launcher], train/trainer.cc).
+  virtual bool is_data_parallel() const { return world_size() > 1; }
   bool is_logging_rank() const { return rank() == 0; }
   virtual std::string describe() const = 0;  // a line for the start of the log
   // Rank 0's `rank0_value` on every rank (what must agree but is decided in one place).

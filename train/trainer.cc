@@ -63,7 +63,11 @@ std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Preci
 // temporaries removed) and every rank uses the same one.
 fs::path run_dir(const TrainConfig& cfg, ParallelContext& par, OutputDirLock& lock) {
   const std::string name = std::string(dataset_name(cfg.data.dataset)) + "-" + cfg.model.name;
-  if (par.world_size() == 1) return open_output_dir(cfg.output, name, lock);
+  if (par.world_size() == 1) {
+    const fs::path dir = open_output_dir(cfg.output, name, lock);
+    if (par.is_data_parallel()) fs::create_directories(dir / "logs");  // rank 0 of 1 under a launcher
+    return dir;
+  }
   std::string dir;
   if (par.is_logging_rank()) dir = open_output_dir(cfg.output, name, lock).string();
   dir = par.agree("output-dir", dir);
@@ -84,7 +88,7 @@ LiveOutputs live_outputs(const TrainConfig& cfg, const ParallelContext& par, con
 
 // Data parallel: each rank's output copied to <dir>/logs/rank-K.log (Note [Whole rank logs]).
 RankLog* open_rank_log(RankLog* log, const fs::path& dir, const ParallelContext& par) {
-  if (log && par.world_size() > 1) log->open((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
+  if (log) log->open((dir / "logs" / ("rank-" + std::to_string(par.rank()) + ".log")).string());
   return log;
 }
 
@@ -205,7 +209,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
 int Trainer::run() {
   log_.start(s_.device, s_.train_set->size(), data_.steps_per_epoch, cfg_.loop.epochs, schedule_.describe(),
              dir_.string());
-  if (par_.world_size() > 1)
+  if (par_.is_data_parallel())
     log_.parallel(par_.describe(), par_.world_size(), cfg_.loader.batch_size, cfg_.loop.accum_steps);
   while (p_.step < max_steps_ && p_.epoch < cfg_.loop.epochs) {
     if (!train_epoch()) break;
@@ -408,7 +412,11 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
                   pc.nproc_per_node);
     return launch_workers(pc, args);
   }
-  if (env.world_size == 1) {
+  // Note [World 1 under a launcher]: a process that torchrun (or a script with its variables)
+  // started as rank 0 of 1 trains data parallel, as PyTorch's DDP does: the reducer, SyncBN and
+  // the NCCL or Gloo path all run, on one GPU (the GPU check compares it with one process).
+  // Without a launcher (and under Slurm with one task) one process trains alone.
+  if (env.world_size == 1 && env.source != "torchrun") {
     SingleProcess one;
     return train(cfg, one);
   }
