@@ -53,6 +53,12 @@ std::string seconds(Clock::duration d) {
   return buf;
 }
 
+std::string host_name() {
+  char b[256] = {};
+  if (gethostname(b, sizeof b - 1) != 0 || b[0] == '\0') return "localhost";
+  return b;
+}
+
 namespace {
 
 struct AddrInfo {

@@ -40,6 +40,9 @@ class Fd {
 std::string endpoint(const std::string& host, int port);
 // Seconds with one decimal, for messages: "2.5 s".
 std::string seconds(Clock::duration d);
+// This machine's name (gethostname), "localhost" when it has none: for messages naming a
+// process ("pid 12 on node7") and for file names.
+std::string host_name();
 
 // A listening, non-blocking TCP socket on host:port. host "" means every interface (IPv6
 // dual-stack where the kernel has IPv6, else IPv4). port 0 lets the kernel pick a free port

@@ -3,7 +3,6 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -89,11 +88,7 @@ std::string wait_for_ranks(Store& store, const std::vector<std::string>& keys, C
 Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 
 // "pid 123 on node7".
-std::string this_process() {
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "an unnamed host");
-  return "pid " + std::to_string(getpid()) + " on " + host;
-}
+std::string this_process() { return "pid " + std::to_string(getpid()) + " on " + net::host_name(); }
 
 // Note [Rank claims]: a store belongs to one job, and each rank of it joins once. Before its
 // first join a rank claims its number (an atomic add on the store): only the first claim

@@ -13,6 +13,7 @@
 #include <filesystem>
 
 #include "cli/flags.h"
+#include "dist/net_util.h"
 #include "engine/error.h"
 #include "engine/io/safetensors.h"
 
@@ -83,9 +84,7 @@ OutputDirLock::OutputDirLock(const fs::path& dir) {
                           "): two runs writing one directory would interleave its files. Wait for that run to "
                           "end (or stop it: it saves a checkpoint), or choose another --output-dir");
   }
-  char host[256] = {};
-  if (gethostname(host, sizeof host - 1) != 0 || !host[0]) std::snprintf(host, sizeof host, "an unnamed host");
-  const std::string me = "pid " + std::to_string(getpid()) + " on " + host + "\n";
+  const std::string me = "pid " + std::to_string(getpid()) + " on " + dist::net::host_name() + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
     std::fprintf(stderr, "warning: cannot write %s (%s); the lock holds all the same\n", path.c_str(),
                  std::strerror(errno));

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "dist/net_util.h"
 #include "engine/error.h"
 
 namespace rt::train {
@@ -69,12 +70,6 @@ std::string scalar_event(const std::string& tag, int64_t step, float value) {
   return event(step, more);
 }
 
-std::string hostname() {
-  char b[256] = {};
-  if (gethostname(b, sizeof b - 1) != 0 || b[0] == '\0') return "localhost";
-  return b;
-}
-
 }  // namespace
 
 uint32_t crc32c(const void* data, size_t n, uint32_t crc) {
@@ -107,7 +102,8 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
            " (give --tensorboard-dir a writable directory)");
   const long now = long(std::chrono::duration_cast<std::chrono::seconds>(
                             std::chrono::system_clock::now().time_since_epoch()).count());
-  const std::string base = (fs::path(dir) / ("events.out.tfevents." + std::to_string(now) + "." + hostname())).string();
+  const std::string base =
+      (fs::path(dir) / ("events.out.tfevents." + std::to_string(now) + "." + dist::net::host_name())).string();
   for (int i = 0; i < 1000 && !f_; ++i) {
     path_ = i == 0 ? base : base + "." + std::to_string(i);
     f_ = std::fopen(path_.c_str(), "wbx");  // x: never another writer's file
