@@ -91,6 +91,17 @@ int64_t slices_for(int64_t max_piece, size_t elem, size_t slice_bytes) {
   return std::max<int64_t>(1, ceil_div(max_piece * int64_t(elem), int64_t(slice_bytes)));
 }
 
+}  // namespace
+
+// A slot holds one slice: at most slice_bytes, rounded up to whole elements (< 8 bytes more).
+// The tree has the most slots in flight, 6 per step for kMaxWindow steps; early receives
+// are posted only while all the slots stay within kEarlyScratchBytes (early_steps).
+size_t max_scratch_bytes(size_t slice_bytes) {
+  return std::max(size_t(kMaxWindow) * 6 * (slice_bytes + 8), kEarlyScratchBytes);
+}
+
+namespace {
+
 int mod(int64_t a, int n) { return int(((a % n) + n) % n); }
 
 // The ring (reduce-scatter, then all-gather if `gather`). Chunk c of N is reduced around

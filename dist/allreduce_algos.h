@@ -74,6 +74,10 @@ void ring_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
 void ring_reduce_scatter(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
 // All-reduce of data[0:count] in place with the double binary tree.
 void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
+// The most any of the three asks of P2P::scratch() with this slice size, whatever the
+// count, dtype and world: what a backend can allocate once, up front (the NCCL communicator
+// does, so that no allocation happens while it holds its issue lock).
+size_t max_scratch_bytes(size_t slice_bytes);
 
 // ---- the trees, exposed for tests -----------------------------------------------------
 // Note [Double binary tree]: tree 0 is the in-order binary tree of the positions 1..N by

@@ -77,6 +77,10 @@ struct CommOptions {
   // The address this rank's connections listen on (Gloo's pairs, the liveness links).
   // "" = the interface that routes to the store's host.
   std::string host;
+  // CUDA: timed events around each call (Note [Device timeline] in dist/work.h), what the
+  // reducer's overlap figure reads on GPUs. Off, the events only order and signal, which
+  // costs less to record and query.
+  bool timed_events = false;
 };
 
 // The address this rank's connections listen on: CommOptions::host, else the one that

@@ -45,11 +45,11 @@ ncclRedOp_t nccl_op(ReduceOp op) {
 }
 
 // A CUDA event, destroyed when its last holder lets go (CUDA frees a pending event's
-// resources once it completes). Without timing: these only order streams and signal
-// completion (a timing event costs more to record and query).
+// resources once it completes). Without timing unless CommOptions::timed_events: they only
+// order streams and signal completion (a timing event costs more to record and query).
 using EventPtr = std::shared_ptr<void>;
-EventPtr make_event(int device) {
-  return EventPtr(cuda::event_create(device, /*timing=*/false), [](void* e) { cuda::event_destroy(e); });
+EventPtr make_event(int device, bool timing) {
+  return EventPtr(cuda::event_create(device, timing), [](void* e) { cuda::event_destroy(e); });
 }
 
 // Sets the current CUDA device for a scope (NCCL enqueues on the current device).
@@ -115,7 +115,9 @@ struct NcclCommunicator::Impl {
   std::unique_ptr<PeerLiveness> liveness;
   ncclComm_t comm = nullptr;
   Stream stream;
-  Tensor scratch;      // ring/tree receive slots, grown on demand
+  Tensor scratch;      // (max_scratch_bytes,) u8: ring/tree receive slots (reserve_scratch)
+  std::mutex scratch_mu;  // its one allocation
+  void reserve_scratch();
   Tensor barrier_buf;  // one f32 the barrier all-reduces
 
   std::mutex issue_mu;  // one call issued at a time
@@ -161,15 +163,9 @@ class NcclCommunicator::Impl::StepP2P final : public P2P {
     cuda::memcpy(dst, src, bytes, cuda::CopyKind::d2d, m_.device, s_);
   }
   void* scratch(size_t bytes) override {
-    if (!m_.scratch.defined() || m_.scratch.nbytes() < bytes) {
-      // Allocated on the communication stream, which uses it (and frees it, when replaced,
-      // in that stream's order). On the caller's stream the caching allocator could hand the
-      // block to the caller's next op while the communication stream still works in it
-      // (found under --config=cuda-emu: a 2-rank tree all-reduce wrote a block the emulator
-      // had seen freed).
-      StreamGuard on_comm(m_.stream);
-      m_.scratch = Tensor::empty({int64_t(bytes)}, DType::u8, Device::cuda(m_.device));
-    }
+    RT_CHECK(m_.scratch.defined() && m_.scratch.nbytes() >= bytes, "NCCL communicator: the ring/tree all-reduce asks ",
+             bytes, " bytes of scratch, ", m_.scratch.defined() ? m_.scratch.nbytes() : 0,
+             " were reserved (a bug: max_scratch_bytes must bound every request)");
     return m_.scratch.raw_data();
   }
 
@@ -246,6 +242,24 @@ NcclCommunicator::Impl::~Impl() {
   }
   if (st == ncclSuccess) NCCL_WARN(ncclCommDestroy(comm));
   else NCCL_WARN(ncclCommAbort(comm));
+}
+
+// Note [Scratch outside the issue lock]: the ring and tree all-reduces receive into scratch.
+// Grown on demand inside enqueue(), it was allocated while run() held issue_mu; an
+// allocation that reaches cudaMalloc can wait for the device, and a device stuck in a
+// collective whose peer died never lets it return, so the watchdog (which aborts only when
+// it can take issue_mu) could not abort it: a hang. It is allocated once, before issue_mu,
+// at the size that bounds every request (max_scratch_bytes: 24 slices plus rounding, or 4
+// MiB; 24 MiB at the default 1 MiB slices), and only for a communicator that runs them.
+// Allocated on the communication stream, which uses it: on the caller's stream the caching
+// allocator could hand the block to the caller's later ops while the communication stream
+// works in it (found under --config=cuda-emu, when the scratch was still replaced as it grew).
+void NcclCommunicator::Impl::reserve_scratch() {
+  std::lock_guard<std::mutex> lock(scratch_mu);
+  if (scratch.defined()) return;
+  DeviceGuard guard(device);
+  StreamGuard on_comm(stream);
+  scratch = Tensor::empty({int64_t(max_scratch_bytes(opts.slice_bytes))}, DType::u8, Device::cuda(device));
 }
 
 void NcclCommunicator::Impl::wait_ready(const std::string& what, Clock::time_point deadline) {
@@ -416,8 +430,10 @@ namespace {
 
 class NcclWork final : public WorkImpl {
  public:
-  NcclWork(std::shared_ptr<State> s, EventPtr done, const std::atomic<bool>* aborting)
-      : s_(std::move(s)), done_(std::move(done)), aborting_(aborting) {}
+  NcclWork(std::shared_ptr<State> s, EventPtr done, const std::atomic<bool>* aborting, EventPtr ready = nullptr,
+           EventPtr started = nullptr)
+      : s_(std::move(s)), done_(std::move(done)), ready_(std::move(ready)), started_(std::move(started)),
+        aborting_(aborting) {}
 
   void wait() override {
     {
@@ -447,13 +463,31 @@ class NcclWork final : public WorkImpl {
     }
     if (done_) cuda::stream_wait_event(s.handle(), done_.get());
   }
+  std::optional<DeviceTimes> device_times(const Event& ref) override {
+    if (!started_ || !ref.handle()) return std::nullopt;
+    {
+      std::lock_guard<std::mutex> lock(s_->mu);
+      if (s_->done && !s_->error.empty()) return std::nullopt;
+    }
+    if (aborting_->load()) return std::nullopt;  // the events fired, but not because the call ran
+    try {
+      // Both queried first: cudaEventElapsedTime on an event not yet passed fails, and the
+      // failure would linger for the next launch's error check.
+      if (!cuda::event_query(ref.handle()) || !cuda::event_query(done_.get())) return std::nullopt;
+      const auto ms = [&](const EventPtr& e) { return double(cuda::event_elapsed_ms(ref.handle(), e.get())); };
+      return DeviceTimes{ms(ready_), ms(started_), ms(done_)};
+    } catch (const std::exception&) {  // a faulted device: the training's next CUDA call says so
+      return std::nullopt;
+    }
+  }
 
  private:
   void rethrow() {
     if (!s_->error.empty()) throw Error(s_->error);
   }
   std::shared_ptr<State> s_;
-  EventPtr done_;  // null: the call failed before it was queued
+  EventPtr done_;            // null: the call failed before it was queued
+  EventPtr ready_, started_;  // Note [Device timeline]; null without CommOptions::timed_events
   const std::atomic<bool>* aborting_;
 };
 
@@ -490,6 +524,7 @@ void NcclCommunicator::check_reducible(DType, const std::string&) const {}  // e
 
 Work NcclCommunicator::run(Call call) {
   Impl& m = *impl_;
+  if (call.kind == Kind::all_reduce && call.algo != AllReduceAlgo::library) m.reserve_scratch();
   std::lock_guard<std::mutex> issue(m.issue_mu);
   auto state = std::make_shared<State>();
   {
@@ -501,11 +536,17 @@ Work NcclCommunicator::run(Call call) {
   }
   DeviceGuard guard(m.device);
   // Note [Communication stream]: after everything the caller queued so far.
-  EventPtr ready = make_event(m.device);
+  const bool timed = m.opts.timed_events;
+  EventPtr ready = make_event(m.device, timed);
   cuda::event_record(ready.get(), Stream::current(device()).handle());
   cuda::stream_wait_event(m.stream.handle(), ready.get());
+  EventPtr started;  // Note [Device timeline]
+  if (timed) {
+    started = make_event(m.device, true);
+    cuda::event_record(started.get(), m.stream.handle());
+  }
 
-  Impl::Entry e{call.what, Clock::now(), call.timeout, make_event(m.device), state, {}};
+  Impl::Entry e{call.what, Clock::now(), call.timeout, make_event(m.device, timed), state, {}};
   for (const Tensor* t : {&call.a, &call.b})
     if (t->defined()) e.keep.push_back(*t);
   try {
@@ -516,7 +557,7 @@ Work NcclCommunicator::run(Call call) {
     throw;
   }
   cuda::event_record(e.done.get(), m.stream.handle());
-  Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting));
+  Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting, timed ? ready : nullptr, started));
   {
     std::lock_guard<std::mutex> lock(m.mu);
     m.inflight.push_back(std::move(e));

@@ -158,6 +158,14 @@ void Reducer::prepare(bool communicate) {
   t0_ = std::chrono::steady_clock::now();
   timeline_ = StepTimeline{};
   timeline_.buckets.assign(buckets_.size(), StepTimeline::Bucket{});
+  if (last_end_) timeline_.since_previous = std::chrono::duration<double>(t0_ - *last_end_).count();
+  if (comm_.device().is_cuda()) {  // Note [Two clocks]
+    const Device d = comm_.device();
+    step_.emplace(DeviceStep{Event(d), Event(d), Event(d), std::nullopt, {}});
+    if (!on_device_.empty()) step_->previous_end = on_device_.back().wait_end;
+    else if (last_device_end_) step_->previous_end = *last_device_end_;
+    step_->start.record(Stream::current(d));
+  }
 }
 
 void Reducer::on_ready(size_t k) {
@@ -199,6 +207,7 @@ void Reducer::end_backward() {
   armed_ = false;
   waiting_ = true;
   timeline_.backward_end = now();
+  if (step_) step_->backward_end.record(Stream::current(comm_.device()));
   std::vector<std::string> unused;
   for (Bucket& b : buckets_)
     for (size_t k : b.slots)
@@ -242,6 +251,58 @@ void Reducer::wait_for_gradients() {
     const auto end = buckets_[b].work.finished_at();
     if (end) timeline_.buckets[b].completed = std::chrono::duration<double>(*end - t0_).count();
   }
+  last_end_ = std::chrono::steady_clock::now();
+  timeline_.wait_end = std::chrono::duration<double>(*last_end_ - t0_).count();
+  if (step_) {
+    step_->wait_end.record(Stream::current(comm_.device()));
+    for (const Bucket& b : buckets_) step_->works.push_back(b.work);
+    on_device_.push_back(std::move(*step_));
+    step_.reset();
+  } else {
+    finished_.push_back(timeline_);
+  }
+  settle(false);
+}
+
+// Note [Two clocks]. Every event of `d` has completed.
+StepTimeline Reducer::resolve(const DeviceStep& d) const {
+  const auto seconds = [&](const Event& from, const Event& to) { return double(from.elapsed_ms(to)) / 1e3; };
+  StepTimeline t;
+  t.clock = "device";
+  t.backward_end = seconds(d.start, d.backward_end);
+  t.wait_end = seconds(d.start, d.wait_end);
+  if (d.previous_end) t.since_previous = seconds(*d.previous_end, d.start);
+  t.buckets.assign(d.works.size(), StepTimeline::Bucket{});
+  for (size_t b = 0; b < d.works.size(); ++b)
+    if (const auto x = d.works[b].device_times(d.start))
+      t.buckets[b] = StepTimeline::Bucket{x->ready_ms / 1e3, x->started_ms / 1e3, x->done_ms / 1e3};
+  return t;
+}
+
+void Reducer::settle(bool wait) {
+  // Steps the device has not finished wait for a later call; but never more than a few, so
+  // that a host running far ahead of the device does not hoard events (it waits for the
+  // oldest then, which the device has almost reached by the time the host is that far ahead).
+  constexpr size_t kMaxOnDevice = 8;
+  while (!on_device_.empty()) {
+    DeviceStep& d = on_device_.front();
+    if (wait || on_device_.size() > kMaxOnDevice) d.wait_end.synchronize();
+    else if (!d.wait_end.query()) break;
+    finished_.push_back(resolve(d));
+    last_device_end_ = d.wait_end;
+    on_device_.pop_front();
+  }
+  // Kept for take_timelines(); a caller that never takes them (a test of the reduction) keeps
+  // only the latest.
+  constexpr size_t kMaxFinished = 1024;
+  if (finished_.size() > kMaxFinished) finished_.erase(finished_.begin(), finished_.end() - kMaxFinished);
+}
+
+std::vector<StepTimeline> Reducer::take_timelines(bool wait) {
+  settle(wait);
+  std::vector<StepTimeline> out;
+  out.swap(finished_);
+  return out;
 }
 
 std::vector<Reducer::BucketInfo> Reducer::buckets() const {

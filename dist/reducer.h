@@ -26,6 +26,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -34,6 +35,7 @@
 #include <vector>
 
 #include "dist/communicator.h"
+#include "engine/stream.h"
 #include "engine/tensor.h"
 
 namespace rt::dist {
@@ -53,11 +55,24 @@ struct ReducerOptions {
 };
 
 // One step's timeline in seconds from prepare(): what the overlap is computed from.
+//
+// Note [Two clocks]: on the CPU the times are the host's: when backward's last op returned,
+// when a bucket was handed to the communicator's thread, when that thread finished it. On
+// CUDA the host only queues work, so its clock says nothing about what overlapped on the
+// device: there the times come from timed events (Note [Device timeline] in dist/work.h),
+// relative to an event recorded on the compute stream at prepare(): the end of backward's
+// kernels, a bucket's gradients produced (ready), its all-reduce starting on the
+// communication stream (launched) and ending (completed). Those are read once the device has
+// passed them, without waiting for it: take_timelines() returns a step's timeline a step or
+// more later on CUDA.
 struct StepTimeline {
-  double backward_end = 0;  // when finish() was called
+  const char* clock = "host";  // "host" or "device" (Note [Two clocks])
+  double backward_end = 0;     // end of backward (end_backward())
+  double wait_end = -1;        // when the averaged gradients were there (wait_for_gradients())
+  double since_previous = -1;  // from the previous step's wait_end to this prepare(); -1 on the first step
   struct Bucket {
     double ready = -1;      // when its last gradient was ready (launched can be later: Note [Bucket launch order])
-    double launched = -1;   // when its all-reduce was issued (-1: not this step)
+    double launched = -1;   // when its all-reduce was issued (device: started) (-1: not this step)
     double completed = -1;  // when it completed, where the backend reports it (-1: unknown)
   };
   std::vector<Bucket> buckets;
@@ -108,7 +123,10 @@ class Reducer {
   };
   std::vector<BucketInfo> buckets() const;
   int64_t collectives() const { return collectives_; }  // all-reduces issued since construction
-  const StepTimeline& last_timeline() const { return timeline_; }
+  // The timelines of communicating steps not yet taken, in step order (Note [Two clocks]): on
+  // the CPU the step that wait_for_gradients() ended; on CUDA those the device has finished.
+  // wait = true waits for the device to finish them all (the end of training).
+  std::vector<StepTimeline> take_timelines(bool wait = false);
 
  private:
   struct Slot;
@@ -127,7 +145,20 @@ class Reducer {
   size_t next_launch_ = 0;  // the first bucket not yet launched this step
   int64_t collectives_ = 0;
   std::chrono::steady_clock::time_point t0_;
-  StepTimeline timeline_;
+  std::optional<std::chrono::steady_clock::time_point> last_end_;  // the previous step's wait end (host)
+  StepTimeline timeline_;                                          // this step's, on the host's clock
+  std::vector<StepTimeline> finished_;                             // not yet taken
+  // Note [Two clocks]: a step's events on CUDA, recorded on the compute stream, and its works.
+  struct DeviceStep {
+    Event start, backward_end, wait_end;
+    std::optional<Event> previous_end;  // the step before's wait_end
+    std::vector<Work> works;            // one per bucket
+  };
+  std::optional<DeviceStep> step_;     // this step's (CUDA)
+  std::deque<DeviceStep> on_device_;   // steps the device may not have finished, oldest first
+  std::optional<Event> last_device_end_;  // the wait_end of the last step taken off on_device_
+  StepTimeline resolve(const DeviceStep& d) const;
+  void settle(bool wait);  // moves what the device finished (wait: everything) to finished_
   std::function<void(size_t)> deliver_;  // Note [Gradients produced elsewhere]
   std::shared_ptr<Reducer*> alive_;  // what the gradient hooks see; null once destroyed
 };

@@ -14,10 +14,21 @@
 #include <optional>
 
 namespace rt {
+class Event;
 class Stream;
 }
 
 namespace rt::dist {
+
+// Note [Device timeline]: on a GPU the host's clock says when a call was queued, not when it
+// ran. A communicator made with CommOptions::timed_events records timed CUDA events around
+// each call: `ready` on the caller's stream (the data the call reads was produced), `started`
+// on the communication stream after it waited for `ready` and for the calls before it, `done`
+// after the call. Their times, in milliseconds after a reference event the caller recorded
+// earlier on its own stream, are what the reducer's timeline uses on GPUs.
+struct DeviceTimes {
+  double ready_ms = 0, started_ms = 0, done_ms = 0;
+};
 
 // What a backend implements behind a Work.
 class WorkImpl {
@@ -34,6 +45,9 @@ class WorkImpl {
   // When the call finished (host steady clock), once done(); nullopt where the backend does
   // not know it (a CUDA call completes on the device). For timelines (the reducer's overlap).
   virtual std::optional<std::chrono::steady_clock::time_point> finished_at() { return std::nullopt; }
+  // Note [Device timeline]; nullopt until the call completed, when it failed, and where the
+  // backend records no timed events. Never blocks, never throws.
+  virtual std::optional<DeviceTimes> device_times(const Event& /*reference*/) { return std::nullopt; }
 };
 
 class Work {
@@ -50,6 +64,9 @@ class Work {
   }
   std::optional<std::chrono::steady_clock::time_point> finished_at() const {
     return impl_ ? impl_->finished_at() : std::nullopt;
+  }
+  std::optional<DeviceTimes> device_times(const Event& reference) const {
+    return impl_ ? impl_->device_times(reference) : std::nullopt;
   }
 
  private:

@@ -53,6 +53,7 @@ void Event::block(const Stream& s) const {
 void Event::synchronize() const {
   if (handle_) cuda::event_synchronize(handle_.get());
 }
+bool Event::query() const { return !handle_ || cuda::event_query(handle_.get()); }
 float Event::elapsed_ms(const Event& end) const {
   RT_CHECK(handle_ && end.handle_, "Event::elapsed_ms needs two CUDA events");
   return cuda::event_elapsed_ms(handle_.get(), end.handle_.get());

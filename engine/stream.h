@@ -36,7 +36,9 @@ class Event {
   void record(const Stream& s);
   void block(const Stream& s) const;  // make `s` wait for this event (no host wait)
   void synchronize() const;           // host waits for this event
+  bool query() const;                 // whether the work before it has completed (CPU: true); never waits
   float elapsed_ms(const Event& end) const;  // CUDA only; both recorded and complete
+  void* handle() const { return handle_.get(); }  // cudaEvent_t on CUDA, nullptr on the CPU
 
  private:
   Device device_;

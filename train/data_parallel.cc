@@ -32,7 +32,9 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
     const std::string rank0 = agree("gpu-model", mine);
     RT_CHECK(mine == rank0, "data parallel: rank ", env_.rank, " runs on a ", mine, " (cuda:", device_.index,
              ") but rank 0 on a ", rank0, ": use GPUs of one model (set CUDA_VISIBLE_DEVICES; see ringtape doctor)");
-    comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, o);
+    dist::CommOptions timed = o;
+    timed.timed_events = true;  // the overlap figure on the device's clock (Note [Two clocks] in dist/reducer.h)
+    comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, timed);
   } else {
     comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
   }
@@ -129,10 +131,7 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   }
 }
 
-void DataParallel::before_backward(bool last) {
-  if (last) backward_start_ = std::chrono::steady_clock::now();
-  reducer_->prepare(last);
-}
+void DataParallel::before_backward(bool last) { reducer_->prepare(last); }
 
 void DataParallel::after_backward(bool last) {
   if (last) reducer_->end_backward();
@@ -140,7 +139,12 @@ void DataParallel::after_backward(bool last) {
 
 void DataParallel::before_optimizer_step() {
   reducer_->wait_for_gradients();
-  const dist::StepTimeline& t = reducer_->last_timeline();
+  for (const dist::StepTimeline& t : reducer_->take_timelines()) account(t);
+}
+
+// One step's timeline, once known (on CUDA a step or more later: Note [Two clocks] in
+// dist/reducer.h): into the overlap figure and --comm-timeline's file.
+void DataParallel::account(const dist::StepTimeline& t) {
   const double total = t.comm_seconds();
   if (total > 0) {
     ++overlap_.steps;
@@ -148,23 +152,21 @@ void DataParallel::before_optimizer_step() {
     overlap_.hidden_seconds += total * t.overlap();
     overlap_.last = t.overlap();
   }
-  if (timeline_) write_timeline();
+  if (timeline_) write_timeline(t);
 }
 
 // Note [Timeline file]: one JSON object per communicating step, what bench/dp_scaling_model.py
 // needs to replay a step under another network. Times are seconds from the start of the
-// step's last backward (Reducer::prepare):
+// step's last backward (Reducer::prepare), on the clock that `clock` names (Note [Two clocks]
+// in dist/reducer.h: "host" on CPU processes, "device" on GPUs):
 //   before_backward_s: from the previous step's wait_end to this backward's start: the
 //     optimizer step, loading and forward (and any log line, checkpoint or evaluation in
 //     between; null on the first step);
 //   backward_end_s: backward's end; wait_end_s: when the averaged gradients were there;
-//   buckets, in launch order: bytes, ready (its last gradient was ready), launched, completed.
+//   buckets, in launch order: bytes, ready (its last gradient was ready), launched (device:
+//   started on the communication stream), completed (-1 where unknown: a failed call).
 // Rank 0's view only: the other ranks' backward may end earlier or later.
-void DataParallel::write_timeline() {
-  using Clock = std::chrono::steady_clock;
-  const Clock::time_point now = Clock::now();
-  auto since = [&](Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); };
-  const dist::StepTimeline& t = reducer_->last_timeline();
+void DataParallel::write_timeline(const dist::StepTimeline& t) {
   const std::vector<dist::Reducer::BucketInfo> info = reducer_->buckets();
   json::Value buckets = json::Value::array();
   for (size_t b = 0; b < info.size(); ++b) {
@@ -182,12 +184,12 @@ void DataParallel::write_timeline() {
   m.set("world_size", env_.world_size);
   m.set("backend", comm_->backend());
   m.set("allreduce", dist::algo_name(cfg_.allreduce));
-  m.set("before_backward_s", timeline_steps_ > 1 ? json::Value(since(wait_end_, backward_start_)) : json::Value());
+  m.set("clock", t.clock);
+  m.set("before_backward_s", t.since_previous >= 0 ? json::Value(t.since_previous) : json::Value());
   m.set("backward_end_s", t.backward_end);
-  m.set("wait_end_s", since(backward_start_, now));
+  m.set("wait_end_s", t.wait_end);
   m.set("buckets", std::move(buckets));
   timeline_->write(m);
-  wait_end_ = Clock::now();  // the file's write is not the next step's compute
 }
 
 // Rank 0's running statistics for every rank's evaluation: each rank's were updated from its
@@ -244,6 +246,7 @@ std::string fingerprint(const nn::NamedTensors& tensors) {
 // Then the last barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as
 // the last one).
 void DataParallel::finish() {
+  for (const dist::StepTimeline& t : reducer_->take_timelines(/*wait=*/true)) account(t);  // the last steps' (CUDA)
   const std::string mine = fingerprint(params_), rank0 = agree("final-weights", mine);
   RT_CHECK(mine == rank0, "data parallel: rank ", env_.rank, "'s weights differ from rank 0's at the end of training ",
            "(fingerprint ", mine, " vs ", rank0, "): the ranks stopped training the same model; this is a bug, ",

@@ -75,10 +75,10 @@ class DataParallel final : public ParallelContext {
   std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)
   OverlapStats overlap_;
 
-  void write_timeline();
+  void account(const dist::StepTimeline& t);
+  void write_timeline(const dist::StepTimeline& t);
   std::optional<MetricsLog> timeline_;   // --comm-timeline on rank 0
   int64_t timeline_steps_ = 0;
-  std::chrono::steady_clock::time_point backward_start_, wait_end_;  // this step's, the last step's
 };
 
 }  // namespace rt::train

@@ -87,7 +87,9 @@ class ParallelContext {
   virtual void check_healthy() = 0;
 
   virtual OverlapStats overlap() const = 0;
-  virtual void finish() = 0;  // the run ended well: the last meeting of the ranks
+  // The last meeting of the ranks: the run ended, or every rank stopped at the same step for a
+  // signal (Note [Stopping together], trainer.cc); also checks they hold the same weights.
+  virtual void finish() = 0;
 };
 
 // One process: its gradients and counts are already the whole run's.

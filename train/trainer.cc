@@ -150,6 +150,10 @@ class Trainer {
   bool end_epoch();
   void log_window();
   void checkpoint();
+  int stop_signal() const;
+  void note_signals(const std::vector<double>& by_rank);
+  int stopped_by_rank_ = -1;  // Note [Stopping together]: the rank whose signal stops the run
+  int agreed_signal_ = 0;     // and its signal
 
   const TrainConfig& cfg_;
   ParallelContext& par_;
@@ -215,18 +219,27 @@ int Trainer::run() {
     if (!train_epoch()) break;
     const bool epoch_done = p_.batch + cfg_.loop.accum_steps > data_.batches_per_epoch;
     if (epoch_done && !end_epoch()) break;
+    if (par_.world_size() > 1 && epoch_done) {  // Note [Stopping together]: an epoch's end is a point to agree
+      std::vector<double> by_rank(size_t(par_.world_size()), 0.0);
+      by_rank[size_t(par_.rank())] = interrupt_.signal();
+      par_.sum_over_ranks(by_rank);
+      note_signals(by_rank);
+      if (agreed_signal_) break;  // the checkpoint is saved below
+    }
     checkpoint();
   }
-  if (const int sig = interrupt_.signal()) {  // also one that came after the last step
+  if (const int sig = stop_signal()) {  // also one that came after the last step (one process)
     checkpoint();
+    par_.finish();  // every rank stopped here, with the same weights, before any leaves
     log_.end_line();
+    const std::string where =
+        par_.world_size() > 1 ? " on rank " + std::to_string(stopped_by_rank_) : std::string();
     if (par_.is_logging_rank())
-      std::fprintf(stderr, "ringtape train: interrupted by %s after step %ld: checkpoint saved to %s; continue with "
-                   "--resume %s\n", signal_name(sig), p_.step, ckpt_.c_str(), ckpt_.c_str());
-    else  // only rank 0 saves: this rank cannot tell whether it did (it says so in its own log)
-      std::fprintf(stderr, "ringtape train: rank %d interrupted by %s after step %ld; this rank saves no checkpoint: "
-                   "rank 0 saves %s when it stops by a signal too (its log says whether it did)\n",
-                   par_.rank(), signal_name(sig), p_.step, ckpt_.c_str());
+      std::fprintf(stderr, "ringtape train: interrupted by %s%s after step %ld: checkpoint saved to %s; continue with "
+                   "--resume %s\n", signal_name(sig), where.c_str(), p_.step, ckpt_.c_str(), ckpt_.c_str());
+    else
+      std::fprintf(stderr, "ringtape train: rank %d stopped by %s%s after step %ld, with every rank; rank 0 saved "
+                   "the checkpoint %s\n", par_.rank(), signal_name(sig), where.c_str(), p_.step, ckpt_.c_str());
     return 128 + sig;
   }
   profile_.stop();  // --steps ended inside the profiled steps
@@ -236,8 +249,8 @@ int Trainer::run() {
     save_weights(weights_.string(), model_);
   }
   log_.done(p_.step, skipped_steps_, weights_.string());
+  par_.finish();  // first: on CUDA the last steps' timelines are read there (Note [Two clocks])
   log_.overlap(par_.overlap());
-  par_.finish();
   return 0;
 }
 
@@ -247,7 +260,7 @@ bool Trainer::train_epoch() {
   data_.feed->start_epoch(p_.epoch, p_.batch);
   log_.begin_epoch(p_);
   while (p_.step < max_steps_) {
-    if (interrupt_.signal()) return false;
+    if (stop_signal()) return false;
     opt_->set_lr(schedule_.lr_at(p_.step));
     profile_.begin_step(p_.step);
     StepOutcome o;
@@ -277,7 +290,9 @@ bool Trainer::train_epoch() {
 // evaluation: the checkpoint then keeps p_.batch at the epoch's end, and a resumed run evaluates.
 bool Trainer::end_epoch() {
   const int64_t skipped_train = data_.loader->skipped_in_epoch();
-  const EvalResult e = evaluate(s_, mp_, cfg_, par_, &interrupt_);
+  // Data parallel: the evaluation's all-reduces need every rank, so a signal waits for its
+  // end (Note [Stopping together]).
+  const EvalResult e = evaluate(s_, mp_, cfg_, par_, par_.world_size() > 1 ? nullptr : &interrupt_);
   if (e.interrupted) return false;
   log_.eval(p_, e, skipped_train);
   Allocator& mem = allocator_for(s_.device);
@@ -294,13 +309,37 @@ bool Trainer::end_epoch() {
 void Trainer::log_window() {
   window_.loss_sum = step_.window_loss(window_.first_step, p_);
   if (par_.world_size() > 1) {
-    std::vector<double> sum = {window_.loss_sum};
+    // The loss, then one slot per rank for its signal (Note [Stopping together]).
+    std::vector<double> sum(size_t(1 + par_.world_size()), 0.0);
+    sum[0] = window_.loss_sum;
+    sum[size_t(1 + par_.rank())] = interrupt_.signal();
     par_.sum_over_ranks(sum);
     window_.loss_sum = sum[0] / double(par_.world_size());
+    note_signals(std::vector<double>(sum.begin() + 1, sum.end()));
   }
   log_.train(p_, opt_->lr(), window_, mp_);
   window_ = LogWindow(p_.step + 1);
   step_.reset_window();
+}
+
+// Note [Stopping together]: a signal reaches the ranks at different steps, or only some of
+// them (the launcher of one node of several is stopped; a scheduler signals one task). A rank
+// that stopped at its own step boundary left its peers in a collective it never joined: they
+// failed on the broken connection, and rank 0, the one that saves, died without a
+// checkpoint. So in a data-parallel run a rank does not stop alone: each says which signal it
+// received, if any, in the all-reduce that already happens at every log line (the loss's,
+// Note [Logged loss]; --print-freq steps apart) and at every epoch's end; where any rank got
+// one, every rank stops at that step, rank 0 saves the checkpoint, and the ranks leave
+// together (ParallelContext::finish). The evaluation, whose all-reduces need every rank,
+// runs to its end first. One process stops at the next step boundary, as before.
+int Trainer::stop_signal() const { return par_.world_size() > 1 ? agreed_signal_ : interrupt_.signal(); }
+
+void Trainer::note_signals(const std::vector<double>& by_rank) {
+  for (size_t r = 0; r < by_rank.size() && !agreed_signal_; ++r)
+    if (by_rank[r] != 0) {
+      agreed_signal_ = int(by_rank[r]);
+      stopped_by_rank_ = int(r);
+    }
 }
 
 // Every rank checks the loss first: no checkpoint after a NaN/Inf loss kept on the device.

@@ -3,8 +3,9 @@
 // without a machine of several GPUs. Every call and all-reduce algorithm (NCCL's, and ring
 // and tree on ncclSend/ncclRecv groups plus the reduce kernel) in f32, f64, bf16 and f16,
 // checked on the host; broadcast, all-gather, reduce-scatter, barrier and send/recv; two
-// ranks on one GPU; and a killed rank failing the survivors' calls with a message naming
-// it. Outside --config=cuda-emu the test says SKIPPED.
+// ranks on one GPU; a killed rank failing the survivors' calls with a message naming it;
+// and the gradient reducer's timeline on the device's clock. Outside --config=cuda-emu the
+// test says SKIPPED.
 #include <doctest/doctest.h>
 
 #include <cstdio>
@@ -18,6 +19,7 @@
 #include <vector>
 
 #include "dist/nccl_communicator.h"
+#include "dist/reducer.h"
 #include "dist/rendezvous.h"
 #include "engine/error.h"
 #include "engine/ops.h"
@@ -189,7 +191,72 @@ int same_device(int) {
   return 0;
 }
 
+// Issue 21, deliverable 4 (Note [Two clocks], dist/reducer.h): the reducer's timeline on
+// NCCL is on the device's clock. Before, no bucket's completion was known on CUDA (the host's
+// clock cannot see the device's), so a GPU run had no overlap figure. Eight one-parameter
+// buckets, backward with 40 kernels between two gradients: the first bucket's all-reduce
+// starts on the communication stream while the compute stream still runs backward; every
+// bucket has its device times, in the order the stream ran them; two steps.
+int device_timeline(int) {
+  Job job;
+  const int rank = job.env.rank, world = job.env.world_size, dev = job.env.local_rank;
+  CommOptions o = job.opts();
+  o.timed_events = true;
+  NcclCommunicator comm(*job.store.store, rank, world, dev, o);
+  const Device d = Device::cuda(dev);
+  const int64_t n = 2048;
+  std::vector<Reducer::Param> ps;
+  for (int k = 0; k < 8; ++k) {
+    Tensor w = Tensor::full({n}, 1.0, DType::f32, d);
+    w.set_requires_grad(true);
+    ps.emplace_back("w" + std::to_string(k), w);
+  }
+  ReducerOptions ro;
+  ro.first_bucket_bytes = ro.bucket_bytes = size_t(n) * 4;
+  ro.timeout = 30s;
+  Reducer red(comm, ps, ro);
+  for (int step = 0; step < 2; ++step) {
+    red.prepare(true);
+    Tensor h = input(rank, n, DType::f32, dev);
+    for (auto& [name, w] : ps) {
+      h = mul(h, w);
+      for (int rep = 0; rep < 20; ++rep) h = add(mul(h, 1.0), 0.0);
+    }
+    sum(h).backward();
+    red.finish();
+  }
+  const std::vector<StepTimeline> ts = red.take_timelines(/*wait=*/true);
+  RT_CHECK(ts.size() == 2, "rank ", rank, ": ", ts.size(), " timelines after 2 steps");
+  for (size_t i = 0; i < ts.size(); ++i) {
+    const StepTimeline& t = ts[i];
+    const std::string at = detail::cat("rank ", rank, " step ", i + 1, ": ");
+    RT_CHECK(std::string(t.clock) == "device", at, "clock ", t.clock);
+    RT_CHECK(t.buckets.size() == 8, at, t.buckets.size(), " buckets");
+    RT_CHECK((t.since_previous >= 0) == (i > 0), at, "since_previous ", t.since_previous);
+    double last = 0;
+    for (size_t b = 0; b < t.buckets.size(); ++b) {
+      const StepTimeline::Bucket& x = t.buckets[b];
+      RT_CHECK(0 <= x.ready && x.ready <= x.launched && x.launched <= x.completed && x.completed <= t.wait_end, at,
+               "bucket ", b, ": ready ", x.ready, ", launched ", x.launched, ", completed ", x.completed,
+               ", wait end ", t.wait_end);
+      RT_CHECK(last <= x.launched, at, "bucket ", b, " started at ", x.launched, " before the one ahead ended, ", last);
+      last = x.completed;
+    }
+    RT_CHECK(t.buckets[0].launched < t.backward_end, at, "the first all-reduce started at ", t.buckets[0].launched,
+             " s, backward's kernels ended at ", t.backward_end, " s");
+    RT_CHECK(t.overlap() > 0 && t.overlap() <= 1, at, "overlap ", t.overlap());
+  }
+  return 0;
+}
+
 }  // namespace
+
+TEST_CASE("nccl engine: the reducer's timeline on the device's clock: all-reduces overlap backward's kernels") {
+  testing::LaunchOptions o;
+  o.limit = std::chrono::seconds(120);
+  const auto r = testing::launch(2, device_timeline, o);
+  CHECK_MESSAGE(r.ok(), r.report());
+}
 
 TEST_CASE("nccl engine: NcclCommunicator on 2 and 3 processes, every call and algorithm") {
   for (int world : {2, 3}) {

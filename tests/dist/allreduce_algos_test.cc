@@ -105,7 +105,8 @@ class Mailboxes {
 // so that a scratch slot reused too soon shows as a wrong result.
 class ThreadP2P final : public P2P {
  public:
-  ThreadP2P(Mailboxes& m, int rank, bool early) : m_(m), rank_(rank), early_(early) {}
+  ThreadP2P(Mailboxes& m, int rank, bool early, size_t slice_bytes)
+      : m_(m), rank_(rank), early_(early), slice_bytes_(slice_bytes) {}
   void start(const std::vector<Transfer>& sends, const std::vector<Transfer>& recvs) override {
     Group g;
     for (const Transfer& t : recvs) {
@@ -152,6 +153,9 @@ class ThreadP2P final : public P2P {
   void copy(void* dst, const void* src, size_t bytes) override { std::memcpy(dst, src, bytes); }
   void scale(DType t, int64_t n, void* x, double s) override { scale_cpu(t, n, x, s); }
   void* scratch(size_t bytes) override {
+    // What the NCCL communicator allocates up front must be enough.
+    RT_CHECK(bytes <= max_scratch_bytes(slice_bytes_), "rank ", rank_, ": scratch of ", bytes,
+             " bytes, more than max_scratch_bytes(", slice_bytes_, ") = ", max_scratch_bytes(slice_bytes_));
     // Poisoned, so that a slot read before it is written shows.
     if (scratch_.size() < bytes) scratch_.assign(bytes, char(0x7f));
     return scratch_.data();
@@ -170,6 +174,7 @@ class ThreadP2P final : public P2P {
   Mailboxes& m_;
   int rank_;
   bool early_;
+  size_t slice_bytes_;
   std::deque<Group> groups_;
   std::map<std::pair<int, uint32_t>, Transfer> expected_;  // posted early, not yet started
   std::set<std::pair<int, uint32_t>> filled_;              // of those, already delivered
@@ -192,7 +197,7 @@ std::string simulate(Algo algo, int N, int64_t count, size_t slice_bytes, Reduce
         const int64_t total = algo == Algo::reduce_scatter ? count * N : count;
         std::vector<double> x(static_cast<size_t>(total));
         for (int64_t i = 0; i < total; ++i) x[size_t(i)] = value(r, i);
-        ThreadP2P p(boxes, r, early);
+        ThreadP2P p(boxes, r, early, slice_bytes);
         const AlgoShape s{r, N, DType::f64, count, slice_bytes};
         if (algo == Algo::ring) ring_all_reduce(p, s, x.data(), op);
         else if (algo == Algo::tree) tree_all_reduce(p, s, x.data(), op);

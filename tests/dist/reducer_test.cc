@@ -284,7 +284,11 @@ int overlap(int) {
   }
   sum(h).backward();
   red.finish();
-  const StepTimeline& t = red.last_timeline();
+  const std::vector<StepTimeline> ts = red.take_timelines();
+  RT_CHECK(ts.size() == 1, ts.size(), " timelines after one step");
+  const StepTimeline& t = ts[0];
+  RT_CHECK(std::string(t.clock) == "host", "clock ", t.clock);
+  RT_CHECK(t.wait_end >= t.backward_end, "wait_end ", t.wait_end, " before backward_end ", t.backward_end);
   RT_CHECK(t.buckets.size() == 8, t.buckets.size(), " buckets");
   RT_CHECK(t.buckets[0].launched >= 0 && t.buckets[0].launched < t.backward_end, "the first bucket was launched at ",
            t.buckets[0].launched, " s, backward ended at ", t.backward_end, " s");

@@ -4,7 +4,9 @@
 //     running statistics after 3 steps);
 //   - bf16 and fp16 (with loss scaling) on --device cuda: losses within their precision of
 //     the CPU's fp32 run;
-//   - --nproc-per-node 2 and 3 with --sync-bn on --device cuda train like one process;
+//   - --nproc-per-node 2 and 3 with --sync-bn on --device cuda train like one process, and
+//     so do two nodes of 2 processes (two launchers);
+//   - --comm-timeline and the overlap figure on the device's clock;
 //   - --profile-steps on --device cuda: the GPU table and the kernels in trace.json.
 // It runs where there is a GPU, and under --config=cuda-emu (tests/train/BUILD gives the
 // emulated device count); elsewhere every case prints SKIPPED.
@@ -155,6 +157,77 @@ TEST_CASE("--nproc-per-node 2 and 3 with --sync-bn on --device cuda train like o
     MESSAGE(n, " processes with --sync-bn on cuda vs one: ", d, " (", which, ")");
     CHECK_MESSAGE(d <= 1e-4, n, " processes: ", which, " differs by ", d, " of its largest value");
   }
+}
+
+// Issue 21, deliverable 4 (Note [Two clocks], dist/reducer.h): --comm-timeline and the
+// overlap figure on GPUs, on the device's clock. Before, a bucket's completion was unknown on
+// CUDA: the file's buckets said completed -1 and the run printed no "all-reduce: ... hidden
+// behind backward" line. A 1 KiB bucket cap: a bucket or so per parameter.
+TEST_CASE("--comm-timeline on --device cuda: device times per bucket, the overlap figure printed") {
+  if (!have_gpus(2, "--comm-timeline on cuda")) return;
+  const fs::path base = tmpdir("timeline");
+  const fs::path run = train(base, "run", tiny(base / "run", "cuda", {"--nproc-per-node", "2", "--precision", "fp32",
+                                                                     "--bucket-cap-mb", "0.001", "--comm-timeline"}));
+  const std::string out = test::read_file(base / "run.txt");
+  CHECK(out.find("% hidden behind backward (3 steps)") != std::string::npos);
+  std::istringstream lines(test::read_file(run / "timeline.jsonl"));
+  int steps = 0;
+  for (std::string line; std::getline(lines, line);) {
+    INFO(line);
+    const json::Value v = json::parse(line);
+    ++steps;
+    CHECK(v.find("step")->as_int() == steps);
+    CHECK(v.find("backend")->as_string() == "nccl");
+    CHECK(v.find("clock")->as_string() == "device");
+    CHECK(v.find("before_backward_s")->is_null() == (steps == 1));
+    const double backward_end = v.find("backward_end_s")->as_double(), wait_end = v.find("wait_end_s")->as_double();
+    const json::Array& buckets = v.find("buckets")->as_array();
+    REQUIRE(buckets.size() > 2);
+    double last_end = 0;
+    for (const json::Value& b : buckets) {
+      const double ready = b.find("ready")->as_double(), launched = b.find("launched")->as_double(),
+                   completed = b.find("completed")->as_double();
+      CHECK(0 <= ready);
+      CHECK(ready <= launched);
+      CHECK(last_end <= launched);  // one communication stream: in order
+      CHECK(launched <= completed);
+      CHECK(completed <= wait_end);
+      last_end = completed;
+    }
+    // The first bucket (the classifier's) is reduced while backward's kernels still run.
+    CHECK(buckets[0].find("launched")->as_double() < backward_end);
+  }
+  CHECK(steps == 3);
+}
+
+// Issue 21, deliverable 7: two launchers as two nodes of one machine (--nnodes 2, 2 processes
+// each, the node's GPUs set apart with CUDA_VISIBLE_DEVICES as two machines' would be) train
+// like one process with the global batch of 32 (--sync-bn; bound and why as above).
+TEST_CASE("two nodes of 2 processes on --device cuda train like one process with the global batch") {
+  if (!have_gpus(4, "two nodes on cuda")) return;
+  const fs::path base = tmpdir("nodes");
+  const fs::path one = train(base, "one", tiny(base / "one", "cuda", {"--batch-size", "32", "--precision", "fp32"}));
+  const std::string port = std::to_string(dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get()));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (int node = 0; node < 2; ++node)
+    pids.push_back(test::start(tiny(base / "two", "cuda", {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank",
+                                                          std::to_string(node), "--master-addr", "127.0.0.1",
+                                                          "--master-port", port, "--timeout", "120", "--sync-bn",
+                                                          "--precision", "fp32"}),
+                               base / ("node" + std::to_string(node) + ".txt"),
+                               {{"CUDA_VISIBLE_DEVICES", node == 0 ? "0,1" : "2,3"}}));
+  const Run n0 = test::finish(pids[0], base / "node0.txt", t0, std::chrono::seconds(600));
+  const Run n1 = test::finish(pids[1], base / "node1.txt", t0, std::chrono::seconds(600));
+  INFO(n0.output);
+  INFO(n1.output);
+  REQUIRE(n0.status == 0);
+  REQUIRE(n1.status == 0);
+  CHECK(n0.output.find("global batch 32 = 4 process(es) x batch 8") != std::string::npos);
+  std::string which;
+  const double d = worst_relative(base / "two" / "model.safetensors", one / "model.safetensors", which);
+  MESSAGE("2 nodes x 2 processes x batch 8 on cuda vs 1 x 32: ", d, " (", which, ")");
+  CHECK_MESSAGE(d <= 1e-4, which, " differs by ", d, " of its largest value");
 }
 
 #if RINGTAPE_CUDA_EMU

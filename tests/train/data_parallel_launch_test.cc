@@ -11,8 +11,8 @@
 //   - --nproc-per-node inside another launcher's environment is refused at once (Note [Who
 //     starts the ranks]);
 //   - two launchers as two "nodes" (2 processes each) train like one process with the
-//     global batch; a SIGTERM to node 1's launcher makes no rank claim a checkpoint it did
-//     not write.
+//     global batch; a SIGTERM to node 1's launcher stops every rank at one step, and rank 0
+//     saves a checkpoint that resumes (Note [Stopping together], train/trainer.cc).
 #include <doctest/doctest.h>
 #include <signal.h>
 
@@ -33,6 +33,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 using test::finish;
 using test::ringtape;
+using test::tiny_cpu_run;
 using test::Run;
 using test::start;
 
@@ -40,14 +41,6 @@ fs::path tmpdir(const std::string& name) { return test::fresh_dir("data_parallel
 
 int free_port() { return dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get()); }
 
-// A small ResNet on 101 synthetic 8x8 images, batch 8.
-std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
-  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes",
-                                "4", "--width", "4", "--batch-size", "8", "--epochs", "1", "--workers", "0",
-                                "--device", "cpu", "--seed", "3", "--print-freq", "1", "--output-dir", dir.string()};
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
 
 // Waits until `file` exists (a run got going), at most `limit`.
 bool wait_for_file(const fs::path& file, std::chrono::seconds limit = 30s) {
@@ -67,7 +60,7 @@ TEST_CASE("a second job on a running job's --master-port fails alone; the runnin
   const std::string port = std::to_string(free_port());
   const auto t0 = std::chrono::steady_clock::now();
   // 150 epochs of 6 steps: long enough (about 25 s here) for the others to come and go.
-  const pid_t first = start(tiny(dir / "first", {"--nproc-per-node", "2", "--master-port", port, "--epochs", "150",
+  const pid_t first = start(tiny_cpu_run(dir / "first", {"--nproc-per-node", "2", "--master-port", port, "--epochs", "150",
                                                  "--timeout", "10"}),
                             dir / "first.txt");
   REQUIRE(wait_for_file(dir / "first" / "metrics.jsonl"));
@@ -75,10 +68,10 @@ TEST_CASE("a second job on a running job's --master-port fails alone; the runnin
   // (its rank 0 fails to bind; whether its rank 1 reaches the store before its launcher
   // stops it is a race).
   const auto t1 = std::chrono::steady_clock::now();
-  const pid_t intruder = start(tiny(dir / "third", {"--timeout", "10"}), dir / "third.txt",
+  const pid_t intruder = start(tiny_cpu_run(dir / "third", {"--timeout", "10"}), dir / "third.txt",
                                test::torchrun_env(std::stoi(port), 1, 2));
   const Run third = finish(intruder, dir / "third.txt", t1);
-  const Run second = ringtape(tiny(dir / "second", {"--nproc-per-node", "2", "--master-port", port, "--timeout", "10"}),
+  const Run second = ringtape(tiny_cpu_run(dir / "second", {"--nproc-per-node", "2", "--master-port", port, "--timeout", "10"}),
                               dir / "second.txt");
   const bool first_was_running = kill(first, 0) == 0 && !fs::exists(dir / "first" / "model.safetensors");
   const Run one = finish(first, dir / "first.txt", t0, 180s);
@@ -111,7 +104,7 @@ TEST_CASE("ranks with different communication flags stop naming the flag; the ra
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<pid_t> pids;
     for (int r = 0; r < 2; ++r)
-      pids.push_back(start(tiny(dir / "run", {c.flag, r == 0 ? c.rank0 : c.rank1, "--timeout", "10"}),
+      pids.push_back(start(tiny_cpu_run(dir / "run", {c.flag, r == 0 ? c.rank0 : c.rank1, "--timeout", "10"}),
                            dir / ("rank" + std::to_string(r) + ".txt"), test::torchrun_env(port, r, 2)));
     const Run r0 = finish(pids[0], dir / "rank0.txt", t0), r1 = finish(pids[1], dir / "rank1.txt", t0);
     INFO(r0.output);
@@ -131,9 +124,9 @@ TEST_CASE("ranks with different communication flags stop naming the flag; the ra
 TEST_CASE("a second run into a directory a live run writes is refused, naming the holder") {
   const fs::path dir = tmpdir("lock");
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t first = start(tiny(dir / "run", {"--epochs", "1000", "--checkpoint-every", "1"}), dir / "first.txt");
+  const pid_t first = start(tiny_cpu_run(dir / "run", {"--epochs", "1000", "--checkpoint-every", "1"}), dir / "first.txt");
   REQUIRE(wait_for_file(dir / "run" / "checkpoint.safetensors"));
-  const Run second = ringtape(tiny(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string()}),
+  const Run second = ringtape(tiny_cpu_run(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string()}),
                               dir / "second.txt");
   kill(first, SIGTERM);
   const Run one = finish(first, dir / "first.txt", t0);
@@ -144,7 +137,7 @@ TEST_CASE("a second run into a directory a live run writes is refused, naming th
         std::string::npos);
   CHECK(one.status == 128 + SIGTERM);
   // The lock went with its run: resuming now works.
-  const Run third = ringtape(tiny(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string(),
+  const Run third = ringtape(tiny_cpu_run(dir / "run", {"--resume", (dir / "run" / "checkpoint.safetensors").string(),
                                                 "--epochs", "1000", "--steps", "1"}),
                              dir / "third.txt");
   INFO(third.output);
@@ -155,7 +148,7 @@ TEST_CASE("a second run into a directory a live run writes is refused, naming th
 TEST_CASE("--nproc-per-node in a process another launcher made one rank of several is refused at once") {
   const fs::path dir = tmpdir("nested");
   const auto t0 = std::chrono::steady_clock::now();
-  const pid_t p = start(tiny(dir / "run", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out.txt",
+  const pid_t p = start(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out.txt",
                         test::torchrun_env(free_port(), 0, 2));
   const Run r = finish(p, dir / "out.txt", t0);
   INFO(r.output);
@@ -164,7 +157,7 @@ TEST_CASE("--nproc-per-node in a process another launcher made one rank of sever
   CHECK(r.output.find("but this process already is rank 0 of 2") != std::string::npos);
   CHECK(r.output.find("Drop --nproc-per-node and --nnodes") != std::string::npos);
   // Slurm's variables (an sbatch script with --ntasks 2) say the same.
-  const pid_t q = start(tiny(dir / "run2", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out2.txt",
+  const pid_t q = start(tiny_cpu_run(dir / "run2", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out2.txt",
                         {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},
                          {"SLURM_TASKS_PER_NODE", "2"}, {"SLURM_JOB_NODELIST", "localhost"},
                          {"SLURM_JOB_ID", "4242"}, {"MASTER_PORT", std::to_string(free_port())}});
@@ -191,9 +184,9 @@ TEST_CASE("rank 0 of 1 under torchrun's variables trains data parallel, equal to
     CAPTURE(c.name);
     std::vector<std::string> more = {"--no-shuffle", "--steps", "3"};
     more.insert(more.end(), c.flags.begin(), c.flags.end());
-    const Run one = ringtape(tiny(dir / (c.name + "_one"), more), dir / (c.name + "_one.txt"));
+    const Run one = ringtape(tiny_cpu_run(dir / (c.name + "_one"), more), dir / (c.name + "_one.txt"));
     const auto t0 = std::chrono::steady_clock::now();
-    const pid_t p = start(tiny(dir / (c.name + "_dp"), more), dir / (c.name + "_dp.txt"),
+    const pid_t p = start(tiny_cpu_run(dir / (c.name + "_dp"), more), dir / (c.name + "_dp.txt"),
                           test::torchrun_env(free_port(), 0, 1));
     const Run dp = finish(p, dir / (c.name + "_dp.txt"), t0);
     INFO(one.output);
@@ -224,7 +217,7 @@ TEST_CASE("two nodes of two processes train like one process with the global bat
     std::vector<pid_t> pids;
     const auto t0 = std::chrono::steady_clock::now();
     for (int node = 0; node < 2; ++node) {
-      std::vector<std::string> args = tiny(dir / name, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank",
+      std::vector<std::string> args = tiny_cpu_run(dir / name, {"--nproc-per-node", "2", "--nnodes", "2", "--node-rank",
                                                         std::to_string(node), "--master-addr", "127.0.0.1",
                                                         "--master-port", port, "--timeout", "20"});
       args.insert(args.end(), more.begin(), more.end());
@@ -239,7 +232,7 @@ TEST_CASE("two nodes of two processes train like one process with the global bat
   REQUIRE(n0.status == 0);
   REQUIRE(n1.status == 0);
   CHECK(n0.output.find("global batch 32 = 4 process(es) x batch 8") != std::string::npos);
-  std::vector<std::string> one_args = tiny(dir / "one", {"--no-shuffle", "--steps", "3"});
+  std::vector<std::string> one_args = tiny_cpu_run(dir / "one", {"--no-shuffle", "--steps", "3"});
   one_args[std::find(one_args.begin(), one_args.end(), "--batch-size") - one_args.begin() + 1] = "32";
   const Run one = ringtape(one_args, dir / "one.txt");
   INFO(one.output);
@@ -249,8 +242,11 @@ TEST_CASE("two nodes of two processes train like one process with the global bat
   MESSAGE("2 nodes x 2 processes x batch 8 vs 1 x 32 (--sync-bn): ", d, " (", which, ")");
   CHECK_MESSAGE(d <= 1e-4, which, " differs by ", d, " of its largest value");
 
-  // SIGTERM to node 1's launcher once training runs. Before: its ranks printed "checkpoint
-  // saved to .../checkpoint.safetensors; continue with --resume" although only rank 0 saves.
+  // SIGTERM to node 1's launcher once training runs (Note [Stopping together]). Before: node
+  // 1's ranks stopped at their own step boundaries, node 0's failed in a collective their peers
+  // had left, and rank 0 died without a checkpoint (earlier still, node 1's ranks printed
+  // "checkpoint saved" although only rank 0 saves). Now every rank stops at the same step and
+  // rank 0 saves the checkpoint, which resumes.
   auto [stopped, t1] = nodes("term", {"--epochs", "1000"});
   // Step 2 logged: every rank has finished step 1, so each has its signal handler (a rank
   // still setting up would end by SIGTERM's default action, claiming nothing either).
@@ -263,18 +259,29 @@ TEST_CASE("two nodes of two processes train like one process with the global bat
   const Run s1 = finish(stopped[1], dir / "term1.txt", t1, 60s), s0 = finish(stopped[0], dir / "term0.txt", t1, 60s);
   INFO(s0.output);
   INFO(s1.output);
-  CHECK(s1.status != 0);
-  CHECK(s1.output.find("checkpoint saved to") == std::string::npos);
-  // The ranks stop at their own next step boundary: one that had just passed it goes on
-  // into a collective its peer has left, and fails; the other says it saved nothing.
-  int said = 0;
-  for (const char* rank : {"rank-2.log", "rank-3.log"}) {
+  CHECK(s1.status == 128 + SIGTERM);
+  CHECK(s0.status != 0);  // its ranks stopped too, by node 1's signal
+  const std::string log0 = test::read_file(dir / "term" / "logs" / "rank-0.log");
+  const size_t saved = log0.find("interrupted by SIGTERM on rank ");
+  CHECK_MESSAGE(saved != std::string::npos, log0);
+  CHECK_MESSAGE(log0.find("checkpoint saved to", saved) != std::string::npos, log0);
+  for (const char* rank : {"rank-1.log", "rank-2.log", "rank-3.log"}) {
     const std::string log = test::read_file(dir / "term" / "logs" / rank);
-    CHECK_MESSAGE(log.find("checkpoint saved to") == std::string::npos, log);
-    said += log.find("this rank saves no checkpoint") != std::string::npos;
+    CHECK_MESSAGE(log.find("stopped by SIGTERM on rank ") != std::string::npos, log);
+    CHECK_MESSAGE(log.find("with every rank; rank 0 saved the checkpoint") != std::string::npos, log);
   }
-  CHECK(said >= 1);
-  CHECK(s0.status != 0);  // node 0's ranks lose their peers
+  REQUIRE(fs::exists(dir / "term" / "checkpoint.safetensors"));
+  // It resumes: one more step, in one process.
+  const size_t at = log0.find("after step ", saved);
+  REQUIRE(at != std::string::npos);
+  const long step = std::stol(log0.substr(at + 11));
+  const Run resumed =
+      ringtape(tiny_cpu_run(dir / "resumed", {"--resume", (dir / "term" / "checkpoint.safetensors").string(), "--epochs",
+                                      "1000", "--steps", std::to_string(step + 1)}),
+               dir / "resumed.txt");
+  INFO(resumed.output);
+  CHECK(resumed.status == 0);
+  CHECK(resumed.output.find("resuming a run of 4 process(es) with 1") != std::string::npos);
 }
 
 }  // namespace

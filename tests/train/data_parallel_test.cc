@@ -40,6 +40,7 @@ namespace fs = std::filesystem;
 using namespace std::chrono_literals;
 
 using test::ringtape;
+using test::tiny_cpu_run;
 using test::Run;
 using test::start;
 using test::finish;
@@ -48,14 +49,6 @@ using test::worst_relative;
 fs::path tmpdir(const std::string& name) { return test::fresh_dir("data_parallel_test_", name); }
 std::string read(const fs::path& p) { return test::read_file(p); }
 
-// A small ResNet on 101 synthetic 8x8 images (an odd count: the evaluation shards are padded).
-std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
-  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes",
-                                "4", "--width", "4", "--batch-size", "8", "--epochs", "1", "--workers", "0",
-                                "--device", "cpu", "--seed", "3", "--print-freq", "1", "--output-dir", dir.string()};
-  a.insert(a.end(), more.begin(), more.end());
-  return a;
-}
 
 
 TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce give the same weights") {
@@ -65,7 +58,7 @@ TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce
       {"--bucket-cap-mb", "1000"}, {"--bucket-cap-mb", "0.0001"}, {"--allreduce", "ring"}, {"--allreduce", "tree"}};
   for (size_t k = 0; k < variants.size(); ++k) {
     const fs::path dir = base / std::to_string(k);
-    std::vector<std::string> args = tiny(dir, {"--nproc-per-node", "2"});
+    std::vector<std::string> args = tiny_cpu_run(dir, {"--nproc-per-node", "2"});
     args.insert(args.end(), variants[k].begin(), variants[k].end());
     const Run r = ringtape(args, base / (std::to_string(k) + ".txt"));
     INFO(r.output);
@@ -83,7 +76,7 @@ TEST_CASE("2 processes: tiny and huge buckets, ring, tree and library all-reduce
 
 TEST_CASE("the distributed evaluation equals a single-process evaluation of the checkpoint") {
   const fs::path dir = tmpdir("eval");
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2"}), dir / "train.txt");
+  const Run r = ringtape(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2"}), dir / "train.txt");
   INFO(r.output);
   REQUIRE(r.status == 0);
   const size_t at = r.output.find("epoch 0 eval:");
@@ -104,7 +97,7 @@ TEST_CASE("the distributed evaluation equals a single-process evaluation of the 
 TEST_CASE("a worker killed with SIGKILL stops the run; nothing is left behind; the checkpoint stays") {
   const fs::path dir = tmpdir("kill");
   std::vector<pid_t> workers;
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--epochs", "1000", "--checkpoint-every", "2",
+  const Run r = ringtape(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--epochs", "1000", "--checkpoint-every", "2",
                                             "--timeout", "20"}),
                          dir / "out.txt", 60s, [&](pid_t launcher) {
                            // Wait for a checkpoint, then kill rank 1 (the launcher's second child).
@@ -129,7 +122,7 @@ TEST_CASE("--master-port held by another socket: the error names the port") {
   const fs::path dir = tmpdir("port");
   const dist::net::Fd held = dist::net::listen_tcp("127.0.0.1", 0);
   const int port = dist::net::local_port(held.get());
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--master-port", std::to_string(port),
+  const Run r = ringtape(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--master-port", std::to_string(port),
                                             "--timeout", "10"}),
                          dir / "out.txt");
   INFO(r.output);
@@ -143,7 +136,7 @@ TEST_CASE("--grad-reduce-dtype bf16 on the CPU is refused with the fix before an
   const fs::path dir = tmpdir("bf16");
   for (const char* procs : {"2", "1"}) {
     CAPTURE(procs);
-    const Run r = ringtape(tiny(dir / procs, {"--nproc-per-node", procs, "--grad-reduce-dtype", "bf16", "--timeout",
+    const Run r = ringtape(tiny_cpu_run(dir / procs, {"--nproc-per-node", procs, "--grad-reduce-dtype", "bf16", "--timeout",
                                               "10"}),
                            dir / (std::string(procs) + ".txt"));
     INFO(r.output);
@@ -160,7 +153,7 @@ TEST_CASE("ranks started with different training flags stop, naming the flag (to
   std::vector<pid_t> pids;
   for (int r = 0; r < 2; ++r) {
     const auto env = test::torchrun_env(port, r, 2);
-    pids.push_back(start(tiny(dir / "run", {"--lr", r == 0 ? "0.1" : "0.2", "--timeout", "10"}),
+    pids.push_back(start(tiny_cpu_run(dir / "run", {"--lr", r == 0 ? "0.1" : "0.2", "--timeout", "10"}),
                          dir / ("rank" + std::to_string(r) + ".txt"), env));
   }
   const Run r0 = finish(pids[0], dir / "rank0.txt", t0), r1 = finish(pids[1], dir / "rank1.txt", t0);
@@ -173,7 +166,7 @@ TEST_CASE("ranks started with different training flags stop, naming the flag (to
 
 TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
   const fs::path dir = tmpdir("resume");
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--epochs", "2", "--steps", "3"}),
+  const Run r = ringtape(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--epochs", "2", "--steps", "3"}),
                          dir / "two.txt");
   INFO(r.output);
   REQUIRE(r.status == 0);
@@ -190,7 +183,7 @@ TEST_CASE("a checkpoint of 2 processes resumes in one, saying what changed") {
 TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets in launch order") {
   const fs::path dir = tmpdir("timeline");
   // Profiled too (steps 2-3): every rank writes its own profile and trace.
-  const Run r = ringtape(tiny(dir / "run", {"--nproc-per-node", "2", "--steps", "3", "--bucket-cap-mb", "0.0001",
+  const Run r = ringtape(tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--steps", "3", "--bucket-cap-mb", "0.0001",
                                             "--comm-timeline", "--profile-steps", "2:4"}),
                          dir / "out.txt");
   INFO(r.output);
@@ -204,6 +197,7 @@ TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets i
     ++steps;
     CHECK(v.find("step")->as_int() == steps);
     CHECK(v.find("world_size")->as_int() == 2);
+    CHECK(v.find("clock")->as_string() == "host");
     CHECK(v.find("before_backward_s")->is_null() == (steps == 1));
     const double backward_end = v.find("backward_end_s")->as_double(), wait_end = v.find("wait_end_s")->as_double();
     const json::Array& buckets = v.find("buckets")->as_array();
@@ -257,7 +251,7 @@ TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets i
 TEST_CASE("--sync-bn: 2 and 3 processes x batch 8 train like one process x batch 16 and 24") {
   const fs::path base = tmpdir("sync_bn");
   auto train = [&](const std::string& name, int procs, std::vector<std::string> more) {
-    std::vector<std::string> args = tiny(base / name, {"--no-shuffle", "--steps", "3"});
+    std::vector<std::string> args = tiny_cpu_run(base / name, {"--no-shuffle", "--steps", "3"});
     args[std::find(args.begin(), args.end(), "--batch-size") - args.begin() + 1] = std::to_string(8 * procs);
     args.insert(args.end(), more.begin(), more.end());
     const Run r = ringtape(args, base / (name + ".txt"));

@@ -44,6 +44,17 @@ inline std::filesystem::path fresh_dir(const std::string& prefix, const std::str
   return p;
 }
 
+// The data-parallel tests' run: a width-4 ResNet on 101 synthetic 3x8x8 images (an odd
+// count: the evaluation shards are padded) on the CPU, batch 8 per process, one epoch, a log
+// line per step, into `dir`; `more` is appended (of a flag given twice, the last counts).
+inline std::vector<std::string> tiny_cpu_run(const std::filesystem::path& dir, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "101x3x8x8", "--num-classes",
+                                "4", "--width", "4", "--batch-size", "8", "--epochs", "1", "--workers", "0",
+                                "--device", "cpu", "--seed", "3", "--print-freq", "1", "--output-dir", dir.string()};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
 inline std::string read_file(const std::filesystem::path& p) {
   std::ifstream in(p, std::ios::binary);
   std::stringstream ss;
