@@ -17,8 +17,8 @@ Assumptions (the model is no better than these):
      every GPU count (the timeline's). Stragglers, jitter, network congestion from other jobs,
      and the slowdown that communication kernels cause to compute (NCCL uses SMs and memory
      bandwidth) are ignored: a real run is slower.
-  2. Buckets are all-reduced one at a time in launch order (the reducer's Note [Bucket launch
-     order]): bucket i starts at max(ready_i, end_{i-1}) and ends t_allreduce(bytes_i) later.
+  2. Buckets are all-reduced one at a time in launch order (Note [Bucket launch order] of the
+     reducer): bucket i starts at max(ready_i, end_{i-1}) and ends t_allreduce(bytes_i) later.
      The optimizer waits for the last bucket: step = F + max(B, end_last).
   3. Overlap = the part of the all-reduce time that lies before backward's end, over the
      all-reduce time (the reducer's definition, dist/reducer.cc); efficiency = (F + B) / step:

@@ -1,9 +1,9 @@
-// What the profiler's scopes cost when no profile is being recorded (Note [Profiler
-// scopes] in engine/profiler.h): nanoseconds per op, layer and phase scope, opened and
-// closed 10 million times in a loop (an NVTX push/pop with no tool attached, an atomic
-// load; the layer scope also looks its module up), and, for scale, per recorded scope
-// while a profile is on. Multiply by the scopes of a training step (the profiled table's
-// calls) to get the cost per step: bench/RESULTS.md "Profiler".
+// What the profiler's scopes cost when no profile is being recorded (Note [Profiler scopes]
+// in engine/profiler.h): nanoseconds per op, layer and phase scope, opened and closed 10
+// million times in a loop (an NVTX push/pop with no tool attached, an atomic load; the
+// layer scope also looks its module up), and, for scale, per recorded scope while a profile
+// is on. Multiply by the scopes of a training step (the profiled table's calls) to get the
+// cost per step: bench/RESULTS.md "Profiler".
 #include <chrono>
 #include <cstdio>
 #include <string>

@@ -2,15 +2,17 @@
 // turned into the series the panels draw, and the names the legend gives the runs.
 //
 // The file is read as it may be found on disk while training runs, or after a crash:
-// - a resumed run appends to the same file, so steps can repeat. Note [Resumed runs]:
-//   a train record whose step is not after the previous one starts a new attempt from that
-//   step; what the earlier attempt logged from there on (train and eval records) is
-//   dropped, so the later record wins and an abandoned tail does not linger past it.
+// - a resumed run appends to the same file, so steps can repeat (Note [Resumed runs] below).
 // - the last line may be cut short (the run is writing it): ignored, with a warning.
 // - a line cut short by a crash and followed by the resumed run's lines is not JSON:
 //   skipped, with a warning naming the line.
 // - "loss": null (every step of a window skipped on NaN/Inf) is NaN here: a gap.
 // - record types other than "train" and "eval" ("overlap") are not plotted.
+//
+// Note [Resumed runs]
+// A train record whose step is not after the previous one starts a new attempt from that
+// step; what the earlier attempt logged from there on (train and eval records) is dropped,
+// so the later record wins and an abandoned tail does not linger past it.
 #pragma once
 
 #include <cstdint>

@@ -6,11 +6,12 @@
 // ranges are poisoned for AddressSanitizer. Pointers outside emulated device memory are
 // ignored, so callers need not know which allocator they wrap.
 //
-// Note [Stream-ordered annotations]: a block belongs to a stream, and freeing it on the host
-// does not end the work already queued on that stream which uses it; a block handed out
-// again to the same stream is used only by work queued after. So each annotation is itself
-// queued on the block's stream (nullptr: the legacy default stream of the block's device)
-// and takes effect when the stream gets there, not when the host calls.
+// Note [Stream-ordered annotations]
+// A block belongs to a stream, and freeing it on the host does not end the work already
+// queued on that stream which uses it; a block handed out again to the same stream is used
+// only by work queued after. So each annotation is itself queued on the block's stream
+// (nullptr: the legacy default stream of the block's device) and takes effect when the
+// stream gets there, not when the host calls.
 #pragma once
 
 #include <cstddef>

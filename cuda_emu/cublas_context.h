@@ -22,10 +22,11 @@ namespace rt::emu::blas {
 // The handle if cublasCreate made it and cublasDestroy has not ended it, else nullptr.
 cublasContext* live(cublasHandle_t h);
 
-// Note [Why a status]: cuBLAS answers a bad call with a bare status. The fake also says
-// why: the reason goes to stderr at once, and cublasGetStatusString of that status on the
-// same thread appends it, so an engine error built from the status string (CUBLAS_CHECK)
-// names the problem too. Returns `st`.
+// Note [Why a status]
+// cuBLAS answers a bad call with a bare status. The fake also says why: the reason goes to
+// stderr at once, and cublasGetStatusString of that status on the same thread appends it,
+// so an engine error built from the status string (CUBLAS_CHECK) names the problem too.
+// Returns `st`.
 cublasStatus_t refuse(cublasStatus_t st, const std::string& why);
 // The calling thread's last reason given with `st`, or "" (cublasGetStatusString).
 const std::string& last_reason(cublasStatus_t st);

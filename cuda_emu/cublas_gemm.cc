@@ -83,11 +83,12 @@ bool known_algo(cublasGemmAlgo_t a) {
 
 bool valid_op(cublasOperation_t t) { return t == CUBLAS_OP_N || t == CUBLAS_OP_T || t == CUBLAS_OP_C; }
 
-// Note [Exact uses]: an operand's uses list the bytes the GEMM touches, not the span from
-// its first byte to its last. Padding between columns (ld above the rows) and between
-// batches (a stride above the matrix) may be never written or lie past an allocation, and
-// a write use marks its bytes written (memcheck.cc, mark_uses), so a covering range would
-// both raise false faults and hide never-written padding from later checks.
+// Note [Exact uses]
+// An operand's uses list the bytes the GEMM touches, not the span from its first byte to
+// its last. Padding between columns (ld above the rows) and between batches (a stride above
+// the matrix) may be never written or lie past an allocation, and a write use marks its
+// bytes written (memcheck.cc, mark_uses), so a covering range would both raise false faults
+// and hide never-written padding from later checks.
 using Ranges = std::vector<std::pair<int64_t, int64_t>>;  // [begin, end) in elements
 
 // Appends the elements of `batch` rows x cols matrices, leading dimension ld, `stride`

@@ -158,8 +158,9 @@ const char* cublasGetStatusName(cublasStatus_t status) {
   return t ? t->name : "CUBLAS_STATUS_UNKNOWN";
 }
 
-// Note [Why a status]: the text carries the fake's reason for the calling thread's last
-// refusal with this status; the pointer stays valid until the thread's next refusal.
+// The text carries the fake's reason (Note [Why a status] in cublas_context.h) for the
+// calling thread's last refusal with this status; the pointer stays valid until the
+// thread's next refusal.
 const char* cublasGetStatusString(cublasStatus_t status) {
   const StatusText* t = find_status(status);
   if (!t) return "unknown cuBLAS status";

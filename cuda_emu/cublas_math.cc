@@ -2,17 +2,18 @@
 // (Eigen::Map with the leading dimension as outer stride), in the precision cuBLAS's
 // compute type promises.
 //
-// Note [TF32 in the fake]: with CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_COMPUTE_32F on a
-// handle in CUBLAS_TF32_TENSOR_OP_MATH, cuBLAS may run f32 GEMMs on tensor cores, which
-// read each input with TF32's 10 explicit mantissa bits and accumulate in f32. The fake
-// rounds both inputs to TF32 (nearest even) and then multiplies in f32: results differ from
-// plain f32 as much as on the GPU, so a test that needs f32 accuracy and leaves TF32 on
-// fails here as it would there.
+// Note [TF32 in the fake]
+// With CUBLAS_COMPUTE_32F_FAST_TF32, or CUBLAS_COMPUTE_32F on a handle in
+// CUBLAS_TF32_TENSOR_OP_MATH, cuBLAS may run f32 GEMMs on tensor cores, which read each
+// input with TF32's 10 explicit mantissa bits and accumulate in f32. The fake rounds both
+// inputs to TF32 (nearest even) and then multiplies in f32: results differ from plain f32
+// as much as on the GPU, so a test that needs f32 accuracy and leaves TF32 on fails here as
+// it would there.
 //
-// Note [Half inputs, one rounding]: bf16 and f16 GEMMs (compute type 32F) widen A and B to
-// f32, accumulate in f32, form alpha AB + beta C in f32, and round once to the storage type,
-// as cuBLAS's kernels do with f32 accumulators (the handle disallows reduced-precision
-// split-K reductions, blas.cu).
+// Note [Half inputs, one rounding]
+// bf16 and f16 GEMMs (compute type 32F) widen A and B to f32, accumulate in f32, form alpha
+// AB + beta C in f32, and round once to the storage type, as cuBLAS's kernels do with f32
+// accumulators (the handle disallows reduced-precision split-K reductions, blas.cu).
 #include "cuda_emu/cublas_math.h"
 
 #include <cuda_bf16.h>

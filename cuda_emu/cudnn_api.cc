@@ -2,13 +2,14 @@
 // cudnnSetStream, cudnnGetStream) and the backend API (create, destroy, set, get, finalize,
 // execute). cudnn.h declares the functions, so they have C linkage and NVIDIA's signatures.
 //
-// Note [Execution]: cudnnBackendExecute checks the call (handle, plan, variant pack, every
-// tensor's pointer and alignment, the workspace) and queues the convolution on the handle's
-// stream with rt::emu::enqueue; device memory is touched only there, on the stream's worker.
-// Its uses cover exactly the bytes each tensor's dims and strides reach (reads of the inputs,
-// a write of the output, or read-write when beta != 0) and a write of the plan's whole
-// workspace, which the engine fills: a buffer past its allocation, one freed, on another
-// device, never written, or raced from another stream is reported by the emulator.
+// Note [Execution]
+// cudnnBackendExecute checks the call (handle, plan, variant pack, every tensor's pointer and
+// alignment, the workspace) and queues the convolution on the handle's stream with
+// rt::emu::enqueue; device memory is touched only there, on the stream's worker. Its uses
+// cover exactly the bytes each tensor's dims and strides reach (reads of the inputs, a write
+// of the output, or read-write when beta != 0) and a write of the plan's whole workspace,
+// which the engine fills: a buffer past its allocation, one freed, on another device, never
+// written, or raced from another stream is reported by the emulator.
 #include <cudnn.h>
 
 #include <algorithm>
@@ -180,7 +181,7 @@ cudnnStatus_t cudnnBackendGetAttribute(cudnnBackendDescriptor_t const descriptor
   return get_attribute(*d, attributeName, attributeType, requestedElementCount, elementCount, arrayOfElements);
 }
 
-// Note [Execution].
+// Checks the call and queues the convolution on the handle's stream (Note [Execution]).
 cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t executionPlan,
                                   cudnnBackendDescriptor_t variantPack) {
   const char* where = "cudnnBackendExecute";

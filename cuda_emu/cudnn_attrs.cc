@@ -1,9 +1,9 @@
 // The attribute tables and cudnnBackendSetAttribute / cudnnBackendGetAttribute's checks
 // (cudnn_attrs.h).
 //
-// Note [Attribute statuses]: what cuDNN 9.19 returns, checked by calling the real library on
-// the CPU (descriptor calls need no GPU), with the categorised codes where one names the
-// problem exactly:
+// Note [Attribute statuses]
+// What cuDNN 9.19 returns, checked by calling the real library on the CPU (descriptor calls
+// need no GPU), with the categorised codes where one names the problem exactly:
 //   set on a finalized descriptor               BAD_PARAM (the docs say NOT_INITIALIZED; the
 //                                               library answers BAD_PARAM)
 //   an attribute the descriptor type lacks      BAD_PARAM

@@ -3,12 +3,13 @@
 // loop walks a row with unit stride on the side it writes; the result is scattered back
 // through the output's strides with alpha/beta and one rounding to the storage type.
 //
-// Note [Summation order]: each output element is one sequential sum, in a fixed order
-// (forward: over input channel, kh, kw; backward data: output channel, kh, kw; backward
-// filter: batch and output row, output column), with the rounding functor applied after every
-// addition. That is what makes storage-type accumulation mean "a rounding per addition"
-// and keeps the engines deterministic (runs repeat bit for bit) unless Numerics::splits asks
-// for partial sums combined in a rotating order.
+// Note [Summation order]
+// Each output element is one sequential sum, in a fixed order (forward: over input channel,
+// kh, kw; backward data: output channel, kh, kw; backward filter: batch and output row,
+// output column), with the rounding functor applied after every addition. That is what makes
+// storage-type accumulation mean "a rounding per addition" and keeps the engines
+// deterministic (runs repeat bit for bit) unless Numerics::splits asks for partial sums
+// combined in a rotating order.
 #include "cuda_emu/cudnn_conv.h"
 
 #include <algorithm>
@@ -131,7 +132,7 @@ struct ColumnRanges {
   }
 };
 
-// Note [Summation order]: y[n, o] += over c in [c0, c1), kh, kw.
+// y[n, o] += over c in [c0, c1), kh, kw (Note [Summation order]).
 template <typename Acc, typename R>
 void forward(const ConvProblem& p, const Acc* x, const Acc* w, int64_t c0, int64_t c1, Acc* y, R round) {
   const ColumnRanges cols(p);
@@ -163,7 +164,7 @@ void forward(const ConvProblem& p, const Acc* x, const Acc* w, int64_t c0, int64
     }
 }
 
-// Note [Summation order]: dx[n, c] += over o in the group's [o0, o1), kh, kw.
+// dx[n, c] += over o in the group's [o0, o1), kh, kw (Note [Summation order]).
 template <typename Acc, typename R>
 void backward_data(const ConvProblem& p, const Acc* dy, const Acc* w, int64_t o0, int64_t o1, Acc* dx, R round) {
   const ColumnRanges cols(p);
@@ -196,9 +197,9 @@ void backward_data(const ConvProblem& p, const Acc* dy, const Acc* w, int64_t o0
     }
 }
 
-// Note [Summation order]: dw[o, c, kh, kw] = over the output rows r = n * HO + oh in [r0, r1),
-// then ow. The KW sums of one kernel row advance together (independent chains: the sums
-// are latency-bound), each still in that order.
+// dw[o, c, kh, kw] = over the output rows r = n * HO + oh in [r0, r1), then ow
+// (Note [Summation order]). The KW sums of one kernel row advance together (independent
+// chains: the sums are latency-bound), each still in that order.
 template <typename Acc, typename R>
 void backward_filter(const ConvProblem& p, const Acc* x, const Acc* dy, int64_t r0, int64_t r1, Acc* dw, R round) {
   const ColumnRanges cols(p);
@@ -286,7 +287,7 @@ void run_typed(const ConvProblem& p, const Numerics& num, const void* x, const v
     const std::vector<Acc>& add = partial[size_t((num.rotation + uint64_t(j)) % uint64_t(parts))];
     for (size_t i = 0; i < out_n; ++i) sum[i] = round(sum[i] + add[i]);
   }
-  // Note [Flipped filters]: dw is the gradient of the flipped filter the sums used.
+  // dw is the gradient of the flipped filter the sums used (Note [Flipped filters]).
   switch (p.op) {
     case ConvOp::forward:
       scatter(const_cast<void*>(y), p.dtype, sum, yd, p.ys, false, alpha, beta);
@@ -348,9 +349,10 @@ int64_t extent_elements(const int64_t* dims, const int64_t* strides, int n) {
   return e;
 }
 
-// Note [Flipped filters]: CUDNN_CONVOLUTION applies w[kh][kw] at the mirrored tap
-// (KH-1-kh, KW-1-kw) of cross-correlation; the fake gathers the filter mirrored and runs the
-// cross-correlation, and mirrors dw back when it scatters it.
+// Note [Flipped filters]
+// CUDNN_CONVOLUTION applies w[kh][kw] at the mirrored tap (KH-1-kh, KW-1-kw) of
+// cross-correlation; the fake gathers the filter mirrored and runs the cross-correlation,
+// and mirrors dw back when it scatters it.
 void run_conv(const ConvProblem& p, const Numerics& num, const void* x, const void* w, const void* y, double alpha,
               double beta) {
   switch (p.dtype) {

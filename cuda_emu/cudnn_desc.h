@@ -1,11 +1,12 @@
 // The objects behind the cuDNN fake's handles and backend descriptors: a descriptor's
 // attributes as set, and once finalized the immutable Node other descriptors share.
 //
-// Note [Descriptors are copied]: like cuDNN 9.19 (checked against the real library), setting
-// a descriptor-valued attribute copies the other descriptor's finalized content: the other
-// descriptor may be destroyed afterwards, and finalizing it later changes nothing. Here the
-// copy is a shared pointer to its immutable Node; queued work holds the Nodes it needs, so
-// that destroying the plan and variant pack right after cudnnBackendExecute is safe.
+// Note [Descriptors are copied]
+// Like cuDNN 9.19 (checked against the real library), setting a descriptor-valued attribute
+// copies the other descriptor's finalized content: the other descriptor may be destroyed
+// afterwards, and finalizing it later changes nothing. Here the copy is a shared pointer to
+// its immutable Node; queued work holds the Nodes it needs, so that destroying the plan and
+// variant pack right after cudnnBackendExecute is safe.
 #pragma once
 
 #include <cudnn.h>
@@ -63,9 +64,10 @@ struct OpInfo {
   NodePtr x, w, y, conv;
   double alpha = 1, beta = 0;
 };
-// Note [Plans keep their engine]: a graph takes the engine list in use when it is finalized,
-// and engines, configs and plans built from it index into that list: a test that changes
-// the list (set_engines) changes what later graphs get, never a plan already built.
+// Note [Plans keep their engine]
+// A graph takes the engine list in use when it is finalized, and engines, configs and plans
+// built from it index into that list: a test that changes the list (set_engines) changes
+// what later graphs get, never a plan already built.
 struct GraphInfo {
   NodePtr op;  // the one convolution (Note [Graphs the fake runs] in cudnn_finalize.cc)
   ConvCase conv;

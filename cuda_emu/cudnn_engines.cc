@@ -1,12 +1,13 @@
 // The fake engines of the cuDNN fake (cudnn_engines.h): the list and its parser, support,
 // workspace and numerics.
 //
-// Note [Engine list]: RINGTAPE_EMU_CUDNN_ENGINES replaces the default list (read once, when a
-// cuDNN handle or heuristics first need it; unset or empty: the default below). Engines are
-// separated by ';', best first (heuristics mode A offers them in this order; an engine's
-// global index is its position). Each is a name followed by space-separated key=value
-// settings; lists inside a value are joined with '+'. "none" is the empty list (heuristics
-// then offer nothing, and the engine's error says so).
+// Note [Engine list]
+// RINGTAPE_EMU_CUDNN_ENGINES replaces the default list (read once, when a cuDNN handle or
+// heuristics first need it; unset or empty: the default below). Engines are separated by ';',
+// best first (heuristics mode A offers them in this order; an engine's global index is its
+// position). Each is a name followed by space-separated key=value settings; lists inside a
+// value are joined with '+'. "none" is the empty list (heuristics then offer nothing, and the
+// engine's error says so).
 //   ops=fwd+bwd_data+bwd_filter     operations it implements (default: all three)
 //   dtypes=f32+f64+bf16+f16         data types (default: all four)
 //   notes=tensor_core+down_convert_inputs+reduced_precision_reduction+fft+nondeterministic+
@@ -26,7 +27,8 @@
 // e.g. RINGTAPE_EMU_CUDNN_ENGINES="fast notes=tensor_core dtypes=bf16 layout=nhwc channels=8;
 //      slow modes=a+fallback ws_fixed=256"
 //
-// Note [Fake engine numerics]: the notes decide how an engine computes (cudnn_conv.h):
+// Note [Fake engine numerics]
+// The notes decide how an engine computes (cudnn_conv.h):
 //   down_convert_inputs           f32 inputs rounded to f16, f64 inputs to f32;
 //   tensor_core (f32 data, FLOAT compute type)
 //                                 inputs rounded to TF32;
@@ -47,11 +49,12 @@
 namespace rt::emu::cudnn {
 namespace {
 
-// Note [Default engines]: a list shaped like real cuDNN's for a convolution: tensor-core
-// engines first (NHWC, channel multiples, 16-byte alignment, no groups), one that reduces in
-// reduced precision, a runtime-compiled one, a down-converting one, a non-deterministic
-// split-K weight gradient, and a generic FMA engine that takes everything (and is the
-// fallback list). Every engine asks for workspace, so that too little of it is caught.
+// Note [Default engines]
+// A list shaped like real cuDNN's for a convolution: tensor-core engines first (NHWC,
+// channel multiples, 16-byte alignment, no groups), one that reduces in reduced precision, a
+// runtime-compiled one, a down-converting one, a non-deterministic split-K weight gradient,
+// and a generic FMA engine that takes everything (and is the fallback list). Every engine
+// asks for workspace, so that too little of it is caught.
 constexpr const char* kDefaultEngines =
     "tc_implicit_gemm notes=tensor_core dtypes=f32+bf16+f16 layout=nhwc channels=8 groups=1 align=16 ws_fixed=4096;"
     "tc_implicit_gemm_rpr notes=tensor_core+reduced_precision_reduction dtypes=bf16+f16 ws_fixed=2048 "
@@ -367,8 +370,8 @@ bool offered(const EngineSpec& e, const ConvCase& c, cudnnBackendHeurMode_t mode
   return (e.modes & want) && (e.ops & (1 << int(c.p.op))) && dtype_bit(c.p.dtype, e.dtypes);
 }
 
-// Note [Fake engine support]: the checks, in this order, each with the status real engines
-// give for it.
+// Note [Fake engine support]
+// The checks, in this order, each with the status real engines give for it.
 Support supports(const EngineSpec& e, const ConvCase& c) {
   const ConvProblem& p = c.p;
   if (c.spatial_dims > 2)
@@ -416,7 +419,7 @@ int64_t workspace_bytes(const EngineSpec& e, const ConvCase& c) {
   return e.ws_fixed + e.ws_per_weight * p.O * (p.C / p.groups) * p.KH * p.KW;
 }
 
-// Note [Fake engine numerics].
+// How an engine computes, from its notes (Note [Fake engine numerics]).
 Numerics numerics_of(const EngineSpec& e, const ConvCase& c, uint64_t rotation) {
   Numerics n;
   const cudnnDataType_t t = c.p.dtype;

@@ -50,8 +50,9 @@ std::string engine_list_error();  // "" when the list in use parsed
 const char* default_engine_list();
 
 // ---- for tests -------------------------------------------------------------------------------
-// Replaces the list in use for plans built from now on ("" on success, else why not; the
-// list in use is then unchanged). reset_engines() goes back to the environment's or default.
+// Replaces the list in use for plans built from now on (Note [Plans keep their engine] in
+// cudnn_desc.h; "" on success, else why not; the list in use is then unchanged).
+// reset_engines() goes back to the environment's or default.
 std::string set_engines(const std::string& text);
 void reset_engines();
 // The name of the engine of the plan most recently executed (cudnnBackendExecute), "" if none.

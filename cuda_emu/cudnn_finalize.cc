@@ -1,14 +1,14 @@
 // cudnnBackendFinalize for tensors, convolutions, convolution operations and operation
 // graphs (cudnn_finalize.h): what cuDNN checks, with its statuses.
 //
-// Note [Finalize checks]: compared with cuDNN 9.19 on the CPU. Where it is laxer than its
-// documentation the fake follows the documentation (CONV_MODE, POST_PADDINGS and the
-// heuristics' MODE are "required attributes" in the docs; 9.19 defaults them), and a few
-// checks are the fake's own, for bugs a GPU would not report: every tensor needs a unique
-// id and positive dims at finalize (9.19 accepts zero dims and no id), and a graph's tensors
-// must have distinct unique ids (9.19 binds both to one pointer). Overlapping strides are
-// refused by the operation, as in 9.19; the operation graph's handle is optional, as in 9.19
-// (the attribute is deprecated).
+// Note [Finalize checks]
+// Compared with cuDNN 9.19 on the CPU. Where it is laxer than its documentation the fake
+// follows the documentation (CONV_MODE, POST_PADDINGS and the heuristics' MODE are "required
+// attributes" in the docs; 9.19 defaults them), and a few checks are the fake's own, for
+// bugs a GPU would not report: every tensor needs a unique id and positive dims at finalize
+// (9.19 accepts zero dims and no id), and a graph's tensors must have distinct unique ids
+// (9.19 binds both to one pointer). Overlapping strides are refused by the operation, as in
+// 9.19; the operation graph's handle is optional, as in 9.19 (the attribute is deprecated).
 #include "cuda_emu/cudnn_finalize.h"
 
 #include <algorithm>
@@ -103,9 +103,9 @@ std::string overlap(const TensorInfo& t) {
   return "";
 }
 
-// Note [Graphs the fake runs]: one convolution operation per graph (cuDNN fuses more; the
-// fake refuses fused graphs with NOT_SUPPORTED_GRAPH_PATTERN), 1-D and 2-D (3-D graphs
-// finalize, engines refuse them).
+// Note [Graphs the fake runs]
+// One convolution operation per graph (cuDNN fuses more; the fake refuses fused graphs with
+// NOT_SUPPORTED_GRAPH_PATTERN), 1-D and 2-D (3-D graphs finalize, engines refuse them).
 ConvCase conv_case(const OpInfo& op) {
   const TensorInfo &x = op.x->as<TensorInfo>(), &w = op.w->as<TensorInfo>(), &y = op.y->as<TensorInfo>();
   const ConvInfo& cv = op.conv->as<ConvInfo>();
@@ -198,7 +198,7 @@ cudnnStatus_t finalize(Descriptor& d) {
   }
 }
 
-// Note [Finalize checks].
+// A tensor descriptor's checks (Note [Finalize checks]).
 cudnnStatus_t finalize_tensor(Descriptor& d) {
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   const char* what = "a tensor (dims, strides, data type, unique id, byte alignment)";
@@ -365,7 +365,7 @@ cudnnStatus_t finalize_operation(Descriptor& d) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-// Note [Graphs the fake runs], Note [Finalize checks].
+// An operation graph (Note [Graphs the fake runs]) and its checks (Note [Finalize checks]).
 cudnnStatus_t finalize_graph(Descriptor& d) {
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   const Value* ops = required(d.attrs, CUDNN_ATTR_OPERATIONGRAPH_OPS, "an operation graph", &st);

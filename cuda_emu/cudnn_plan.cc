@@ -3,11 +3,12 @@
 // implement the graph's operation and data type, best first; whether an engine supports the
 // shape is decided when its engine config or plan is finalized (Note [Support at finalize]).
 //
-// Note [Support at finalize]: as with real cuDNN, heuristics may offer configs that do not
-// fit (a channel count, a layout, an alignment): finalizing a config built by the caller, or
-// any plan, runs the engine's support check (Note [Fake engine support] in cudnn_engines.cc)
-// and fails with the NOT_SUPPORTED status it gives. The configs heuristics return are
-// finalized without it, as real heuristics results are.
+// Note [Support at finalize]
+// As with real cuDNN, heuristics may offer configs that do not fit (a channel count, a
+// layout, an alignment): finalizing a config built by the caller, or any plan, runs the
+// engine's support check (Note [Fake engine support] in cudnn_engines.cc) and fails with the
+// NOT_SUPPORTED status it gives. The configs heuristics return are finalized without it, as
+// real heuristics results are.
 #include <algorithm>
 
 #include "cuda_emu/cudnn_attrs.h"

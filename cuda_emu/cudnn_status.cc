@@ -1,8 +1,9 @@
 // cudnnGetErrorString, cudnnGetLastErrorString and cudnnGetVersion of the cuDNN fake, and the
 // per-thread last error behind them.
 //
-// Note [Last error]: as cuDNN 9.19 does (checked against the real library on the CPU), the
-// message is the calling thread's, a successful call leaves it alone, and reading it with
+// Note [Last error]
+// As cuDNN 9.19 does (checked against the real library on the CPU), the message is the
+// calling thread's, a successful call leaves it alone, and reading it with
 // cudnnGetLastErrorString clears it; it is cut to max_size - 1 characters.
 #include "cuda_emu/cudnn_status.h"
 
@@ -88,7 +89,7 @@ extern "C" {
 
 const char* cudnnGetErrorString(cudnnStatus_t status) { return rt::emu::cudnn::status_name(status); }
 
-// Note [Last error].
+// The calling thread's message, cleared by reading it (Note [Last error]).
 void cudnnGetLastErrorString(char* message, size_t max_size) {
   std::string& e = rt::emu::cudnn::tls_last_error;
   if (message && max_size > 0) {

@@ -4,15 +4,16 @@
 // installed while any kind is enabled), written as cuda_emu/cupti_records.cc makes them.
 // Same names and signatures as cupti_activity.h, whose declarations give them C linkage.
 //
-// Note [CUPTI buffers in the fake]: each completed operation's records go into the current
-// client buffer on the stream worker that ran it. A buffer that cannot take the next record
-// (or holds the client's maxNumRecords) is handed back through the completion callback on
-// that worker, outside the lock, and a new one requested under the lock (so the request
-// callback must not call CUPTI, nor the completion callback cuptiActivityFlushAll, which
-// waits for it). cuptiActivityFlushAll hands back the current buffer and waits for
-// hand-backs in progress on workers, so that on return every record written before the
-// call has reached the client. Records are complete when written (the operation has
-// finished), so forced and default flushes are the same.
+// Note [CUPTI buffers in the fake]
+// Each completed operation's records go into the current client buffer on the stream worker
+// that ran it. A buffer that cannot take the next record (or holds the client's
+// maxNumRecords) is handed back through the completion callback on that worker, outside the
+// lock, and a new one requested under the lock (so the request callback must not call
+// CUPTI, nor the completion callback cuptiActivityFlushAll, which waits for it).
+// cuptiActivityFlushAll hands back the current buffer and waits for hand-backs in progress
+// on workers, so that on return every record written before the call has reached the
+// client. Records are complete when written (the operation has finished), so forced and
+// default flushes are the same.
 #include <cupti.h>
 
 #include <condition_variable>

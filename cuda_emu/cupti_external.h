@@ -10,12 +10,13 @@
 
 namespace rt::emu::cupti {
 
-// Note [External ids carry their kind]: CUPTI keeps one stack of external ids per kind
-// (CUSTOM0, CUSTOM1, ...) and precedes each activity with one ExternalCorrelation record per
-// kind, naming the innermost id of that kind. The emulator keeps one untyped stack per
-// thread, so the fake stores each id with its kind in the top 3 bits (kinds 1-5 fit); ids
-// of 2^61 and above are refused with CUPTI_ERROR_INVALID_PARAMETER. An entry with kind bits
-// 0 was not pushed through CUPTI and is ignored.
+// Note [External ids carry their kind]
+// CUPTI keeps one stack of external ids per kind (CUSTOM0, CUSTOM1, ...) and precedes each
+// activity with one ExternalCorrelation record per kind, naming the innermost id of that
+// kind. The emulator keeps one untyped stack per thread, so the fake stores each id with its
+// kind in the top 3 bits (kinds 1-5 fit); ids of 2^61 and above are refused with
+// CUPTI_ERROR_INVALID_PARAMETER. An entry with kind bits 0 was not pushed through CUPTI and
+// is ignored.
 constexpr int kKindShift = 61;
 constexpr uint64_t kMaxExternalId = (uint64_t(1) << kKindShift) - 1;
 

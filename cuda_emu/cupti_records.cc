@@ -3,10 +3,11 @@
 // CUpti_ActivityKernel10, CUpti_ActivityMemcpy6, CUpti_ActivityMemset4 and
 // CUpti_ActivityExternalCorrelation.
 //
-// Note [Library operations as kernels]: on a GPU, cuBLAS, cuDNN and NCCL calls run the
-// libraries' own kernels, which CUPTI reports as kernel records. The fakes queue each call
-// as one library operation (rt::emu::enqueue), so the fake reports one kernel record per
-// operation, named as the fake named it (e.g. "cublasGemmEx f32 nn"), grid and block 1.
+// Note [Library operations as kernels]
+// On a GPU, cuBLAS, cuDNN and NCCL calls run the libraries' own kernels, which CUPTI
+// reports as kernel records. The fakes queue each call as one library operation
+// (rt::emu::enqueue), so the fake reports one kernel record per operation, named as the
+// fake named it (e.g. "cublasGemmEx f32 nn"), grid and block 1.
 //
 // What the launch log does not carry is written as CUPTI writes unknown values: host-side
 // memory kinds of copies (pageable or pinned) as CUPTI_ACTIVITY_MEMORY_KIND_UNKNOWN, no

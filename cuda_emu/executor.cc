@@ -1,28 +1,30 @@
 // The SIMT executor: runs a kernel launch's blocks in parallel over a pool of host
 // threads, and the GPU threads of each block as fibers on one host thread.
 //
-// Note [Fibers]: a GPU thread must be able to stop at a barrier or warp operation and let
-// the others of its block run, so it runs on a stack of its own, switched with
-// Boost.Context's fcontext (a few instructions, no system call; glibc's swapcontext makes a
-// system call per switch and was ~10x too slow for a million threads with barriers). Most
-// kernels never wait, so a stack is not made per thread: a runner fiber starts the block's
-// threads one after the other on its stack, and only when one of them waits does that
-// runner stay with it, and the scheduler starts a new runner for the threads not yet
-// started. A thread that finishes after waiting goes on starting threads on its runner.
-// Stacks come from the host thread's worker, reused from block to block. A thread that
-// faults is never resumed; its block is dropped without unwinding (nothing else refers to
-// its stack), and its worker is retired (Note [Worker ownership]).
+// Note [Fibers]
+// A GPU thread must be able to stop at a barrier or warp operation and let the others of
+// its block run, so it runs on a stack of its own, switched with Boost.Context's fcontext
+// (a few instructions, no system call; glibc's swapcontext makes a system call per switch
+// and was ~10x too slow for a million threads with barriers). Most kernels never wait, so a
+// stack is not made per thread: a runner fiber starts the block's threads one after the
+// other on its stack, and only when one of them waits does that runner stay with it, and
+// the scheduler starts a new runner for the threads not yet started. A thread that finishes
+// after waiting goes on starting threads on its runner. Stacks come from the host thread's
+// worker, reused from block to block. A thread that faults is never resumed; its block is
+// dropped without unwinding (nothing else refers to its stack), and its worker is
+// retired (Note [Worker ownership]).
 //
-// Note [Thread order]: between two barriers the threads of a block run one after the other,
-// each until it waits, in an order drawn anew for every epoch from RINGTAPE_EMU_SEED
-// (default 1), the launch number and the block; a kernel whose result depends on that
-// order (a missing barrier) gives different results under different seeds, beside the
-// race check that reports it directly (memcheck.cc).
+// Note [Thread order]
+// Between two barriers the threads of a block run one after the other, each until it waits,
+// in an order drawn anew for every epoch from RINGTAPE_EMU_SEED (default 1), the launch
+// number and the block; a kernel whose result depends on that order (a missing barrier)
+// gives different results under different seeds, beside the race check that reports it
+// directly (memcheck.cc).
 //
-// Note [Fibers under ThreadSanitizer]: under --config=cuda-emu-tsan each runner is a TSan
-// fiber, and every switch releases and acquires the worker's `tsan_sync` (the scheduler and
-// the runners share the block's state), so TSan sees a block's GPU threads as ordered, as
-// they run here: it reports races
+// Note [Fibers under ThreadSanitizer]
+// Under --config=cuda-emu-tsan each runner is a TSan fiber, and every switch releases and
+// acquires the worker's `tsan_sync` (the scheduler and the runners share the block's
+// state), so TSan sees a block's GPU threads as ordered, as they run here: it reports races
 // between blocks run by different host threads (global memory written by two blocks without
 // atomics) and in the host code, the emulator's and the engine's. Races within a block are
 // the emulator's own check's (Note [Shared-memory races] in memcheck.cc). The switches
@@ -31,11 +33,12 @@
 // in TSan's own thread-local storage, and crashed there (gcc 12's libtsan, elementwise and
 // optim tests); a heap address of our own is what TSan's annotations are meant for.
 //
-// Note [Warp operations]: shuffles, votes and __syncwarp wait until every lane of their
-// mask is at a warp operation with the same mask; the last lane to arrive computes every
-// lane's result. A mask that names a lane which has exited (or does not exist: the last warp
-// of a block that is not a multiple of 32), or a lane of the mask waiting elsewhere forever,
-// is a fault that names both.
+// Note [Warp operations]
+// Shuffles, votes and __syncwarp wait until every lane of their mask is at a warp operation
+// with the same mask; the last lane to arrive computes every lane's result. A mask that
+// names a lane which has exited (or does not exist: the last warp of a block that is not a
+// multiple of 32), or a lane of the mask waiting elsewhere forever, is a fault that names
+// both.
 //
 // Launch limits are an H200's (executor.h): 1024 threads per block, block dimensions up to
 // (1024, 1024, 64), grid up to (2^31 - 1, 65535, 65535), 48 KiB of shared memory per block
@@ -141,13 +144,14 @@ struct Worker {
   uint8_t* stack_lo(int slot) const { return stacks + size_t(slot) * (kGuardBytes + kStackBytes) + kGuardBytes; }
 };
 
-// Note [Worker ownership]: workers belong to the process and are lent to one host thread at a
-// time; a thread that ends gives its worker back for the next thread that needs one (stream
-// workers come and go with streams). A worker whose block faulted is retired instead: the
-// faulted threads' frames are never unwound (Note [Fibers]), so what they own stays where
-// they left it. Its stacks are kept, and scanned as roots under LeakSanitizer, so that
-// memory is held rather than leaked. A fault costs one worker (about 1 MiB touched); a
-// fault ends its device's context anyway (sticky errors).
+// Note [Worker ownership]
+// Workers belong to the process and are lent to one host thread at a time; a thread that ends
+// gives its worker back for the next thread that needs one (stream workers come and go with
+// streams). A worker whose block faulted is retired instead: the faulted threads' frames are
+// never unwound (Note [Fibers]), so what they own stays where they left it. Its stacks are
+// kept, and scanned as roots under LeakSanitizer, so that memory is held rather than leaked.
+// A fault costs one worker (about 1 MiB touched); a fault ends its device's context anyway
+// (sticky errors).
 struct Workers {
   std::mutex mu;
   std::vector<Worker*> idle, retired;

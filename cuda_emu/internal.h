@@ -19,12 +19,13 @@
 namespace rt::emu {
 
 // ---- devices and their memory (device.cc) -----------------------------------------------------
-// Note [One reservation]: the memory of every emulated device lies in one address range
-// reserved at the first use (MAP_NORESERVE: pages exist only once touched), device d at
-// base + d * span. Whether an address is device memory, and whose, is then arithmetic,
-// which every load and store of a kernel asks (memcheck.cc). Beside it lie two shadows:
-// one state byte per byte (Shadow), and per 64-byte granule the last writing and the last
-// reading operation (stream, sequence number) for the cross-stream hazard check.
+// Note [One reservation]
+// The memory of every emulated device lies in one address range reserved at the first use
+// (MAP_NORESERVE: pages exist only once touched), device d at base + d * span. Whether an
+// address is device memory, and whose, is then arithmetic, which every load and store of a
+// kernel asks (memcheck.cc). Beside it lie two shadows: one state byte per byte (Shadow),
+// and per 64-byte granule the last writing and the last reading operation (stream, sequence
+// number) for the cross-stream hazard check.
 enum Shadow : uint8_t { kNoAccess = 0, kUninit = 1, kInit = 2, kFreed = 3 };
 constexpr int kGranuleShift = 6;
 
@@ -47,12 +48,13 @@ extern const Heap* g_heap;
 const Heap& heap();
 
 int& current_device();  // of the calling host thread
-// Note [Contexts]: on a GPU a process gets a context on a device (hundreds of MB of its
-// memory) the first time a host thread whose current device it is makes a call that needs
-// one; a thread that never called cudaSetDevice has device 0. note_context() records the
-// calling thread's current device; RINGTAPE_EMU_CONTEXTS=FILE appends, at exit, one line per
-// process: "rank R pid P contexts: cuda:0 cuda:1", so a test can check that each rank of a
-// data-parallel run touched its own GPU only.
+// Note [Contexts]
+// On a GPU a process gets a context on a device (hundreds of MB of its memory) the first
+// time a host thread whose current device it is makes a call that needs one; a thread that
+// never called cudaSetDevice has device 0. note_context() records the calling thread's
+// current device; RINGTAPE_EMU_CONTEXTS=FILE appends, at exit, one line per process: "rank R
+// pid P contexts: cuda:0 cuda:1", so a test can check that each rank of a data-parallel run
+// touched its own GPU only.
 void note_context();
 uint64_t contexts();  // bit d: a context on cuda:d
 cudaError_t check_device(int device);
@@ -75,20 +77,22 @@ bool in_program_image(uintptr_t a, size_t n, bool write);
 void set_last_error(cudaError_t e);
 cudaError_t peek_last_error();
 cudaError_t take_last_error();  // and clears it
-// Note [Sticky faults]: a fault inside device work (a kernel's bad access, a failed check)
-// ends the device's context as on a GPU: the report goes to stderr at once, the device's
-// queued and later work is skipped, and every later call on the device returns the error.
+// Note [Sticky faults]
+// A fault inside device work (a kernel's bad access, a failed check) ends the device's
+// context as on a GPU: the report goes to stderr at once, the device's queued and later
+// work is skipped, and every later call on the device returns the error.
 cudaError_t sticky_error(int device);
 void set_sticky(int device, cudaError_t e, const std::string& report);
 std::string symbolize(const void* pc);  // "file:line (function)" where line tables allow
 
 // ---- vector clocks (stream.cc) -------------------------------------------------------------------
-// Note [Cross-stream hazards]: each stream numbers its operations; each operation carries
-// the clock of what is ordered before it (its stream's earlier work, every event it waited
-// for, everything the host had seen complete when it was queued). Device memory remembers
-// per granule which operation last wrote it and which last read it; an access whose clock
-// does not cover that operation is a hazard (the check of PyTorch's CUDA sanitizer, made at
-// each access instead of at each op's declared arguments).
+// Note [Cross-stream hazards]
+// Each stream numbers its operations; each operation carries the clock of what is ordered
+// before it (its stream's earlier work, every event it waited for, everything the host had
+// seen complete when it was queued). Device memory remembers per granule which operation
+// last wrote it and which last read it; an access whose clock does not cover that operation
+// is a hazard (the check of PyTorch's CUDA sanitizer, made at each access instead of at
+// each op's declared arguments).
 struct Clock {
   std::vector<uint64_t> seq;  // by stream uid
   uint64_t at(uint32_t uid) const { return uid < seq.size() ? seq[uid] : 0; }

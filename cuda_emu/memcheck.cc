@@ -1,18 +1,19 @@
 // The memory checker: every load and store of a kernel, and every range an operation on a
 // stream uses, is checked here.
 //
-// Note [Instrumented kernels]: .cu files are compiled with -fsanitize=thread (tools/copts.bzl):
-// GCC then calls __tsan_readN / __tsan_writeN before each access (the _range forms for
-// aggregate copies), and those are defined below; no sanitizer runtime takes part. Outside
-// kernel code (launchers, host code in the same files) tls_thread is null and the call
-// returns at once. Inside, the address decides:
+// Note [Instrumented kernels]
+// .cu files are compiled with -fsanitize=thread (tools/copts.bzl): GCC then calls
+// __tsan_readN / __tsan_writeN before each access (the _range forms for aggregate copies),
+// and those are defined below; no sanitizer runtime takes part. Outside kernel code
+// (launchers, host code in the same files) tls_thread is null and the call returns at once.
+// Inside, the address decides:
 //   device memory  the kernel's own device (else: a missing cudaSetDevice, or a tensor on
 //                  another device), natural alignment for 2/4/8/16-byte accesses, inside a
 //                  block handed out (annotate.h) or cudaMalloc'd, reads of written bytes only
 //                  (fresh memory is poisoned and its shadow says so), and the cross-stream
 //                  hazard check (Note [Cross-stream hazards] in internal.h);
-//   shared memory  inside what the block declared, reads of written bytes only, and races
-//                  (Note [Shared-memory races]);
+//   shared memory  inside what the block declared, reads of written bytes only, and
+//                  races (Note [Shared-memory races]);
 //   its own stack, the launch's parameters, pinned host memory, the program's constants:
 //                  allowed; anything else is host memory a kernel cannot reach.
 // Under --config=cuda-emu-asan and -tsan the kernels are compiled for that sanitizer's own
@@ -20,12 +21,13 @@
 // here (check_uses). Not seen: __builtin_memcpy expanded inline in kernel code (GCC does not
 // instrument it), and accesses from code the kernel calls in other, uninstrumented files.
 //
-// Note [Shared-memory races]: per byte of the arena the last write and the last read(s),
-// with the barrier epoch they happened in. Two accesses to a byte by different threads of
-// the block in the same epoch (between the same two __syncthreads), at least one a write,
-// race: their order is not defined on a GPU. Lanes of one warp are ordered by a warp-level
-// operation between the accesses (__syncwarp, a shuffle). Atomics do not race with each
-// other and are not recorded.
+// Note [Shared-memory races]
+// Per byte of the arena the last write and the last read(s), with the barrier epoch they
+// happened in. Two accesses to a byte by different threads of the block in the same epoch
+// (between the same two __syncthreads), at least one a write, race: their order is not
+// defined on a GPU. Lanes of one warp are ordered by a warp-level operation between the
+// accesses (__syncwarp, a shuffle). Atomics do not race with each other and are not
+// recorded.
 #include <atomic>
 #include <cstdarg>
 #include <cinttypes>

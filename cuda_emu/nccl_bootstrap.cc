@@ -75,10 +75,11 @@ void reply_error(int fd, ncclResult_t code, const std::string& msg) {
   }
 }
 
-// Note [Bootstrap root]: serves one id. Collects a PeerInfo from every rank, refuses ranks
-// that do not fit (another token, another world size, a rank taken twice), and sends the
-// table to all once complete. A rank that leaves early (its connection closes) or never
-// comes fails the others with a message naming it, instead of leaving them waiting.
+// Note [Bootstrap root]
+// Serves one id. Collects a PeerInfo from every rank, refuses ranks that do not fit
+// (another token, another world size, a rank taken twice), and sends the table to all once
+// complete. A rank that leaves early (its connection closes) or never comes fails the
+// others with a message naming it, instead of leaving them waiting.
 void root_main(Fd listener, IdLayout id) {
   const auto deadline = Clock::now() + peer_timeout();
   const Waker never;

@@ -1,13 +1,14 @@
 // A rank's communicator in the NCCL fake (nccl_comm.h).
 //
-// Note [Issue order]: a communicator's operations run one at a time, in the order they were
-// issued, whichever streams they were queued on: NCCL orders a communicator's kernels the
-// same way, and the ranks' frames must follow one order on every connection. Each
-// operation takes a ticket when issued; on its stream's worker it waits until the ticket
-// before it has retired. An operation that never runs (a stream's sticky fault skips it,
-// or queueing it failed) retires when its work is dropped, so the ones after it go on.
-// A cycle (a stream that waits, through an event, for work queued after an operation of
-// another stream) deadlocks on a GPU too; here it ends at the peer timeout with a message.
+// Note [Issue order in the fake]
+// A communicator's operations run one at a time, in the order they were issued, whichever
+// streams they were queued on: NCCL orders a communicator's kernels the same way, and the
+// ranks' frames must follow one order on every connection. Each operation takes a ticket
+// when issued; on its stream's worker it waits until the ticket before it has retired. An
+// operation that never runs (a stream's sticky fault skips it, or queueing it failed)
+// retires when its work is dropped, so the ones after it go on. A cycle (a stream that
+// waits, through an event, for work queued after an operation of another stream) deadlocks
+// on a GPU too; here it ends at the peer timeout with a message.
 #include "cuda_emu/nccl_comm.h"
 
 #include <sys/socket.h>
@@ -109,7 +110,7 @@ void Comm::fail(const Error& e) {
       message_ = e.what();
       first = true;
     }
-    for (Fd& c : conns_)  // Note [A failed communicator]: the peers see it at once
+    for (Fd& c : conns_)  // the peers see it at once (Note [A failed communicator])
       if (c) shutdown(c.get(), SHUT_RDWR);
   }
   stop_.set();
@@ -158,7 +159,7 @@ uint64_t Comm::next_recv(int peer) {
 bool Comm::begin(uint64_t ticket, const std::string& what) {
   std::unique_lock<std::mutex> lk(mu_);
   auto usable = [&] { return error_ == ncclSuccess && !aborted_ && phase_ != Phase::closed; };
-  // Note [Issue order]
+  // Waits until the ticket before this one has retired (Note [Issue order in the fake]).
   if (!cv_.wait_for(lk, peer_timeout(), [&] { return turn_ == ticket || !usable(); })) {
     lk.unlock();
     fail(Error(ncclInvalidUsage,

@@ -41,23 +41,25 @@ class Comm {
   std::string message() const;  // the failure's, "" while none
   // Throws Error unless operations may be issued now (NCCL's ncclCommEnsureReady).
   void check_usable(const char* api) const;
-  // Note [A failed communicator]: the first failure becomes the asynchronous error. From
-  // then on the communicator moves no data: its exchanges stop, and its connections are
-  // shut, so that its peers learn at once that this rank is out (ncclRemoteError naming
-  // it) instead of at their own timeout. Its operations in flight, and those queued later,
-  // then wait on their streams as NCCL's kernels spin after a network error: until
-  // ncclCommAbort (or ncclCommDestroy) ends them, their outputs left as they were. A
-  // program that trusts a completed stream without asking ncclCommGetAsyncError thus
-  // hangs here as on a GPU, instead of going on with stale data. As a last resort they end
-  // after the peer timeout (Note [Peer timeout]) with a warning on stderr.
+  // Note [A failed communicator]
+  // The first failure becomes the asynchronous error. From then on the communicator moves
+  // no data: its exchanges stop, and its connections are shut, so that its peers learn at
+  // once that this rank is out (ncclRemoteError naming it) instead of at their own timeout.
+  // Its operations in flight, and those queued later, then wait on their streams as NCCL's
+  // kernels spin after a network error: until ncclCommAbort (or ncclCommDestroy) ends them,
+  // their outputs left as they were. A program that trusts a completed stream without
+  // asking ncclCommGetAsyncError thus hangs here as on a GPU, instead of going on with
+  // stale data. As a last resort they end after the peer timeout (Note [Peer timeout]) with
+  // a warning on stderr.
   void fail(const Error& e);
   bool failed() const;
   // On a stream's worker, after a failure: waits for the abort (Note [A failed communicator]).
   void hold(const std::string& what);
 
   // ---- operations ---------------------------------------------------------------------------
-  // Numbers, in issue order: tickets order the operations (Note [Issue order]), collectives
-  // and transfers per peer are numbered for matching (Note [Matching operations]).
+  // Numbers, in issue order: tickets order the operations (Note [Issue order in the fake]),
+  // collectives and transfers per peer are numbered for
+  // matching (Note [Matching operations]).
   uint64_t issue_ticket();
   uint64_t next_collective();
   uint64_t next_send(int peer);

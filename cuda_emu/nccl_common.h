@@ -22,13 +22,14 @@ struct Error : std::runtime_error {
   ncclResult_t code;
 };
 
-// Note [Peer timeout]: a real NCCL waits for ever for a peer that does not come: a rank that
-// skipped or reordered a collective, one that crashed before ncclCommInitRank, a send with
-// no receive. A test would then hang until its runner kills it, saying nothing. The fake
-// gives up after RINGTAPE_EMU_NCCL_TIMEOUT seconds (default 300) without progress from the
-// peer it waits for, and reports it (the communicator's asynchronous error, ncclRemoteError)
-// naming that peer and the operation. Generous on purpose: under the emulator a rank may
-// compute for minutes between two collectives while its peers wait in the second one.
+// Note [Peer timeout]
+// A real NCCL waits for ever for a peer that does not come: a rank that skipped or reordered
+// a collective, one that crashed before ncclCommInitRank, a send with no receive. A test
+// would then hang until its runner kills it, saying nothing. The fake gives up after
+// RINGTAPE_EMU_NCCL_TIMEOUT seconds (default 300) without progress from the peer it waits
+// for, and reports it (the communicator's asynchronous error, ncclRemoteError) naming that
+// peer and the operation. Generous on purpose: under the emulator a rank may compute for
+// minutes between two collectives while its peers wait in the second one.
 Clock::duration peer_timeout();
 std::string timeout_text();  // "300 s (RINGTAPE_EMU_NCCL_TIMEOUT)"
 

@@ -1,7 +1,7 @@
 // Checks, memory uses and the queued work of the NCCL fake's operations (nccl_ops.h).
 //
-// Each collective is an exchange of frames between every pair of ranks (Note [Matching
-// operations] in nccl_wire.cc) followed by local work:
+// Each collective is an exchange of frames between every pair of ranks
+// (Note [Matching operations] in nccl_wire.cc) followed by local work:
 //   all-reduce      every rank sends its input to every other; each reduces the N inputs
 //                   in rank order (Note [Reduction order and rounding] in nccl_reduce.cc)
 //   reduce-scatter  rank r sends its chunk p to rank p; each reduces the chunks it got
@@ -96,7 +96,7 @@ struct Batch {
     if (!retired) comm->retire(ticket);
     retired = true;
   }
-  ~Batch() { retire(); }  // dropped without running (Note [Issue order])
+  ~Batch() { retire(); }  // dropped without running (Note [Issue order in the fake])
 };
 
 struct Plan {
@@ -205,7 +205,7 @@ void run(Batch& b) {
     }
     c.end();
   }
-  c.hold(b.what);  // Note [A failed communicator]: returns at once unless the communicator failed
+  c.hold(b.what);  // returns at once unless the communicator failed (Note [A failed communicator])
   // Failed or aborted: the receive buffers hold what they held (perhaps half an exchange),
   // not this operation's result; the emulator must not count them as written by it.
   if (!moved) rt::emu::discard_writes();

@@ -1,6 +1,6 @@
 // Reductions of the NCCL fake (nccl_reduce.h).
 //
-// Note [Reduction order and rounding]:
+// Note [Reduction order and rounding]
 // - Order: every rank reduces the N inputs in rank order, 0 first. NCCL's ring reduces each
 //   chunk in ring order starting at a different rank per chunk; either way each element
 //   gets one value on every rank. The fake's fixed order makes results deterministic and

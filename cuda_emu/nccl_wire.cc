@@ -1,23 +1,25 @@
 // Frames between the ranks of the NCCL fake and the exchange of a batch (nccl_wire.h).
 //
-// Note [Matching operations]: NCCL trusts every rank to issue the same collectives (same
-// operation, count, type, reduction and root) in the same order, and each ncclSend to meet
-// an ncclRecv of the same count and type; when they do not, it hangs or corrupts memory.
-// Here every rank sends a frame to every peer in each collective (the header alone where
-// it has no data for that peer), and every frame carries the sender's description of its
-// operation. A receiver compares it with its own before it takes the payload, so a
-// mismatch anywhere is seen by both ranks involved and reported with both operations.
-// Collectives are numbered per communicator, so a rank that skipped one is told apart from
-// one that issued another count. A rank reads from a peer only while it expects something
-// from it: a frame of the peer's next operation stays unread until this rank gets there.
+// Note [Matching operations]
+// NCCL trusts every rank to issue the same collectives (same operation, count, type,
+// reduction and root) in the same order, and each ncclSend to meet an ncclRecv of the same
+// count and type; when they do not, it hangs or corrupts memory. Here every rank sends a
+// frame to every peer in each collective (the header alone where it has no data for that
+// peer), and every frame carries the sender's description of its operation. A receiver
+// compares it with its own before it takes the payload, so a mismatch anywhere is seen by
+// both ranks involved and reported with both operations. Collectives are numbered per
+// communicator, so a rank that skipped one is told apart from one that issued another
+// count. A rank reads from a peer only while it expects something from it: a frame of the
+// peer's next operation stays unread until this rank gets there.
 //
-// Note [Failure notices]: when an exchange fails (a lost peer, a mismatch, a timeout), the
-// rank's communicator shuts its connections (Note [A failed communicator] in
-// nccl_comm.h), and a peer still waiting for it would only learn that this rank is gone,
-// blaming it for what was another rank's death. So before that, the failing rank sends
-// every peer whose connection is between two frames a notice carrying its message; a peer
-// that reads it fails with "rank p's communicator failed: <why>", which names the rank
-// really lost. Best effort: a notice that does not fit the socket's buffer is dropped.
+// Note [Failure notices]
+// When an exchange fails (a lost peer, a mismatch, a timeout), the rank's communicator
+// shuts its connections (Note [A failed communicator] in nccl_comm.h), and a peer still
+// waiting for it would only learn that this rank is gone, blaming it for what was another
+// rank's death. So before that, the failing rank sends every peer whose connection is
+// between two frames a notice carrying its message; a peer that reads it fails with "rank
+// p's communicator failed: <why>", which names the rank really lost. Best effort: a notice
+// that does not fit the socket's buffer is dropped.
 #include "cuda_emu/nccl_wire.h"
 
 #include <poll.h>
@@ -131,7 +133,7 @@ void take_header(PeerIo& p, int peer, int me) {
       (h.channel == uint8_t(Channel::failed) && h.bytes > kMaxNotice))
     throw Error(ncclInternalError, "rank " + std::to_string(me) + ": a garbled frame from rank " +
                                        std::to_string(peer) + " (the connection is out of step)");
-  if (h.channel == uint8_t(Channel::failed)) {  // Note [Failure notices]: its message comes next
+  if (h.channel == uint8_t(Channel::failed)) {  // its message comes next (Note [Failure notices])
     p.notice.assign(size_t(h.bytes), '\0');
     p.notice_in = Incoming{peer, Channel::failed, OpDesc{}, p.notice.data(), h.bytes};
     p.cur = &p.notice_in;
@@ -195,7 +197,7 @@ bool read_some(int fd, PeerIo& p, int peer, int me, const std::string& what) {
   return moved;
 }
 
-// Note [Failure notices]: tells the peers why this rank's communicator is failing.
+// Tells the peers why this rank's communicator is failing (Note [Failure notices]).
 void send_notices(const std::vector<Fd>& conns, const std::vector<PeerIo>& peers, int me, const std::string& why) {
   const std::string msg = why.substr(0, size_t(kMaxNotice));
   Header h = header(Channel::failed, OpDesc{}, me, msg.size());

@@ -5,11 +5,12 @@
 // (RT_SHARED) and kernel launches (RT_LAUNCH). The executor (cuda_emu/executor.cc) runs
 // every GPU thread of a block as a fiber; the functions declared here are its entry points.
 //
-// Note [The __shared__ trap]: the toolkit headers define __shared__ as nothing for a host
-// compiler, so `__shared__ float buf[256];` would silently become one array per thread and
-// every block reduction would compute garbage without an error. Here __shared__ is defined
-// (before the toolkit headers, which then keep it) as a name that fails to compile and says
-// what to write instead: RT_SHARED(T, name, [dims]).
+// Note [The __shared__ trap]
+// The toolkit headers define __shared__ as nothing for a host compiler, so
+// `__shared__ float buf[256];` would silently become one array per thread and every block
+// reduction would compute garbage without an error. Here __shared__ is defined (before the
+// toolkit headers, which then keep it) as a name that fails to compile and says what to
+// write instead: RT_SHARED(T, name, [dims]).
 #pragma once
 
 #if defined(__CUDACC__)
@@ -210,10 +211,11 @@ template <typename T> T atomicXor(T* p, T v) { return ::rt::emu::atomic(::rt::em
 template <typename T> T atomicCAS(T* p, T compare, T v) { return ::rt::emu::atomic(::rt::emu::AtomicOp::cas, p, v, compare); }
 
 // ---- exactly rounded arithmetic ----------------------------------------------------------------
-// Note [No contraction in _rn]: nvcc never fuses a __fmul_rn into a following add; g++ under
-// -march=x86-64-v3 contracts a*b + c into an FMA across inlined calls (-ffp-contract=fast),
-// which would change the bit-exact optimiser kernels. The empty asm makes the product a
-// value the compiler cannot see through.
+// Note [No contraction in _rn]
+// nvcc never fuses a __fmul_rn into a following add; g++ under -march=x86-64-v3 contracts
+// a*b + c into an FMA across inlined calls (-ffp-contract=fast), which would change the
+// bit-exact optimiser kernels. The empty asm makes the product a value the compiler cannot
+// see through.
 namespace rt::emu {
 template <typename T>
 inline T rounded(T v) {

@@ -1,12 +1,12 @@
 // Streams, events and their workers (stream.h), the vector clocks of the hazard check, the
 // launch log, and enqueue() for the library fakes.
 //
-// Note [Legacy default stream]: the handle nullptr is the current device's legacy default
-// stream. As in CUDA, work queued on it waits for all earlier work of the device's blocking
-// streams (those created without cudaStreamNonBlocking), and work queued on a blocking
-// stream waits for earlier work of the legacy stream; non-blocking streams are independent
-// of it. The waits are queued as operations, so they order both the execution and the
-// clocks.
+// Note [Legacy default stream]
+// The handle nullptr is the current device's legacy default stream. As in CUDA, work queued
+// on it waits for all earlier work of the device's blocking streams (those created without
+// cudaStreamNonBlocking), and work queued on a blocking stream waits for earlier work of
+// the legacy stream; non-blocking streams are independent of it. The waits are queued as
+// operations, so they order both the execution and the clocks.
 #include "cuda_emu/stream.h"
 
 #include <chrono>
@@ -196,7 +196,7 @@ void push_locked(CUstream_st* s, std::unique_ptr<Op> op) {
   s->work_cv.notify_one();
 }
 
-// Note [Legacy default stream]: the implicit waits before work on `s`.
+// The implicit waits before work on `s` (Note [Legacy default stream]).
 void legacy_waits_locked(CUstream_st* s) {
   auto wait_for = [&](CUstream_st* other) {
     if (other == s || other->device != s->device || other->enqueued == 0) return;

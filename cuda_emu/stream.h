@@ -1,7 +1,7 @@
 // Streams and events of the emulated device: each stream a queue with a worker thread
 // that runs its operations in order, truly asynchronously to the host; events mark a point
-// of a stream; vector clocks for the cross-stream hazard check (Note [Cross-stream
-// hazards] in internal.h).
+// of a stream; vector clocks for the cross-stream hazard check (Note [Cross-stream hazards]
+// in internal.h).
 #pragma once
 
 #include <condition_variable>

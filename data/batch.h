@@ -36,13 +36,13 @@ struct AssembleOptions {
   int max_replacements = 64;  // per example: more unreadable examples in a row is an error
 };
 
-// Note [Unreadable examples]: ImageNet has a few damaged files, and a user's own folders
-// may hold anything. Example p of the batch is order[p]; if that one throws BadExample it
-// is replaced by order[p + 1], order[p + 2], ... (wrapping around the order) until one
-// reads, and recorded in `skipped`. The batch keeps its size (batch-norm statistics and
-// step counts stay as planned), and the replacement is a pure function of the order, so
-// batches stay identical for any worker count. With opt.strict the first unreadable
-// example is an rt::Error naming its file.
+// Note [Unreadable examples]
+// ImageNet has a few damaged files, and a user's own folders may hold anything. Example p
+// of the batch is order[p]; if that one throws BadExample it is replaced by order[p + 1],
+// order[p + 2], ... (wrapping around the order) until one reads, and recorded in `skipped`.
+// The batch keeps its size (batch-norm statistics and step counts stay as planned), and the
+// replacement is a pure function of the order, so batches stay identical for any worker
+// count. With opt.strict the first unreadable example is an rt::Error naming its file.
 //
 // Builds the batch of positions [begin, end) of `order`. Thread-safe.
 Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t begin, int64_t end, int64_t epoch,

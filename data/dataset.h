@@ -64,12 +64,13 @@ class Dataset {
   int64_t example_bytes() const { return shape_nbytes(image_shape(), pixel_dtype()); }
 };
 
-// Note [Label range]: every dataset checks its labels against its own class count when it
-// opens (labels in [0, num_classes()), the first bad one named with its file, index and
-// value), so training never meets a label the loss cannot take. A model may have another
-// class count (--num-classes); check_labels then checks the dataset's labels against it,
-// before training starts. Throws rt::Error naming the dataset's location, the first
-// example whose label is outside [0, num_classes), its value and the range.
+// Note [Label range]
+// Every dataset checks its labels against its own class count when it opens (labels in
+// [0, num_classes()), the first bad one named with its file, index and value), so training
+// never meets a label the loss cannot take. A model may have another class count
+// (--num-classes); check_labels then checks the dataset's labels against it, before
+// training starts. Throws rt::Error naming the dataset's location, the first example whose
+// label is outside [0, num_classes), its value and the range.
 void check_labels(const Dataset& d, int64_t num_classes);
 
 // The "synthetic" dataset: random examples computed on demand (nothing is stored).

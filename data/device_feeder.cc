@@ -41,10 +41,11 @@ std::optional<DeviceBatch> DeviceFeeder::next() {
   out.host_labels = b->labels;
   Tensor images = b->images, labels = b->labels;
   if (device_.is_cuda()) {
-    // Note [Copy overlap]: the device buffers come from the caching allocator on the
-    // compute stream, where they may reuse blocks whose last kernels are still queued;
-    // the copy stream waits for that point before writing, and the compute stream waits
-    // for the copy before normalising. Both waits are on the device.
+    // Note [Copy overlap]
+    // The device buffers come from the caching allocator on the compute stream, where they
+    // may reuse blocks whose last kernels are still queued; the copy stream waits for that
+    // point before writing, and the compute stream waits for the copy before normalising.
+    // Both waits are on the device.
     const Stream compute = Stream::current(device_);
     Tensor images_dev = Tensor::empty(images.shape(), images.dtype(), device_, images.format());
     Tensor labels_dev = Tensor::empty(labels.shape(), labels.dtype(), device_);

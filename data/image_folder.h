@@ -9,8 +9,8 @@
 //
 // Listing ImageNet's 1.28M training files takes seconds on a warm page cache and minutes on
 // a cold disk or a network file system, so index_image_folder keeps the listing in a cache
-// file and re-lists only the class folders whose directories changed; see image_folder.cc,
-// Note [index cache].
+// file and re-lists only the class folders whose directories changed; see
+// image_folder.cc, Note [index cache].
 #pragma once
 
 #include <cstdint>

@@ -48,14 +48,15 @@ AxisTaps make_taps(const AxisSpec& a, int n) {
   return t;
 }
 
-// Note [Separable resampling]: bilinear interpolation is a horizontal lerp of two source
-// rows followed by a vertical lerp of the results, so each needed source row is lerped
-// horizontally once into a float row (reused by the next output row when it needs the
-// same source row, as in upscaling), and the vertical pass runs over contiguous floats,
-// which the compiler vectorises. The arithmetic is the same as a per-pixel four-tap loop:
-// top = (1 - wx) a + wx b per row, then (1 - wy) top + wy bot, rounded half up. A
-// horizontal flip is folded into the horizontal taps (output column x takes the taps of
-// column W - 1 - x), so it costs no extra pass.
+// Note [Separable resampling]
+// Bilinear interpolation is a horizontal lerp of two source rows followed by a vertical
+// lerp of the results, so each needed source row is lerped horizontally once into a float
+// row (reused by the next output row when it needs the same source row, as in upscaling),
+// and the vertical pass runs over contiguous floats, which the compiler vectorises. The
+// arithmetic is the same as a per-pixel four-tap loop: top = (1 - wx) a + wx b per row,
+// then (1 - wy) top + wy bot, rounded half up. A horizontal flip is folded into the
+// horizontal taps (output column x takes the taps of column W - 1 - x), so it costs no
+// extra pass.
 void resample(const uint8_t* src, int src_w, int src_h, const AxisSpec& ax, const AxisSpec& ay, int out_w,
               int out_h, uint8_t* out, bool flip = false) {
   RT_CHECK(ax.lo >= 0 && ax.hi < src_w && ax.lo <= ax.hi && ay.lo >= 0 && ay.hi < src_h && ay.lo <= ay.hi,
@@ -114,14 +115,15 @@ void resample(const uint8_t* src, int src_w, int src_h, const AxisSpec& ax, cons
   }
 }
 
-// Note [DCT scales 1/2, 1/4, 1/8 only]: libjpeg-turbo 2.x also decodes at M/8 for any M,
-// which would DCT-scale the common ImageNet case (a 250-450 px crop for 224: M = 5..7).
-// It does not pay. Only the 8x8, 4x4 and 2x2 inverse DCTs have SIMD code; 3, 5, 6 and 7
-// are scalar C, and with 4:2:0 chroma is inverse-transformed at 2M x 2M (10x10..14x14)
-// instead of 8x8 plus SIMD upsampling. Whole-image decode per ~500x375 q90 file (2.1.5,
-// 2.1 GHz VM): 8/8 1954 us; 7/8 2472, 6/8 2165, 5/8 1857, 4/8 1649, 3/8 1614, 2/8 1459,
-// 1/8 1135 (Huffman decoding, ~1100 us, is the floor). RandomResizedCrop(224) with the
-// smallest M/8 >= the output size ran at ~465-520 images/s per core vs ~515-645 for this.
+// Note [DCT scales 1/2, 1/4, 1/8 only]
+// libjpeg-turbo 2.x also decodes at M/8 for any M, which would DCT-scale the common
+// ImageNet case (a 250-450 px crop for 224: M = 5..7). It does not pay. Only the 8x8, 4x4
+// and 2x2 inverse DCTs have SIMD code; 3, 5, 6 and 7 are scalar C, and with 4:2:0 chroma is
+// inverse-transformed at 2M x 2M (10x10..14x14) instead of 8x8 plus SIMD upsampling.
+// Whole-image decode per ~500x375 q90 file (2.1.5, 2.1 GHz VM): 8/8 1954 us; 7/8 2472, 6/8
+// 2165, 5/8 1857, 4/8 1649, 3/8 1614, 2/8 1459, 1/8 1135 (Huffman decoding, ~1100 us, is
+// the floor). RandomResizedCrop(224) with the smallest M/8 >= the output size ran at
+// ~465-520 images/s per core vs ~515-645 for this.
 int dct_scale_for(int have, int want) {
   for (int d : {8, 4, 2})
     if (have >= d * want) return d;

@@ -51,9 +51,10 @@ enum class DecodeMode {
 //
 // Draws a RandomResizedCrop box on the full image size (from the JPEG header), decodes
 // that region, resizes it to size x size and mirrors it if `flip`. Writes size*size*3
-// bytes (RGB HWC) to out_hwc. DCT scaling by d in {2,4,8} (the largest with
-// box.w >= d*size and box.h >= d*size) makes the result slightly different from a
-// full-resolution decode (libjpeg's scaled IDCT instead of the bilinear taps).
+// bytes (RGB HWC) to out_hwc. DCT scaling by d in {2,4,8} (the largest with box.w >= d*size
+// and box.h >= d*size; Note [DCT scales 1/2, 1/4, 1/8 only] in image_transforms.cc) makes
+// the result slightly different from a full-resolution decode (libjpeg's scaled IDCT
+// instead of the bilinear taps).
 void train_transform(std::span<const uint8_t> bytes, const std::string& label, int size, Generator& g, bool flip,
                      uint8_t* out_hwc, DecodeMode mode = DecodeMode::region_scaled);
 

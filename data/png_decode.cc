@@ -14,8 +14,9 @@ namespace {
 
 constexpr uint8_t kSignature[8] = {0x89, 'P', 'N', 'G', 0x0d, 0x0a, 0x1a, 0x0a};
 
-// Note [longjmp]: libpng reports errors by calling on_error, which longjmps back to the
-// setjmp in read_header or read_rows. The jump skips every frame in between without running
+// Note [longjmp]
+// libpng reports errors by calling on_error, which longjmps back to the setjmp in
+// read_header or read_rows. The jump skips every frame in between without running
 // destructors, so those two functions and the callbacks hold only plain data; everything
 // with a destructor (the output vector, the PngRead owner) lives in decode_png, outside the
 // jump.

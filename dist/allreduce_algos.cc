@@ -40,10 +40,10 @@ int64_t early_steps(const P2P& p, int64_t n, int64_t window, size_t step_bytes) 
 }
 
 // Runs steps 0..n-1, each made by make(u, step), with up to `window` steps in flight: step
-// u + window is posted once step u has completed and been reduced (Note [Slices and
-// look-ahead]). The receives of the `early` steps after those are posted ahead (Note
-// [Early receives]); their destinations must be scratch slots no other step in that span
-// uses.
+// u + window is posted once step u has completed and been reduced
+// (Note [Slices and look-ahead]). The receives of the `early` steps after those are posted
+// ahead (Note [Early receives]); their destinations must be scratch slots no other step in
+// that span uses.
 void run_steps(P2P& p, int64_t n, int64_t window, int64_t early, ReduceOp op, DType t,
                const std::function<void(int64_t, Step&)>& make) {
   std::deque<Step> made;  // steps [first, first + made.size())
@@ -208,8 +208,9 @@ void ring_reduce_scatter(P2P& p, const AlgoShape& s, void* data, ReduceOp op) {
             1.0 / s.world);
 }
 
-// Note [Pipelined tree schedule]: tree w (0, 1) all-reduces half w of the data, cut in K
-// slices. A rank at depth d of a tree whose deepest rank is at depth D does, at step t:
+// Note [Pipelined tree schedule]
+// Tree w (0, 1) all-reduces half w of the data, cut in K slices. A rank at depth d of a
+// tree whose deepest rank is at depth D does, at step t:
 //   up:   receive slice t - L(D-d-1) from each child (into scratch; reduced after the step)
 //         and send slice t - L(D-d) to its parent;
 //   down: receive slice t - L(D+d-1) from its parent (into the data) and send slice

@@ -8,12 +8,12 @@
 // every step from (rank, world, count, slice size) alone, so the transfers of a step match
 // on both sides without any negotiation.
 //
-// Note [Slices and look-ahead]: data moves in slices of at most `slice_bytes`, and up to
-// four steps are in flight: step u + W is posted once step u has completed and its received
-// slices are reduced, so the wire carries some slices while others are reduced. Each
-// schedule is laid out so that steps touching the same memory are at least W apart (each
-// schedule's comment says why); with a single slice per piece (small messages) steps run
-// strictly one after another.
+// Note [Slices and look-ahead]
+// Data moves in slices of at most `slice_bytes`, and up to four steps are in flight:
+// step u + W is posted once step u has completed and its received slices are reduced, so
+// the wire carries some slices while others are reduced. Each schedule is laid out so that
+// steps touching the same memory are at least W apart (each schedule's comment says why);
+// with a single slice per piece (small messages) steps run strictly one after another.
 #pragma once
 
 #include <cstddef>
@@ -45,10 +45,11 @@ class P2P {
   virtual void reduce(ReduceOp op, DType t, int64_t n, const void* in, void* inout) = 0;
   // dst[0:bytes] = src, after the finished groups.
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
-  // Note [Early receives]: whether receives may be posted steps before the group they
-  // belong to. With Gloo a send leaves only once its receiver has posted the receive (one
-  // message there and back before the data), so a receive posted early saves that for
-  // small messages. An NCCL step must hold both sides of its transfers in one group.
+  // Note [Early receives]
+  // Whether receives may be posted steps before the group they belong to. With Gloo a send
+  // leaves only once its receiver has posted the receive (one message there and back before
+  // the data), so a receive posted early saves that for small messages. An NCCL step must
+  // hold both sides of its transfers in one group.
   virtual bool early_receives() const { return false; }
   // Receives of a later start(), posted now where early_receives(); that start() then
   // finds them posted (same peer and tag).
@@ -72,7 +73,8 @@ void ring_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
 // Reduce-scatter with the ring: data[0 : world*count_per_rank] is reduced in place (used as
 // work space), and rank r's block [r*n, (r+1)*n) holds the result.
 void ring_reduce_scatter(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
-// All-reduce of data[0:count] in place with the double binary tree.
+// All-reduce of data[0:count] in place with the double binary tree
+// (Note [Pipelined tree schedule] in allreduce_algos.cc).
 void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
 // The most any of the three asks of P2P::scratch() with this slice size, whatever the
 // count, dtype and world: what a backend can allocate once, up front (the NCCL communicator
@@ -80,13 +82,14 @@ void tree_all_reduce(P2P& p, const AlgoShape& s, void* data, ReduceOp op);
 size_t max_scratch_bytes(size_t slice_bytes);
 
 // ---- the trees, exposed for tests -----------------------------------------------------
-// Note [Double binary tree]: tree 0 is the in-order binary tree of the positions 1..N by
-// their lowest set bit: the root is the largest power of two <= N, a position with lowest
-// bit 2^k (k >= 1) has children position - 2^(k-1) and the largest position + 2^(k-1-j) <= N
-// (j >= 0), and odd positions are leaves. Rank r sits at position r+1 in tree 0, so the
-// even ranks are its leaves. Tree 1 is the same tree over a relabelling that makes the
-// odd ranks its leaves: rank r at position N-r (N even) or at position ((r+N-1) mod N)+1
-// (N odd, where rank 0 is a leaf of both). Depth about log2(N).
+// Note [Double binary tree]
+// Tree 0 is the in-order binary tree of the positions 1..N by their lowest set bit: the root
+// is the largest power of two <= N, a position with lowest bit 2^k (k >= 1) has children
+// position - 2^(k-1) and the largest position + 2^(k-1-j) <= N (j >= 0), and odd positions
+// are leaves. Rank r sits at position r+1 in tree 0, so the even ranks are its leaves. Tree
+// 1 is the same tree over a relabelling that makes the odd ranks its leaves: rank r at
+// position N-r (N even) or at position ((r+N-1) mod N)+1 (N odd, where rank 0 is a leaf of
+// both). Depth about log2(N).
 struct TreeNode {
   int parent = -1;              // -1: the root
   std::vector<int> children;    // 0, 1 or 2 ranks

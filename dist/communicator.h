@@ -15,7 +15,8 @@
 // the communicator is broken from then on (every later call fails the same way): a job that
 // lost a rank must restart.
 //
-// Note [All-reduce algorithms]: all_reduce takes an AllReduceAlgo.
+// Note [All-reduce algorithms]
+// all_reduce takes an AllReduceAlgo.
 //   library  the backend's own (Gloo's ring allreduce; ncclAllReduce).
 //   ring     ours: reduce-scatter then all-gather around the ring of ranks, pipelined in
 //            slices (dist/allreduce_algos.h). Bandwidth-optimal: each rank sends and

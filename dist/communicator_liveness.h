@@ -1,14 +1,14 @@
 // PeerLiveness: one plain TCP connection from every rank to every other rank, carrying
 // a heartbeat byte twice a second and a goodbye byte when a rank shuts down in order.
-// Note [Silent peers]: a process that is alive but stopped (SIGSTOP, a debugger) or hung
-// in the kernel keeps its sockets open, so only its silence tells: describe_silent() names
-// the peers not heard from for a while, for the message of a call that timed out (before,
-// it said every peer was alive and blamed nobody). When a peer's process dies
-// (SIGKILL, a crash, the OOM killer) its kernel closes the socket and a background thread
-// notices at once, so a collective that fails or times out can name the rank that went
-// away, not only the neighbour that happened to report it. (Gloo reports a closed
-// connection only to the operations waiting on that very pair; NCCL reports nothing before
-// its timeout.)
+// Note [Silent peers]
+// A process that is alive but stopped (SIGSTOP, a debugger) or hung in the kernel keeps its
+// sockets open, so only its silence tells: describe_silent() names the peers not heard from
+// for a while, for the message of a call that timed out (before, it said every peer was
+// alive and blamed nobody). When a peer's process dies (SIGKILL, a crash, the OOM killer)
+// its kernel closes the socket and a background thread notices at once, so a collective
+// that fails or times out can name the rank that went away, not only the neighbour that
+// happened to report it. (Gloo reports a closed connection only to the operations waiting
+// on that very pair; NCCL reports nothing before its timeout.)
 //
 // The connections are made through the store: each rank listens on a free port of `host`,
 // publishes "host:port" under <prefix>/live/<rank>, connects to every lower rank and accepts
@@ -57,8 +57,9 @@ class PeerLiveness {
   // debugger, or hung)", one clause per open peer not heard from for `after`, or "".
   std::string describe_silent(Millis after = std::chrono::seconds(3));
   // Called (from the liveness thread, or from lost()) each time a peer is found lost, so
-  // that transfers waiting on that peer can be aborted at once (Note [Aborting waits on a
-  // lost peer] in gloo_communicator.cc). Must not call back into this object.
+  // that transfers waiting on that peer can be aborted at once
+  // (Note [Aborting waits on a lost peer] in gloo_communicator.cc). Must not call back into
+  // this object.
   void on_loss(std::function<void()> f);
 
  private:

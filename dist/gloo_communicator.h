@@ -1,5 +1,5 @@
 // GlooCommunicator: the Communicator for CPU tensors, over Gloo's TCP transport (Debian's
-// libgloo-dev, see ../shared/reference/gloo-probe/NOTES.md for its header pitfalls).
+// libgloo-dev, see docs/gloo.md for its header pitfalls).
 //
 // Every call runs on one communication thread (dist/work_queue.h), in issue order, while
 // the caller keeps computing. `library` is Gloo's ring allreduce; broadcast, all_gather and

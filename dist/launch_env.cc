@@ -92,10 +92,10 @@ LaunchEnv from_torchrun(const EnvMap& env) {
   e.master_addr = get(env, "MASTER_ADDR").value_or(e.world_size > 1 ? "" : "127.0.0.1");
   e.master_port = get_int(env, "MASTER_PORT").value_or(0);
   validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"});
-  // Note [torchrun's agent store]: torchrun's default (static) rendezvous keeps its own store
-  // listening on MASTER_PORT and tells its workers so (TORCHELASTIC_USE_AGENT_STORE=True).
-  // That store speaks PyTorch's protocol, not ours, so ringtape's store takes the next port,
-  // the same on every node.
+  // Note [torchrun's agent store]
+  // torchrun's default (static) rendezvous keeps its own store listening on MASTER_PORT and
+  // tells its workers so (TORCHELASTIC_USE_AGENT_STORE=True). That store speaks PyTorch's
+  // protocol, not ours, so ringtape's store takes the next port, the same on every node.
   if (get(env, "TORCHELASTIC_USE_AGENT_STORE").value_or("") == "True" && e.master_port != 0) {
     RT_CHECK(e.master_port < 65535, "MASTER_PORT=65535 is torchrun's store, and ringtape's needs the next port: "
              "start torchrun with --master-port 65534 or lower");

@@ -93,28 +93,6 @@ std::string last_lines(const std::string& text, int lines) {
   return text.substr(pos, end - pos);
 }
 
-std::vector<std::string> strip_launcher_flags(const std::vector<std::string>& args) {
-  static const char* kFlags[] = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--master-port"};
-  std::vector<std::string> out;
-  for (size_t i = 0; i < args.size(); ++i) {
-    bool skip = false;
-    for (const char* f : kFlags) {
-      const std::string flag = f;
-      if (args[i] == flag) {
-        skip = true;
-        ++i;  // its value
-        break;
-      }
-      if (args[i].rfind(flag + "=", 0) == 0) {
-        skip = true;
-        break;
-      }
-    }
-    if (!skip) out.push_back(args[i]);
-  }
-  return out;
-}
-
 int run_local_launcher(const LocalLaunchOptions& o) {
   check_options(o);
   const int world = o.nproc_per_node * o.nnodes;

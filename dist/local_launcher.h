@@ -41,9 +41,5 @@ int run_local_launcher(const LocalLaunchOptions& opts);
 // The last `lines` lines of `text` (for a failed worker's report).
 std::string last_lines(const std::string& text, int lines);
 
-// The flags that configure the launcher, removed from a command line so the workers get the
-// rest: --nproc-per-node, --nnodes, --node-rank, --master-addr, --master-port (as "--f v" or
-// "--f=v").
-std::vector<std::string> strip_launcher_flags(const std::vector<std::string>& args);
 
 }  // namespace rt::dist

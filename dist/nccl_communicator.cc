@@ -203,9 +203,10 @@ NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
     NCCL_WARN(ncclCommAbort(comm));  // no watchdog yet: this is the only owner
     throw;
   }
-  // Note [Communication stream priority]: the greatest, so that a bucket's all-reduce, once
-  // its gradients are ready, is scheduled ahead of the backward kernels queued after them
-  // (PyTorch's NCCL process groups do the same).
+  // Note [Communication stream priority]
+  // The greatest, so that a bucket's all-reduce, once its gradients are ready, is scheduled
+  // ahead of the backward kernels queued after them (PyTorch's NCCL process groups do the
+  // same).
   stream = Stream::create(Device::cuda(device), /*high_priority=*/true);
   {
     // Zeroed and owned by the stream that all-reduces it in barrier(): zeroed on the caller's
@@ -244,16 +245,17 @@ NcclCommunicator::Impl::~Impl() {
   else NCCL_WARN(ncclCommAbort(comm));
 }
 
-// Note [Scratch outside the issue lock]: the ring and tree all-reduces receive into scratch.
-// Grown on demand inside enqueue(), it was allocated while run() held issue_mu; an
-// allocation that reaches cudaMalloc can wait for the device, and a device stuck in a
-// collective whose peer died never lets it return, so the watchdog (which aborts only when
-// it can take issue_mu) could not abort it: a hang. It is allocated once, before issue_mu,
-// at the size that bounds every request (max_scratch_bytes: 24 slices plus rounding, or 4
-// MiB; 24 MiB at the default 1 MiB slices), and only for a communicator that runs them.
-// Allocated on the communication stream, which uses it: on the caller's stream the caching
-// allocator could hand the block to the caller's later ops while the communication stream
-// works in it (found under --config=cuda-emu, when the scratch was still replaced as it grew).
+// Note [Scratch outside the issue lock]
+// The ring and tree all-reduces receive into scratch. Grown on demand inside enqueue(), it was
+// allocated while run() held issue_mu; an allocation that reaches cudaMalloc can wait for the
+// device, and a device stuck in a collective whose peer died never lets it return, so the
+// watchdog (which aborts only when it can take issue_mu) could not abort it: a hang. It is
+// allocated once, before issue_mu, at the size that bounds every request (max_scratch_bytes:
+// 24 slices plus rounding, or 4 MiB; 24 MiB at the default 1 MiB slices), and only for a
+// communicator that runs them. Allocated on the communication stream, which uses it: on the
+// caller's stream the caching allocator could hand the block to the caller's later ops while
+// the communication stream works in it (found under --config=cuda-emu, when the scratch was
+// still replaced as it grew).
 void NcclCommunicator::Impl::reserve_scratch() {
   std::lock_guard<std::mutex> lock(scratch_mu);
   if (scratch.defined()) return;
@@ -305,10 +307,11 @@ void NcclCommunicator::Impl::abort(const std::string& why) {
   broken = inflight.empty() ? why : describe(inflight.front(), why);
   for (size_t i = 0; i < inflight.size(); ++i)
     inflight[i].state->finish(i == 0 ? broken : inflight[i].what + " not run: " + broken);
-  // Note [Tensors of aborted calls]: NCCL's kernels and our reduce kernels queued on the stream
-  // may still read and write these after the abort (ncclCommAbort does not wait for the
-  // stream); freed now, the caching allocator could hand their memory to the caller's next
-  // tensors while that happens. They stay until ~Impl has synchronised the stream.
+  // Note [Tensors of aborted calls]
+  // NCCL's kernels and our reduce kernels queued on the stream may still read and write these
+  // after the abort (ncclCommAbort does not wait for the stream); freed now, the caching
+  // allocator could hand their memory to the caller's next tensors while that happens. They
+  // stay until ~Impl has synchronised the stream.
   for (Entry& e : inflight)
     for (Tensor& t : e.keep) aborted_keep.push_back(std::move(t));
   inflight.clear();
@@ -322,12 +325,13 @@ void NcclCommunicator::Impl::watchdog() {
   auto last_liveness = Clock::now();
   std::unique_lock<std::mutex> lock(mu);
   for (;;) {
-    // Note [Watchdog lock]: every round waits with `mu` released: asleep until a call is in
-    // flight, then 1 ms between polls. (A wait_for whose predicate is already true returns at
-    // once without unlocking: while any call was in flight the watchdog kept `mu` for good,
-    // so run() could not queue the next call until the device had finished the earlier ones,
-    // and with a call that never completed it held issue_mu waiting for `mu` while the
-    // watchdog waited for issue_mu to abort: a hang.)
+    // Note [Watchdog lock]
+    // Every round waits with `mu` released: asleep until a call is in flight, then 1 ms
+    // between polls. (A wait_for whose predicate is already true returns at once without
+    // unlocking: while any call was in flight the watchdog kept `mu` for good, so run() could
+    // not queue the next call until the device had finished the earlier ones, and with a call
+    // that never completed it held issue_mu waiting for `mu` while the watchdog waited for
+    // issue_mu to abort: a hang.)
     if (inflight.empty()) cv.wait(lock, [&] { return stopping || !inflight.empty(); });
     else cv.wait_for(lock, std::chrono::milliseconds(1), [&] { return stopping; });
     if (stopping) return;
@@ -535,7 +539,7 @@ Work NcclCommunicator::run(Call call) {
     }
   }
   DeviceGuard guard(m.device);
-  // Note [Communication stream]: after everything the caller queued so far.
+  // After everything the caller queued so far (Note [Communication stream]).
   const bool timed = m.opts.timed_events;
   EventPtr ready = make_event(m.device, timed);
   cuda::event_record(ready.get(), Stream::current(device()).handle());
@@ -560,6 +564,7 @@ Work NcclCommunicator::run(Call call) {
   Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting, timed ? ready : nullptr, started));
   {
     std::lock_guard<std::mutex> lock(m.mu);
+    // Under issue_mu: the watchdog never keeps `mu` while it waits (Note [Watchdog lock]).
     m.inflight.push_back(std::move(e));
   }
   m.cv.notify_all();

@@ -2,12 +2,13 @@
 // toolkit's directory). One rank per GPU: NCCL refuses two ranks on one device, so more
 // than one rank needs a machine with as many GPUs.
 //
-// Note [Communication stream]: every call runs on the communicator's own CUDA stream,
-// stream(). A call first makes that stream wait for an event recorded on the caller's
-// current stream (Stream::current), so it sees everything the caller queued before it;
-// its completion is an event recorded after it, which Work::block_stream(s) makes `s` wait
-// for without blocking the host, and Work::wait() waits for on the host. Nothing ever
-// synchronises the whole device. A tensor stays alive until its call has completed.
+// Note [Communication stream]
+// Every call runs on the communicator's own CUDA stream, stream(). A call first makes that
+// stream wait for an event recorded on the caller's current stream (Stream::current), so it
+// sees everything the caller queued before it; its completion is an event recorded after
+// it, which Work::block_stream(s) makes `s` wait for without blocking the host, and
+// Work::wait() waits for on the host. Nothing ever synchronises the whole device. A tensor
+// stays alive until its call has completed.
 //
 // Every call has a timeout: a watchdog thread follows the calls in flight (in issue order,
 // they complete in that order on the one stream), and when the oldest runs past its

@@ -11,8 +11,8 @@
 
 namespace rt::dist {
 
-// f32 and f64 (rt::Error otherwise). Runs now, on the calling thread alone (Note [One
-// thread for the local reduce] in reduce_kernel_cpu.cc).
+// f32 and f64 (rt::Error otherwise). Runs now, on the calling thread alone
+// (Note [One thread for the local reduce] in reduce_kernel_cpu.cc).
 void reduce_cpu(ReduceOp op, DType t, int64_t n, const void* in, void* inout);
 void scale_cpu(DType t, int64_t n, void* x, double s);
 

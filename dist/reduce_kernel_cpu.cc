@@ -9,12 +9,12 @@ namespace rt::dist {
 
 namespace {
 
-// Note [One thread for the local reduce]: the reductions run on a communication thread
-// beside the transport's own threads and the peers' processes. An OpenMP team there (the
-// elementwise kernels fork one above kParallelGrain elements) spins on the very cores the
-// network needs: on 2 cores it made Gloo's all-reduce 4x slower. So the kernels get pieces
-// below the grain, which they run on the calling thread; one core reduces far faster than
-// a socket delivers.
+// Note [One thread for the local reduce]
+// The reductions run on a communication thread beside the transport's own threads and the
+// peers' processes. An OpenMP team there (the elementwise kernels fork one above
+// kParallelGrain elements) spins on the very cores the network needs: on 2 cores it made
+// Gloo's all-reduce 4x slower. So the kernels get pieces below the grain, which they run on
+// the calling thread; one core reduces far faster than a socket delivers.
 constexpr int64_t kPiece = cpu::kParallelGrain - 1;
 
 template <typename T>

@@ -48,8 +48,10 @@ std::vector<int64_t> gather(Communicator& comm, const std::vector<int64_t>& mine
   return out.to_vector<int64_t>();
 }
 
-// Note [Same model on every rank]: a rank with another model (another --model, --num-classes or model flag) would all-reduce mismatched buckets into garbage or hang; the parameter lists are
-// compared before the first step, count first, then one fingerprint each.
+// Note [Same model on every rank]
+// A rank with another model (another --model, --num-classes or model flag) would all-reduce
+// mismatched buckets into garbage or hang; the parameter lists are compared before the
+// first step, count first, then one fingerprint each.
 void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& params, Millis timeout) {
   const int W = comm.world_size();
   if (W == 1) return;
@@ -90,7 +92,7 @@ Reducer::Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions o
              ", the communicator on ", comm_.device().str());
     slots_.push_back(Slot{name, p, 0, 0, false});
   }
-  // Note [Gradient buckets]: reverse registration order, caps, one dtype per bucket.
+  // Reverse registration order, caps, one dtype per bucket (Note [Gradient buckets]).
   std::vector<std::vector<size_t>> groups;
   std::vector<size_t> bytes;
   for (size_t k = slots_.size(); k-- > 0;) {
@@ -180,7 +182,7 @@ void Reducer::on_ready(size_t k) {
   }
 }
 
-// Note [Bucket launch order].
+// Launches the complete buckets, in order (Note [Bucket launch order]).
 void Reducer::launch_ready() {
   while (next_launch_ < buckets_.size() && buckets_[next_launch_].pending == 0) launch(next_launch_++);
 }

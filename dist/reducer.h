@@ -46,25 +46,26 @@ struct ReducerOptions {
   AllReduceAlgo algo = AllReduceAlgo::library;
   bool find_unused = false;  // zeros for parameters without a gradient, instead of an error
   Millis timeout = kDefaultTimeout;
-  // Note [Reduce dtype]: the dtype the all-reduce carries; nullopt = the gradients' own. Another
-  // one (bf16 for f32 gradients: half the bytes, like PyTorch's bf16 compress hook) rounds
-  // each bucket into a staging tensor on the compute stream before its all-reduce, and
-  // widens the result back before the optimizer step (wait_for_gradients): the average
-  // carries that dtype's rounding, the optimizer still reads its own dtype.
+  // Note [Reduce dtype]
+  // The dtype the all-reduce carries; nullopt = the gradients' own. Another one (bf16 for f32
+  // gradients: half the bytes, like PyTorch's bf16 compress hook) rounds each bucket into a
+  // staging tensor on the compute stream before its all-reduce, and widens the result back
+  // before the optimizer step (wait_for_gradients): the average carries that dtype's rounding,
+  // the optimizer still reads its own dtype.
   std::optional<DType> reduce_dtype;
 };
 
 // One step's timeline in seconds from prepare(): what the overlap is computed from.
 //
-// Note [Two clocks]: on the CPU the times are the host's: when backward's last op returned,
-// when a bucket was handed to the communicator's thread, when that thread finished it. On
-// CUDA the host only queues work, so its clock says nothing about what overlapped on the
-// device: there the times come from timed events (Note [Device timeline] in dist/work.h),
-// relative to an event recorded on the compute stream at prepare(): the end of backward's
-// kernels, a bucket's gradients produced (ready), its all-reduce starting on the
-// communication stream (launched) and ending (completed). Those are read once the device has
-// passed them, without waiting for it: take_timelines() returns a step's timeline a step or
-// more later on CUDA.
+// Note [Two clocks]
+// On the CPU the times are the host's: when backward's last op returned, when a bucket was
+// handed to the communicator's thread, when that thread finished it. On CUDA the host only
+// queues work, so its clock says nothing about what overlapped on the device: there the
+// times come from timed events (Note [Device timeline] in dist/work.h), relative to an event
+// recorded on the compute stream at prepare(): the end of backward's kernels, a bucket's
+// gradients produced (ready), its all-reduce starting on the communication stream (launched)
+// and ending (completed). Those are read once the device has passed them, without waiting
+// for it: take_timelines() returns a step's timeline a step or more later on CUDA.
 struct StepTimeline {
   const char* clock = "host";  // "host" or "device" (Note [Two clocks])
   double backward_end = 0;     // end of backward (end_backward())
@@ -90,13 +91,15 @@ class Reducer {
 
   // `params` in registration order (Module::named_parameters). Gives each one a gradient buffer in its bucket
   // and a gradient-ready hook; the communicator must outlive the reducer. Checks with the other ranks that
-  // they hold the same parameters (count, names, shapes, dtypes): an rt::Error naming the first that differs.
+  // they hold the same parameters (count, names, shapes, dtypes): an rt::Error naming the first that differs
+  // (Note [Same model on every rank] in reducer.cc).
   Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts = {});
-  // Note [Gradients produced elsewhere]: under mixed precision the graph's leaves are 16-bit
-  // compute copies while the optimizer consumes the masters' gradients. Then `producers[k]`
-  // is the leaf whose gradient-ready hook makes params[k] ready, and `deliver(k)` runs first
-  // in that hook, moving producers[k]'s gradient into params[k]'s (its bucket view). The
-  // buckets hold what the optimizer consumes, in its dtype, and still launch during backward.
+  // Note [Gradients produced elsewhere]
+  // Under mixed precision the graph's leaves are 16-bit compute copies while the optimizer
+  // consumes the masters' gradients. Then `producers[k]` is the leaf whose gradient-ready
+  // hook makes params[k] ready, and `deliver(k)` runs first in that hook, moving
+  // producers[k]'s gradient into params[k]'s (its bucket view). The buckets hold what the
+  // optimizer consumes, in its dtype, and still launch during backward.
   Reducer(Communicator& comm, std::vector<Param> params, ReducerOptions opts, std::vector<Tensor> producers,
           std::function<void(size_t k)> deliver);
   ~Reducer();
@@ -148,7 +151,7 @@ class Reducer {
   std::optional<std::chrono::steady_clock::time_point> last_end_;  // the previous step's wait end (host)
   StepTimeline timeline_;                                          // this step's, on the host's clock
   std::vector<StepTimeline> finished_;                             // not yet taken
-  // Note [Two clocks]: a step's events on CUDA, recorded on the compute stream, and its works.
+  // A step's events on CUDA, recorded on the compute stream, and its works (Note [Two clocks]).
   struct DeviceStep {
     Event start, backward_end, wait_end;
     std::optional<Event> previous_end;  // the step before's wait_end

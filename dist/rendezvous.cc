@@ -90,13 +90,14 @@ Bytes text(const std::string& s) { return Bytes(s.begin(), s.end()); }
 // "pid 123 on node7".
 std::string this_process() { return "pid " + std::to_string(getpid()) + " on " + net::host_name(); }
 
-// Note [Rank claims]: a store belongs to one job, and each rank of it joins once. Before its
-// first join a rank claims its number (an atomic add on the store): only the first claim
-// of a number wins. A process that reaches a store where its rank is taken (a second job
-// started on a running job's MASTER_PORT, whose rank 0 failed to bind but whose other
-// ranks connected; or two processes started with one RANK) fails at once, naming the
-// holder, and has changed nothing the job reads: before, its join counted as the running
-// job's next barrier, which then waited out --timeout at its end and failed.
+// Note [Rank claims]
+// A store belongs to one job, and each rank of it joins once. Before its first join a rank
+// claims its number (an atomic add on the store): only the first claim of a number wins. A
+// process that reaches a store where its rank is taken (a second job started on a running
+// job's MASTER_PORT, whose rank 0 failed to bind but whose other ranks connected; or two
+// processes started with one RANK) fails at once, naming the holder, and has changed nothing
+// the job reads: before, its join counted as the running job's next barrier, which then
+// waited out --timeout at its end and failed.
 void claim_rank(Store& store, int rank, const std::string& where) {
   const std::string key = "rendezvous/claims/" + std::to_string(rank), holder = key + "/holder";
   if (store.add(key, 1) == 1) {
@@ -117,14 +118,15 @@ void claim_rank(Store& store, int rank, const std::string& where) {
 
 }  // namespace
 
-// Note [The last barrier]: a program ends with a join() and rank 0 exits, taking the store
-// with it; so no rank may send a request after the one that lets rank 0's join return.
-// Every rank announces itself ("arrived"). Rank 0 waits for all and posts the verdict: "ok",
-// or which ranks did not come, so that the others name them too even though rank 0's
-// failure closes the store. The others read rank 0's announcement (the world sizes must
-// agree), wait for the verdict, and, as their last request, say "done"; rank 0 returns only
-// when every "done" is in. The server answers that last SET in the same pass as rank 0's
-// wait, so the answer is on its way before rank 0 can exit.
+// Note [The last barrier]
+// A program ends with a join() and rank 0 exits, taking the store with it; so no rank may
+// send a request after the one that lets rank 0's join return. Every rank announces itself
+// ("arrived"). Rank 0 waits for all and posts the verdict: "ok", or which ranks did not
+// come, so that the others name them too even though rank 0's failure closes the store. The
+// others read rank 0's announcement (the world sizes must agree), wait for the verdict, and,
+// as their last request, say "done"; rank 0 returns only when every "done" is in. The server
+// answers that last SET in the same pass as rank 0's wait, so the answer is on its way
+// before rank 0 can exit.
 void join(Store& store, int rank, int world, Millis timeout) {
   RT_CHECK(world >= 1 && rank >= 0 && rank < world, "rendezvous: rank ", rank, " of ", world,
            " is not a rank (0..world-1 of a world of at least 1)");

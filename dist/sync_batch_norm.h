@@ -10,8 +10,8 @@
 // the same gathered values in rank order, so all ranks get bit-identical statistics and sums
 // (an all_reduce's order of summation is the backend's).
 //
-// Note [Sync batch norm and the reducer]: the trainer gives this class a communicator of its
-// own (Note [Sync batch norm on its own communicator], train/data_parallel.cc). Sharing the
+// The trainer gives this class a communicator of its own
+// (Note [Sync batch norm on its own communicator], train/data_parallel.cc). Sharing the
 // reducer's would work when every rank issues bucket all-reduces and all_gathers in the same
 // order (Note [Issue order] in dist/work.h), but each all_gather would wait behind the
 // buckets queued before it, and --find-unused-parameters can change where buckets launch.

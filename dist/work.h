@@ -2,11 +2,12 @@
 // Communicator call returns one at once; the call itself runs on the backend's own thread
 // (Gloo) or stream (NCCL), so the caller keeps computing.
 //
-// Note [Issue order]: a communicator runs its calls one after another in the order they
-// were issued (one queue, one thread; or one CUDA stream), so they also complete in that
-// order: when work k is done, every work issued before k on the same communicator is done.
-// After a failure (a timeout, a lost peer) the communicator is broken for good: later and
-// pending calls fail with the first failure's message.
+// Note [Issue order]
+// A communicator runs its calls one after another in the order they were issued (one queue,
+// one thread; or one CUDA stream), so they also complete in that order: when work k is
+// done, every work issued before k on the same communicator is done. After a failure (a
+// timeout, a lost peer) the communicator is broken for good: later and pending calls fail
+// with the first failure's message.
 #pragma once
 
 #include <chrono>
@@ -20,12 +21,13 @@ class Stream;
 
 namespace rt::dist {
 
-// Note [Device timeline]: on a GPU the host's clock says when a call was queued, not when it
-// ran. A communicator made with CommOptions::timed_events records timed CUDA events around
-// each call: `ready` on the caller's stream (the data the call reads was produced), `started`
-// on the communication stream after it waited for `ready` and for the calls before it, `done`
-// after the call. Their times, in milliseconds after a reference event the caller recorded
-// earlier on its own stream, are what the reducer's timeline uses on GPUs.
+// Note [Device timeline]
+// On a GPU the host's clock says when a call was queued, not when it ran. A communicator made
+// with CommOptions::timed_events records timed CUDA events around each call: `ready` on the
+// caller's stream (the data the call reads was produced), `started` on the communication
+// stream after it waited for `ready` and for the calls before it, `done` after the call.
+// Their times, in milliseconds after a reference event the caller recorded earlier on its own
+// stream, are what the reducer's timeline uses on GPUs.
 struct DeviceTimes {
   double ready_ms = 0, started_ms = 0, done_ms = 0;
 };

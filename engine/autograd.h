@@ -8,19 +8,19 @@
 // recorded after the ops that produced its inputs), then frees their closures and with
 // them the saved tensors.
 //
-// Note [Gradient-ready hooks]: a leaf's gradient is final once every node that consumed
-// it has run. backward() counts those consumers up front and fires the leaf's hooks the
-// moment its count reaches zero, while later nodes are still to run. Data-parallel
-// training launches bucketed all-reduces from these hooks so communication overlaps the
-// rest of backward.
+// Note [Gradient-ready hooks]
+// A leaf's gradient is final once every node that consumed it has run. backward() counts
+// those consumers up front and fires the leaf's hooks the moment its count reaches zero,
+// while later nodes are still to run. Data-parallel training launches bucketed all-reduces
+// from these hooks so communication overlaps the rest of backward.
 //
-// Note [Gradient buffers]: a leaf may be given a preallocated buffer for its gradient
-// (Tensor::set_grad_buffer), a view into a flat bucket that the data-parallel reducer
-// all-reduces in one call. backward then writes the leaf's first gradient of a step into
-// the buffer (a copy) and adds later ones to it, exactly as it would into a fresh tensor; no
-// gradient is copied into or out of the bucket. zero_grad() only forgets that the buffer
-// holds a gradient (grad() is undefined until the next backward writes it), so nothing is
-// cleared per step.
+// Note [Gradient buffers]
+// A leaf may be given a preallocated buffer for its gradient (Tensor::set_grad_buffer), a
+// view into a flat bucket that the data-parallel reducer all-reduces in one call. backward
+// then writes the leaf's first gradient of a step into the buffer (a copy) and adds later
+// ones to it, exactly as it would into a fresh tensor; no gradient is copied into or out of
+// the bucket. zero_grad() only forgets that the buffer holds a gradient (grad() is undefined
+// until the next backward writes it), so nothing is cleared per step.
 #pragma once
 
 #include <cstdint>

@@ -15,11 +15,12 @@
 namespace rt {
 namespace {
 
-// Note [Block annotations]: under --config=cuda-emu the emulated device checks a kernel's
-// accesses against the blocks handed out here, not against whole segments (cuda_emu/
-// annotate.h): a cached block, and the rounding slack of one in use, are out of bounds, and
-// a handed-out block is unwritten until something writes it; each annotation takes effect
-// in the order of the block's stream. Elsewhere device memory is not the host's to check.
+// Note [Block annotations]
+// Under --config=cuda-emu the emulated device checks a kernel's accesses against the blocks
+// handed out here, not against whole segments (cuda_emu/annotate.h): a cached block, and
+// the rounding slack of one in use, are out of bounds, and a handed-out block is unwritten
+// until something writes it; each annotation takes effect in the order of the block's
+// stream. Elsewhere device memory is not the host's to check.
 void annotate_handed_out([[maybe_unused]] const void* p, [[maybe_unused]] size_t requested,
                          [[maybe_unused]] size_t size, [[maybe_unused]] StreamId stream) {
 #if RINGTAPE_CUDA_EMU
@@ -212,7 +213,7 @@ void CachingAllocator::cache_block(Block* b) noexcept {
   b->pool->insert(b);
 }
 
-// Note [Pending events].
+// Releases the freed blocks whose events are done (Note [Pending events]).
 void CachingAllocator::process_events(bool wait) noexcept {
   std::vector<StreamId> busy;  // streams with an event not yet done in this pass
   size_t kept = 0;

@@ -3,26 +3,28 @@
 // freed block is cached and handed out again without a system call. The logic is
 // independent of CUDA: the system side is a RawMemory, so tests run it over a fake.
 //
-// Note [Block sizes]: a request is rounded up to 512 bytes. Requests under 1 MiB come from
-// the small pool, whose segments are 2 MiB; larger ones from the large pool, whose
-// segments are the request rounded up to 2 MiB. A cached block larger than a request is
-// split (small pool: when 512 bytes or more are left; large pool: when 1 MiB or more is
-// left), and a freed block merges with free neighbours of its segment. empty_cache()
-// returns only whole free segments to the system.
+// Note [Block sizes]
+// A request is rounded up to 512 bytes. Requests under 1 MiB come from the small pool,
+// whose segments are 2 MiB; larger ones from the large pool, whose segments are the request
+// rounded up to 2 MiB. A cached block larger than a request is split (small pool: when 512
+// bytes or more are left; large pool: when 1 MiB or more is left), and a freed block merges
+// with free neighbours of its segment. empty_cache() returns only whole free segments to
+// the system.
 //
-// Note [Streams and blocks]: every block belongs to the stream it was allocated on (on
-// CUDA, Stream::current(device) at allocation time). A freed block goes back to the cache
-// of that stream and is reused only by allocations on that stream: work queued later on
-// the same stream runs after the work that used the block, so no synchronisation is
-// needed. A block also used on another stream must be announced with record_stream(); its
-// free then records an event on each such stream, and the block is cached again only when
-// all of them have completed.
+// Note [Streams and blocks]
+// Every block belongs to the stream it was allocated on (on CUDA, Stream::current(device)
+// at allocation time). A freed block goes back to the cache of that stream and is reused
+// only by allocations on that stream: work queued later on the same stream runs after the
+// work that used the block, so no synchronisation is needed. A block also used on another
+// stream must be announced with record_stream(); its free then records an event on each
+// such stream, and the block is cached again only when all of them have completed.
 //
-// Note [Pending events]: the events of freed blocks are queried, never waited for, at
-// every allocation (before the cache is searched), so such a block comes back as soon as
-// its streams have passed the free. Events recorded on one stream complete in order: a
-// pass stops querying a stream at its first event not yet done. The host waits for them
-// only when the device is out of memory and in empty_cache().
+// Note [Pending events]
+// The events of freed blocks are queried, never waited for, at every allocation (before the
+// cache is searched), so such a block comes back as soon as its streams have passed the
+// free. Events recorded on one stream complete in order: a pass stops querying a stream at
+// its first event not yet done. The host waits for them only when the device is out of
+// memory and in empty_cache().
 #pragma once
 
 #include <cstddef>

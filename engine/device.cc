@@ -100,25 +100,26 @@ bool host_memory_info(int64_t* available, int64_t* total) {
 // Host memory, 64-byte aligned (a cache line; AVX-512 loads): pageable from the C library,
 // or page-locked from the CUDA driver (pinned_host_allocator()).
 //
-// Note [Host block cache]: blocks of at least `cache_min` bytes are kept after free and
-// handed out again for a request of the same rounded size (up to 1/8 larger). A training
-// step asks for the same sizes every time, so after the first step large tensors cost
-// neither a system call nor page faults (fresh pages are zeroed by the kernel on first
-// touch, which costs as much as writing them). Pageable blocks under 64 KiB go straight to
-// malloc, which caches them. (Not larger ones: glibc maps blocks over its mmap threshold
-// afresh and trims its heap top once 128 KiB or more lie free there, so the 0.1-1 MiB
-// activations of a small model were page-faulted again every step. With a 1 MiB limit the
-// default Fashion-MNIST model's step took 40-90 ms, erratically; with 64 KiB, 24.5 ms.) Pinned
-// blocks are all cached (cudaHostAlloc costs about a
-// millisecond per call and synchronises the device).
+// Note [Host block cache]
+// Blocks of at least `cache_min` bytes are kept after free and handed out again for a request
+// of the same rounded size (up to 1/8 larger). A training step asks for the same sizes every
+// time, so after the first step large tensors cost neither a system call nor page faults
+// (fresh pages are zeroed by the kernel on first touch, which costs as much as writing them).
+// Pageable blocks under 64 KiB go straight to malloc, which caches them. (Not larger ones:
+// glibc maps blocks over its mmap threshold afresh and trims its heap top once 128 KiB or more
+// lie free there, so the 0.1-1 MiB activations of a small model were page-faulted again every
+// step. With a 1 MiB limit the default Fashion-MNIST model's step took 40-90 ms, erratically;
+// with 64 KiB, 24.5 ms.) Pinned blocks are all cached (cudaHostAlloc costs about a millisecond
+// per call and synchronises the device).
 //
-// Note [Tag of a small host block]: a block under `cache_min` goes straight to the C
-// library and has no record here, yet its free must know the tag it was allocated under
-// (Note [Memory tags]). The tag is kept in the byte just after the requested bytes, inside
-// the block: deallocate() gets the size allocate() got, so it finds the byte without a
-// lookup. That byte is free in the 64-byte rounding unless the size is a multiple of 64,
-// which costs one cache line more; a map from address to tag would cost a hash insert, an
-// erase and a node allocation per block, under a lock.
+// Note [Tag of a small host block]
+// A block under `cache_min` goes straight to the C library and has no record here, yet its
+// free must know the tag it was allocated under (Note [Memory tags]). The tag is kept in
+// the byte just after the requested bytes, inside the block: deallocate() gets the size
+// allocate() got, so it finds the byte without a lookup. That byte is free in the 64-byte
+// rounding unless the size is a multiple of 64, which costs one cache line more; a map from
+// address to tag would cost a hash insert, an erase and a node allocation per block, under
+// a lock.
 class HostAllocator final : public Allocator {
  public:
   struct Backing {

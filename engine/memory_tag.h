@@ -2,10 +2,11 @@
 // set with a MemoryTagScope, so an allocator can say what filled memory at its peak
 // (AllocatorStats::tag_at_peak) and what holds it when it runs out.
 //
-// Note [Memory tags]: the tag is read once, at allocate time, and remembered with the
-// block; the block's free subtracts from that tag whatever the freeing thread's tag is
-// (a tensor made in forward under `activations` and freed in backward under `gradients`
-// stays an activation). Code that sets no scope allocates under `other`.
+// Note [Memory tags]
+// The tag is read once, at allocate time, and remembered with the block; the block's free
+// subtracts from that tag whatever the freeing thread's tag is (a tensor made in forward
+// under `activations` and freed in backward under `gradients` stays an activation). Code
+// that sets no scope allocates under `other`.
 #pragma once
 
 #include <cstddef>

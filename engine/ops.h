@@ -16,8 +16,9 @@
 namespace rt {
 
 // ---- elementwise ------------------------------------------------------------------
-// One table of ops for both backends, formulas forward and backward (kernels/elementwise_ops.h,
-// Note [Elementwise op table]: a new op is one entry there plus its function here).
+// One table of ops for both backends, formulas forward and backward
+// (Note [Elementwise op table] in kernels/elementwise_ops.h: a new op is one entry there plus
+// its function here).
 // Floating dtypes; CPU: f32, f64; CUDA: also bf16, f16 (computed in float, rounded once).
 //
 // Binary ops broadcast as in NumPy/PyTorch: the shapes are aligned at their last dim and each
@@ -141,12 +142,13 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_sm
 class Generator;
 
 // sum / mean over `dims` (at least one; each at most once). keepdim keeps them as size 1.
-// Works by logical dims on either memory format with no relayout (Note [Reductions over
-// dims] in engine/ops/reduce.cc). The result's format: a 4-D keepdim result takes x's
-// format (when only H, W or only C are reduced, as in (N, C, 1, 1) or (N, 1, H, W), both
-// formats are the same memory and the result views as either); any other result is
-// contiguous. Sums accumulate in double on the CPU, in float (f64: double) on CUDA, in an
-// order fixed by the shape (deterministic). An empty sum is 0, an empty mean NaN.
+// Works by logical dims on either memory format with no relayout
+// (Note [Reductions over dims] in engine/ops/reduce.cc). The result's format: a 4-D keepdim
+// result takes x's format (when only H, W or only C are reduced, as in (N, C, 1, 1) or
+// (N, 1, H, W), both formats are the same memory and the result views as either); any other
+// result is contiguous. Sums accumulate in double on the CPU, in float (f64: double) on
+// CUDA, in an order fixed by the shape (deterministic). An empty sum is 0, an empty mean
+// NaN.
 Tensor sum(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
 Tensor mean(const Tensor& x, const std::vector<int>& dims, bool keepdim = false);
 // The maximum over `dim` (which must not be empty), formats as for sum. The gradient goes to

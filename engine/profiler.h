@@ -2,9 +2,10 @@
 // the events they leave while a profile is being recorded. Reports, traces and the GPU's
 // kernel records are built from these events elsewhere (profile/).
 //
-// Note [Profiler scopes]: every op opens an OpScope (RT_PROFILE_OP in the op's file, with
-// the op's FLOP and byte formula), every layer a ModuleScope, the training loop a
-// RangeScope per step and per phase (forward, backward, optimizer, data). Each scope
+// Note [Profiler scopes]
+// Every op opens an OpScope (RT_PROFILE_OP in the op's file, with the op's FLOP and byte
+// formula), every layer a ModuleScope, the training loop a RangeScope per step and per
+// phase (forward, backward, optimizer, data). Each scope
 //   - always pushes an NVTX range (nvtx3, header-only): without a tool attached that is an
 //     indirect call to a no-op; under `nsys profile` the model's structure shows;
 //   - only while recording() (one relaxed atomic load otherwise) times itself on the
@@ -12,15 +13,17 @@
 // Op scopes nest (an op that calls another op): the inner one's time is subtracted from
 // the outer one's self time, so self times add up without counting anything twice.
 //
-// Note [Backward attribution]: the backward of an op runs long after its forward scope
-// closed. While recording, record() (engine/autograd.h) keeps the op's name, module path,
-// input description and backward cost on the tape node, and backward() opens a
-// BackwardScope with them around the node's closure: the backward work is attributed to
-// the layer and op that caused it (`layer3.1.conv2`, `conv2d` backward).
+// Note [Backward attribution]
+// The backward of an op runs long after its forward scope closed. While recording, record()
+// (engine/autograd.h) keeps the op's name, module path, input description and backward cost
+// on the tape node, and backward() opens a BackwardScope with them around the node's
+// closure: the backward work is attributed to the layer and op that caused it
+// (`layer3.1.conv2`, `conv2d` backward).
 //
-// Note [GPU correlation]: a GPU tracer (profile/cupti_tracer.h) installs OpHooks; each
-// op scope then pushes its event id as CUPTI's external correlation id, so the kernels the
-// op launched (including cuDNN's and cuBLAS's own) are linked to it by id.
+// Note [GPU correlation]
+// A GPU tracer (profile/cupti_tracer.h) installs OpHooks; each op scope then pushes its
+// event id as CUPTI's external correlation id, so the kernels the op launched (including
+// cuDNN's and cuBLAS's own) are linked to it by id.
 #pragma once
 
 #include <atomic>

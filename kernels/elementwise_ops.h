@@ -2,14 +2,15 @@
 // the CUDA backend (kernels/cuda/elementwise.cu) and the engine (engine/ops/elementwise.cc).
 // Compiled by the C++ compiler and by nvcc (host and device).
 //
-// Note [Elementwise op table]: each op is a struct holding its scalar math, forward and
-// backward, as RT_HOST_DEVICE functions of the compute type A (float for f32, bf16 and f16;
-// double for f64), and what its backward reads. RT_EW_UNARY_OPS / RT_EW_BINARY_OPS list them
-// once; the enums, the names and the dispatch (visit) are generated from these lists, and
-// both backends instantiate their loops and kernels for every entry through visit. An op
-// therefore exists in both backends or in neither: an entry whose struct lacks a formula
-// fails to compile on both sides. Adding an op: its struct below, one line in the list, and
-// its public function in engine/ops/elementwise.cc (declared in engine/ops.h).
+// Note [Elementwise op table]
+// Each op is a struct holding its scalar math, forward and backward, as RT_HOST_DEVICE
+// functions of the compute type A (float for f32, bf16 and f16; double for f64), and what
+// its backward reads. RT_EW_UNARY_OPS / RT_EW_BINARY_OPS list them once; the enums, the
+// names and the dispatch (visit) are generated from these lists, and both backends
+// instantiate their loops and kernels for every entry through visit. An op therefore exists
+// in both backends or in neither: an entry whose struct lacks a formula fails to compile on
+// both sides. Adding an op: its struct below, one line in the list, and its public function
+// in engine/ops/elementwise.cc (declared in engine/ops.h).
 //
 //   unary:  y = fwd(x, p)              dx = bwd(x, y, dy, p)      (p: the op's scalar, pow's power)
 //   binary: y = fwd(a, b)              da = da(a, b, y, dy)       db = db(a, b, y, dy)
@@ -268,19 +269,20 @@ inline constexpr unsigned kUnaryGradReads = Op::kUses | kDy;
 
 // ---- broadcasting ----------------------------------------------------------------------
 //
-// Note [Broadcast plan]: a binary op over shapes that broadcast (NumPy/PyTorch rules: shapes
-// aligned at the last dim, each pair of sizes equal or one of them 1) walks the output in its
-// own memory order (the output is dense: element i at offset i). The plan lists the output's
-// dims in memory order (N, H, W, C for channels_last) with each operand's stride along them
-// in elements (0 along a dim the operand broadcasts: it has size 1 there or lacks the dim),
-// computed from each operand's own memory format: a channels_last operand against an NCHW
-// one (or the reverse) is read where it lies, by logical coordinates. Dims of size 1 are
-// dropped and neighbours merged when every operand steps through them as one (outer stride
-// = inner stride * inner size), so (N, C, H, W) * (N, C, 1, 1) in NCHW becomes a 2-D walk
-// (N*C, H*W) with strides (H*W, 1) and (1, 0). At least one dim; at most kMaxDims.
-// The backward's sum over broadcast dims uses the same plan: G (the output-shaped gradient)
-// is dense along it, and operand k's strides are where each element of G lands in the
-// operand's gradient (0: summed over).
+// Note [Broadcast plan]
+// A binary op over shapes that broadcast (NumPy/PyTorch rules: shapes aligned at the last
+// dim, each pair of sizes equal or one of them 1) walks the output in its own memory order
+// (the output is dense: element i at offset i). The plan lists the output's dims in memory
+// order (N, H, W, C for channels_last) with each operand's stride along them in elements
+// (0 along a dim the operand broadcasts: it has size 1 there or lacks the dim), computed
+// from each operand's own memory format: a channels_last operand against an NCHW one (or
+// the reverse) is read where it lies, by logical coordinates. Dims of size 1 are dropped
+// and neighbours merged when every operand steps through them as one
+// (outer stride = inner stride * inner size), so (N, C, H, W) * (N, C, 1, 1) in NCHW
+// becomes a 2-D walk (N*C, H*W) with strides (H*W, 1) and (1, 0). At least one dim; at most
+// kMaxDims. The backward's sum over broadcast dims uses the same plan: G (the output-shaped
+// gradient) is dense along it, and operand k's strides are where each element of G lands in
+// the operand's gradient (0: summed over).
 inline constexpr int kMaxDims = 8;
 
 struct BroadcastPlan {

@@ -14,14 +14,16 @@ std::shared_ptr<nn::Sequential> make_downsample(int64_t in, int64_t out, int str
   return ds;
 }
 
-// Note [Fused block tails]: every batch norm of the network is followed by a relu, or by
-// the residual add and a relu; each pair runs as one fused op through
-// BatchNorm2d::forward_relu (batch_norm_relu, batch_norm_add_relu: one elementwise pass
-// each way instead of two), with the same parameters, buffers and values as bn.forward()
-// then relu / add_relu, also under mixed precision.
+// Note [Fused block tails]
+// Every batch norm of the network is followed by a relu, or by the residual add and a relu;
+// each pair runs as one fused op through BatchNorm2d::forward_relu (batch_norm_relu,
+// batch_norm_add_relu: one elementwise pass each way instead of two), with the same
+// parameters, buffers and values as bn.forward() then relu / add_relu, also under mixed
+// precision.
 
-// A block's tail: relu(bn(out) + residual), fused unless an attention module sits between
-// the batch norm and the add (timm's order: bn, attention, add, relu).
+// A block's tail: relu(bn(out) + residual), fused (Note [Fused block tails]) unless an
+// attention module sits between the batch norm and the add (timm's order: bn, attention,
+// add, relu).
 Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& out, const Tensor& residual) {
   if (!attention) return bn.forward_relu(out, residual);
   return add_relu(attention->forward(bn.forward(out)), residual);
@@ -93,10 +95,11 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
                !__builtin_mul_overflow(fc_bytes, int64_t(sizeof(float)), &fc_bytes),
            "ResNet: num_classes ", cfg.num_classes, " is too large: the classifier's weight [", cfg.num_classes, ", ",
            fc_in, "] of f32 would need more than 2^63 bytes");
-  // Note [Group width]: a bottleneck's 3x3 conv has groups x (planes * width_per_group / 64)
-  // channels, planes = width << stage. torchvision truncates the group width to an integer
-  // (to 0 below 1); here a width for which it is not a positive integer at the first stage
-  // (and so at every stage) is refused, so that --width scales every group alike.
+  // Note [Group width]
+  // A bottleneck's 3x3 conv has groups x (planes * width_per_group / 64) channels, planes =
+  // width << stage. torchvision truncates the group width to an integer (to 0 below 1); here
+  // a width for which it is not a positive integer at the first stage (and so at every
+  // stage) is refused, so that --width scales every group alike.
   RT_CHECK(cfg.bottleneck || (cfg.groups == 1 && cfg.width_per_group == 64),
            "ResNet: the basic block (resnet18/34) supports only groups 1 and width_per_group 64, got groups ",
            cfg.groups, " and width_per_group ", cfg.width_per_group, " (as torchvision)");

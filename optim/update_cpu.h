@@ -1,9 +1,10 @@
 // The optimizers' update rules on raw CPU memory: one fused pass over a parameter and its
 // state per step, instead of the chain of elementwise ops PyTorch runs.
 //
-// Note [Matching PyTorch's rounding]: each rule performs the same floating-point
-// operations as torch.optim's single-tensor path (1.13, CPU) in the same order and in the
-// parameter's type, so f32 results match PyTorch bit for bit, not just closely:
+// Note [Matching PyTorch's rounding]
+// Each rule performs the same floating-point operations as torch.optim's single-tensor path
+// (1.13, CPU) in the same order and in the parameter's type, so f32 results match PyTorch
+// bit for bit, not just closely:
 //   * the scalars (lr, 1 - beta1, -step_size, ...) are computed in double, as Python
 //     computes them, then rounded to the parameter's type once, as ATen rounds a Python
 //     number it multiplies a tensor by;

@@ -3,10 +3,11 @@
 // device timestamps, linked to the op that launched them (Note [GPU correlation] in
 // engine/profiler.h). Only constructed when the profiled device is a GPU.
 //
-// Note [CUPTI timestamps]: CUPTI stamps records with its own nanosecond clock
-// (cuptiGetTimestamp); the tracer reads both clocks back to back at start and shifts the
-// records onto the profiler's steady clock, so GPU slices line up with host slices to
-// within the microsecond or so the two reads take.
+// Note [CUPTI timestamps]
+// CUPTI stamps records with its own nanosecond clock (cuptiGetTimestamp); the tracer reads
+// both clocks back to back at start and shifts the records onto the profiler's steady
+// clock, so GPU slices line up with host slices to within the microsecond or so the two
+// reads take.
 #pragma once
 
 #include <memory>

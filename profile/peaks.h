@@ -1,17 +1,18 @@
 // What the profiler measures achieved throughput against: a device's peak FLOP/s per
-// dtype and its copy bandwidth, stored once per device model in a small JSON cache
-// (Note [Device peaks]).
+// dtype and its copy bandwidth, stored once per device model in a small JSON
+// cache (Note [Device peaks]).
 //
-// Note [Device peaks]: the copy bandwidth is always measured, never taken from a
-// datasheet: bytes read plus bytes written per second by a large device-to-device copy
-// (GPU: cudaMemcpy of 1 GiB; CPU: 64 MiB copied by every OpenMP thread), the best of a few
-// runs. bench/cuda_kernel_bench stores the GPU's copy bandwidth it measures; a profiler run
-// on a device model the cache lacks measures it itself (under a second) and stores it.
-// Peak FLOP/s: on a GPU the datasheet's dense tensor-core (bf16, f16, tf32) and CUDA-core
-// (f32, f64) figures for the models we know (H200, H100, A100), none otherwise (the
-// tables then leave "% of peak" out); on the CPU there is no datasheet to trust (clocks,
-// FMA units and thread counts vary), so the peak is the best GEMM throughput measured here
-// (1024^3, Eigen with the ISA gemm_isa() picked), labelled as such.
+// Note [Device peaks]
+// The copy bandwidth is always measured, never taken from a datasheet: bytes read plus
+// bytes written per second by a large device-to-device copy (GPU: cudaMemcpy of 1 GiB; CPU:
+// 64 MiB copied by every OpenMP thread), the best of a few runs. bench/cuda_kernel_bench
+// stores the GPU's copy bandwidth it measures; a profiler run on a device model the cache
+// lacks measures it itself (under a second) and stores it. Peak FLOP/s: on a GPU the
+// datasheet's dense tensor-core (bf16, f16, tf32) and CUDA-core (f32, f64) figures for the
+// models we know (H200, H100, A100), none otherwise (the tables then leave "% of peak"
+// out); on the CPU there is no datasheet to trust (clocks, FMA units and thread counts
+// vary), so the peak is the best GEMM throughput measured here (1024^3, Eigen with the ISA
+// gemm_isa() picked), labelled as such.
 //
 // The cache: $RINGTAPE_CACHE_DIR, else $XDG_CACHE_HOME/ringtape, else ~/.cache/ringtape;
 // file device_peaks.json = {"version": 1, "devices": {KEY: {...}}}, KEY as key_for().

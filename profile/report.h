@@ -3,13 +3,14 @@
 // and % of the device's peaks (profile/peaks.h), forward and backward apart, and the
 // steps' totals. Printed at the end of the profiled steps and written as profile.json.
 //
-// Note [Profile times]: on the CPU an op's time is its scope's self time (wall clock
-// minus the ops it called). On a GPU it is the summed duration of the kernels it launched
-// (CUPTI, linked by the op's id), and its host time, the launch overhead, is shown apart.
-// The totals split each step's wall time: on the CPU into the ops' self time and the host
-// time outside any op (autograd bookkeeping, waiting for a batch, the loop itself); on a
-// GPU into kernel time (compute, communication: NCCL's kernels), copies, and idle gaps
-// (the step's time during which no kernel or copy ran).
+// Note [Profile times]
+// On the CPU an op's time is its scope's self time (wall clock minus the ops it called). On
+// a GPU it is the summed duration of the kernels it launched (CUPTI, linked by the op's
+// id), and its host time, the launch overhead, is shown apart. The totals split each step's
+// wall time: on the CPU into the ops' self time and the host time outside any op (autograd
+// bookkeeping, waiting for a batch, the loop itself); on a GPU into kernel time (compute,
+// communication: NCCL's kernels), copies, and idle gaps (the step's time during which no
+// kernel or copy ran).
 #pragma once
 
 #include <cstdint>

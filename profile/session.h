@@ -1,8 +1,8 @@
 // `--profile-steps A:B`: records steps A..B-1 (1-based, like the log lines) of a training or
 // evaluation loop, then prints the profile table and writes profile.json and trace.json
 // (Chrome trace) to the output directory; the loop goes on unprofiled. Before step A and
-// after step B-1 nothing is recorded: the scopes cost one atomic load each (Note
-// [Profiler scopes] in engine/profiler.h).
+// after step B-1 nothing is recorded: the scopes cost one atomic load each
+// (Note [Profiler scopes] in engine/profiler.h).
 //
 // The loop brackets each step:
 //   session.begin_step(i);                    // i: 0-based

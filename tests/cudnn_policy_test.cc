@@ -1,7 +1,7 @@
-// Which cuDNN engines a convolution may use (kernels/cuda/cudnn_policy.h, Note [Conv
-// numerics]): every combination of the notes the rules look at, for every dtype, setting
-// and tier, against the rules as written in the Note; then named cases, the tiers' order
-// and the once-per-key message guard. Runs without a GPU.
+// Which cuDNN engines a convolution may use (kernels/cuda/cudnn_policy.h,
+// Note [Conv numerics]): every combination of the notes the rules look at, for every dtype,
+// setting and tier, against the rules as written in the Note; then named cases, the tiers'
+// order and the once-per-key message guard. Runs without a GPU.
 #include <doctest/doctest.h>
 
 #include <atomic>

@@ -1,7 +1,8 @@
-// dropout: the mask is exactly Generator's uniform draws in logical order (Note [Dropout
-// mask]), whatever the memory format; kept elements scaled by 1 / (1 - p) (f32: the product
-// in double, rounded once); the generator's advance; eval, p = 0 and p = 1 like PyTorch; the
-// kept fraction; the backward (the same mask, recomputed) and gradcheck in f64; errors.
+// dropout: the mask is exactly Generator's uniform draws in logical order
+// (Note [Dropout mask]), whatever the memory format; kept elements scaled by 1 / (1 - p)
+// (f32: the product in double, rounded once); the generator's advance; eval, p = 0 and p = 1
+// like PyTorch; the kept fraction; the backward (the same mask, recomputed) and gradcheck in
+// f64; errors.
 #include <cmath>
 #include <limits>
 

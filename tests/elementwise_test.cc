@@ -400,8 +400,8 @@ TEST_CASE("broadcasting at seeded random shapes: reference in f64 and f32, gradc
 TEST_CASE("broadcasting past the parallel grain: both sum orders, results independent of the thread count") {
   // (1, C, 1, 1) and (N, C, 1, 1) against a 36864-element image (two chunks of the parallel
   // grain) in both layouts: the sum over the broadcast dims goes through chunked partial
-  // copies; (2, 25000) + (25000) has too many outputs for those and sums each output in turn
-  // (Note [CPU sum over broadcast dims]).
+  // copies; (2, 25000) + (25000) has too many outputs for those and sums each output in
+  // turn (Note [CPU sum over broadcast dims]).
   const std::vector<PairCase> big = {{{4, 16, 24, 24}, {1, 16, 1, 1}},
                                      {{4, 16, 24, 24}, {4, 16, 1, 1}},
                                      {{4, 16, 24, 24}, {1, 1, 24, 24}},

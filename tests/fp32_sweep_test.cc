@@ -4,9 +4,10 @@
 // from a seeded generator: odd and 1x1 spatial sizes, channel counts off the vector width
 // and the GEMM tiles, batch 1, small and large GEMM dimensions, both memory layouts.
 //
-// Note [Sweep tolerances]: every input is drawn in f32 and widened, so the f32 and the f64
-// runs see the same numbers and the f64 run is the exact answer to ~1e-16. What differs is
-// f32 rounding, bounded per element in terms of the magnitudes involved:
+// Note [Sweep tolerances]
+// Every input is drawn in f32 and widened, so the f32 and the f64 runs see the same numbers
+// and the f64 run is the exact answer to ~1e-16. What differs is f32 rounding, bounded per
+// element in terms of the magnitudes involved:
 // - conv2d and linear are bilinear: an output element is a sum of products a*b, and its
 //   rounding error is at most ~K*eps*sum|a*b| (K terms), typically a few eps times it.
 //   sum|a*b| is the same op applied to |a| and |b| in f64, so each element is checked as

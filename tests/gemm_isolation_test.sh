@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Note [GEMM dispatch]: the AVX-512 GEMM object must define no weak (mergeable) symbol
-# outside its renamed namespaces, or the linker could hand AVX-512 code to baseline
-# callers and crash CPUs without AVX-512.
+# The AVX-512 GEMM object must define no weak (mergeable) symbol outside its renamed
+# namespaces, or the linker could hand AVX-512 code to baseline callers and crash CPUs
+# without AVX-512 (Note [GEMM dispatch] in kernels/cpu/gemm.h).
 set -euo pipefail
 lib=$(find -L . -path '*gemm_avx512*' -name '*.o' | head -n 1)
 [ -n "$lib" ] || { echo "the gemm_avx512 object file is not in the runfiles"; exit 1; }

@@ -218,8 +218,9 @@ cmd_prepare() {
 #          first, so a cut loses the least (GPU_CHECK_FULL_S, default 240 s).
 # A step the tier's budget leaves no time for, or cuts short, is NOT RUN: not a failure.
 #
-# Note [No leak check]: the engine keeps its cached device memory, cuDNN handles and plans until
-# the process exits, on purpose; memcheck's leak check would report them every time.
+# Note [No leak check]
+# The engine keeps its cached device memory, cuDNN handles and plans until the process exits, on
+# purpose; memcheck's leak check would report them every time.
 SMOKE_S=${GPU_CHECK_SMOKE_S:-180}
 FULL_S=${GPU_CHECK_FULL_S:-240}
 TIER="" TIER_T0=$SECONDS TIER_BUDGET=0 NO_GPU=""

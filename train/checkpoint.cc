@@ -22,7 +22,7 @@ int64_t meta_int(const std::map<std::string, std::string>& meta, const std::stri
   return v;
 }
 
-// Note [Non-finite steps]: a file holding NaN/Inf never replaces what is at `path`.
+// A file holding NaN/Inf never replaces what is at `path` (Note [Non-finite steps]).
 void refuse_nonfinite(const std::string& path, const std::map<std::string, Tensor>& tensors, const std::string& when) {
   nn::NamedTensors all(tensors.begin(), tensors.end());
   if (const auto bad = first_nonfinite(all))

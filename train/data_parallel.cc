@@ -39,14 +39,14 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
     comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
   }
   if (cfg_.sync_bn) {
-    // Note [Sync batch norm on its own communicator]: SyncBN's all-gathers run inside forward
-    // and backward, and backward waits for them; on the gradients' communicator (one stream
-    // on NCCL, one queue on Gloo) each waited behind every bucket all-reduce queued before it,
-    // so backward stalled on communication the design means to hide. And with
-    // --find-unused-parameters, buckets and all-gathers could be issued in different orders on
-    // different ranks (a collective mismatch). Their own communicator (keys under its own
-    // prefix: its own NCCL communicator and stream, or Gloo context and queue) orders each
-    // kind by itself, the same on every rank.
+    // Note [Sync batch norm on its own communicator]
+    // SyncBN's all-gathers run inside forward and backward, and backward waits for them; on
+    // the gradients' communicator (one stream on NCCL, one queue on Gloo) each waited behind
+    // every bucket all-reduce queued before it, so backward stalled on communication the
+    // design means to hide. And with --find-unused-parameters, buckets and all-gathers could
+    // be issued in different orders on different ranks (a collective mismatch). Their own
+    // communicator (keys under its own prefix: its own NCCL communicator and stream, or Gloo
+    // context and queue) orders each kind by itself, the same on every rank.
     o.prefix = "rt-sync-bn";
     if (device_.is_cuda())
       sync_comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, o);
@@ -103,13 +103,14 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   if (!copies) {
     reducer_ = std::make_unique<dist::Reducer>(*comm_, std::move(params), ro);
   } else {
-    // Note [Data parallel with compute copies]: under bf16/fp16 the graph's leaves are the
-    // 16-bit copies, the optimizer consumes the masters' gradients (their dtype: f32). The
-    // buckets hold the masters' gradients, so what is reduced is what the optimizer consumes,
-    // in f32, accumulation micro-steps included; each copy's hook widens its gradient into the
-    // master's bucket view (ComputeCopies::accumulate_grad) and marks the master ready, so the
-    // buckets still launch during backward (Note [Gradients produced elsewhere]). Parameters
-    // without a copy (batch-norm's, kept in f32) produce their own gradients.
+    // Note [Data parallel with compute copies]
+    // Under bf16/fp16 the graph's leaves are the 16-bit copies, the optimizer consumes the
+    // masters' gradients (their dtype: f32). The buckets hold the masters' gradients, so what
+    // is reduced is what the optimizer consumes, in f32, accumulation micro-steps included;
+    // each copy's hook widens its gradient into the master's bucket view
+    // (ComputeCopies::accumulate_grad) and marks the master ready, so the buckets still launch
+    // during backward (Note [Gradients produced elsewhere]). Parameters without a copy
+    // (batch-norm's, kept in f32) produce their own gradients.
     std::map<const TensorImpl*, size_t> copy_of;
     for (size_t i = 0; i < copies->masters().size(); ++i) copy_of[copies->masters()[i].second.impl_ptr().get()] = i;
     std::vector<Tensor> producers;
@@ -155,10 +156,11 @@ void DataParallel::account(const dist::StepTimeline& t) {
   if (timeline_) write_timeline(t);
 }
 
-// Note [Timeline file]: one JSON object per communicating step, what bench/dp_scaling_model.py
-// needs to replay a step under another network. Times are seconds from the start of the
-// step's last backward (Reducer::prepare), on the clock that `clock` names (Note [Two clocks]
-// in dist/reducer.h: "host" on CPU processes, "device" on GPUs):
+// Note [Timeline file]
+// One JSON object per communicating step, what bench/dp_scaling_model.py needs to replay a
+// step under another network. Times are seconds from the start of the step's last backward
+// (Reducer::prepare), on the clock that `clock` names (Note [Two clocks] in dist/reducer.h:
+// "host" on CPU processes, "device" on GPUs):
 //   before_backward_s: from the previous step's wait_end to this backward's start: the
 //     optimizer step, loading and forward (and any log line, checkpoint or evaluation in
 //     between; null on the first step);
@@ -238,13 +240,13 @@ std::string fingerprint(const nn::NamedTensors& tensors) {
 }
 }  // namespace
 
-// Note [Same weights at the end]: every rank applies the same averaged gradients to the same
-// weights, so the ranks' parameters are bit-identical after every step; a rank that decided
-// something alone (a skipped step, Note [Skipping together]) would break that silently, and
-// rank 0's weights file would not be what the others trained. The last meeting compares a
-// fingerprint of each rank's parameters with rank 0's (one copy to the host, once per run).
-// Then the last barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as
-// the last one).
+// Note [Same weights at the end]
+// Every rank applies the same averaged gradients to the same weights, so the ranks'
+// parameters are bit-identical after every step; a rank that decided something alone (a
+// skipped step, Note [Skipping together]) would break that silently, and rank 0's weights
+// file would not be what the others trained. The last meeting compares a fingerprint of each
+// rank's parameters with rank 0's (one copy to the host, once per run). Then the last
+// barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as the last one).
 void DataParallel::finish() {
   for (const dist::StepTimeline& t : reducer_->take_timelines(/*wait=*/true)) account(t);  // the last steps' (CUDA)
   const std::string mine = fingerprint(params_), rank0 = agree("final-weights", mine);

@@ -5,8 +5,8 @@
 //     (dist/rendezvous.h), then a communicator: Gloo for CPU tensors, NCCL for CUDA ones
 //     (this rank's GPU is cuda:LOCAL_RANK);
 //   - attach(): rank 0's parameters and buffers are broadcast (ranks started from different
-//     seeds train identically) and the gradient reducer is built (dist/reducer.h, Note
-//     [Gradient buckets]);
+//     seeds train identically) and the gradient reducer is built
+//     (dist/reducer.h, Note [Gradient buckets]);
 //   - the step's phases arm the reducer before the last micro-batch's backward, launch the
 //     rest after it, and wait for the averaged gradients before the optimizer step;
 //   - evaluation: each rank evaluates its shard of the test set without the sampler's

@@ -1,12 +1,13 @@
 // SIGINT and SIGTERM during `ringtape train`.
 //
-// Note [Interrupts]: the handler only records the signal (an atomic; nothing else is
-// async-signal-safe to do there). The training loop looks between steps (and evaluation
-// between batches), stops, writes a final checkpoint (atomically, only if finite: Note
-// [Non-finite steps]) and exits with 128 + the signal number (130 SIGINT, 143 SIGTERM), as
-// a shell reports a process killed by it. A second signal ends the process at once: the
-// handler unlinks the temporary file of a save in progress (its path was stored before the
-// save began), restores the default disposition and re-raises the signal.
+// Note [Interrupts]
+// The handler only records the signal (an atomic; nothing else is async-signal-safe to do
+// there). The training loop looks between steps (and evaluation between batches), stops,
+// writes a final checkpoint (atomically, only if finite: Note [Non-finite steps]) and exits
+// with 128 + the signal number (130 SIGINT, 143 SIGTERM), as a shell reports a process
+// killed by it. A second signal ends the process at once: the handler unlinks the temporary
+// file of a save in progress (its path was stored before the save began), restores the
+// default disposition and re-raises the signal.
 #pragma once
 
 #include <string>

@@ -1,14 +1,15 @@
 // The running training loss between two log lines, kept where it is computed.
 //
-// Note [Loss on the device]: reading a CUDA loss on the host (item()) waits for the
-// forward to finish before the backward is even queued. So on CUDA the step losses are
-// summed into a device f64 scalar with in-place adds, and the host reads the sum only
-// where it is needed: at a --print-freq log line, and before a checkpoint (no checkpoint
-// after an unseen NaN). A NaN/Inf loss is then found at that point, not at its step; the
-// steps in between have run on it (without --skip-nonfinite training stops there anyway).
-// --skip-nonfinite must decide each step before its update, so with it the loss is read
-// every step, as it always is on the CPU, where item() costs nothing: there the sums are
-// exactly the host arithmetic of before (Note [Exact resume]).
+// Note [Loss on the device]
+// Reading a CUDA loss on the host (item()) waits for the forward to finish before the
+// backward is even queued. So on CUDA the step losses are summed into a device f64 scalar
+// with in-place adds, and the host reads the sum only where it is needed: at a --print-freq
+// log line, and before a checkpoint (no checkpoint after an unseen NaN). A NaN/Inf loss is
+// then found at that point, not at its step; the steps in between have run on it (without
+// --skip-nonfinite training stops there anyway). --skip-nonfinite must decide each step
+// before its update, so with it the loss is read every step, as it always is on the CPU,
+// where item() costs nothing: there the sums are exactly the host arithmetic of
+// before (Note [Exact resume]).
 #pragma once
 
 #include <optional>

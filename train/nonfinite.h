@@ -1,14 +1,15 @@
 // NaN and Inf in training: finding them (before a checkpoint is written, after a step with
 // --skip-nonfinite, in an input batch) and what a skipped step restores.
 //
-// Note [Non-finite steps]: without --skip-nonfinite a non-finite loss stops training with
-// its cause (the input batch, weights that were already non-finite, or divergence), and a
-// checkpoint holding NaN/Inf is never written (save_checkpoint checks). With it, a step is
-// skipped when its loss, a gradient, or the state after the update (parameters, buffers,
-// optimizer state) is non-finite: the state is put back to a snapshot taken before the
-// step, so the skipped step changes nothing but the step counter (the schedule moves on,
-// as with PyTorch's GradScaler). fp16's loss scaler keeps its own rule for gradients: an
-// overflow there skips the step and backs off the scale (train/precision.h).
+// Note [Non-finite steps]
+// Without --skip-nonfinite a non-finite loss stops training with its cause (the input
+// batch, weights that were already non-finite, or divergence), and a checkpoint holding
+// NaN/Inf is never written (save_checkpoint checks). With it, a step is skipped when its
+// loss, a gradient, or the state after the update (parameters, buffers, optimizer state) is
+// non-finite: the state is put back to a snapshot taken before the step, so the skipped
+// step changes nothing but the step counter (the schedule moves on, as with PyTorch's
+// GradScaler). fp16's loss scaler keeps its own rule for gradients: an overflow there skips
+// the step and backs off the scale (train/precision.h).
 #pragma once
 
 #include <map>

@@ -1,10 +1,11 @@
 // --output-dir: a run never destroys another run's files.
 //
-// Note [One run per directory]: a run holds an flock on <dir>/run.lock, which names its pid and
-// host, for as long as it runs (a data-parallel run: rank 0); a second run into the same
-// directory (the same --output-dir, or --resume of a checkpoint a live run is still writing)
-// is refused naming the holder. Before, both ran, and metrics.jsonl and the checkpoints
-// interleaved. The lock goes with its process, however that ends (kill -9 included).
+// Note [One run per directory]
+// A run holds an flock on <dir>/run.lock, which names its pid and host, for as long as it runs
+// (a data-parallel run: rank 0); a second run into the same directory (the same --output-dir,
+// or --resume of a checkpoint a live run is still writing) is refused naming the holder.
+// Before, both ran, and metrics.jsonl and the checkpoints interleaved. The lock goes with its
+// process, however that ends (kill -9 included).
 #pragma once
 
 #include <filesystem>
@@ -14,7 +15,7 @@
 
 namespace rt::train {
 
-// The lock of Note [One run per directory]: held from construction to destruction.
+// The lock of Note [One run per directory], held from construction to destruction.
 class OutputDirLock {
  public:
   OutputDirLock() = default;

@@ -1,8 +1,9 @@
 // The trainer's places where processes that train one model together meet. The trainer
 // calls them; SingleProcess, the one implementation today, has nothing to do at them.
 //
-// Note [Data-parallel attach points]: data parallelism plugs in by implementing
-// ParallelContext in its own files, not by growing the loop:
+// Note [Data-parallel attach points]
+// Data parallelism plugs in by implementing ParallelContext in its own files, not by
+// growing the loop:
 //   - rank(), world_size(): the training sampler shards each epoch by them (train/setup.cc).
 //   - is_logging_rank(): console lines, metrics.jsonl and checkpoint files come from this
 //     process only (train/logging.cc, Trainer::save_checkpoint); every rank still checks
@@ -58,8 +59,8 @@ class ParallelContext {
 
   virtual int rank() const = 0;
   virtual int world_size() const = 0;
-  // Trains with others through a communicator (also at world size 1 under a launcher: Note
-  // [World 1 under a launcher], train/trainer.cc).
+  // Trains with others through a communicator (also at world size 1 under a launcher:
+  // Note [World 1 under a launcher], train/trainer.cc).
   virtual bool is_data_parallel() const { return world_size() > 1; }
   bool is_logging_rank() const { return rank() == 0; }
   virtual std::string describe() const = 0;  // a line for the start of the log

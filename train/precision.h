@@ -1,7 +1,7 @@
 // --precision: what training and evaluation compute in, and the per-step machinery of
 // mixed precision (working copies, fp32 loss, loss scaling).
 //
-// Note [Precision]:
+// Note [Precision]
 //   fp32  f32 everywhere; TF32 explicitly off in cuBLAS and cuDNN (CUDA matches the CPU's ops).
 //   tf32  f32 tensors, TF32 tensor cores allowed in cuBLAS and cuDNN (CUDA; the CPU has none).
 //   bf16, fp16  convolutions, linear layers and activations in bf16/f16 on working copies

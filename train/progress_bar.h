@@ -4,8 +4,9 @@
 // format_bar() makes the line (a pure function, unit-tested); ProgressBar draws it, at most a
 // few times a second. TrainLog (train/logging.h) feeds it and ends its line before it prints.
 //
-// Note [Bar without host sync]: the bar is updated every step from host-side counts (steps,
-// images, time). The loss it shows is the one the last --print-freq line read from the device
+// Note [Bar without host sync]
+// The bar is updated every step from host-side counts (steps, images, time). The loss it
+// shows is the one the last --print-freq line read from the device
 // (Note [Loss on the device], train/loss_meter.h); the bar never reads the device itself.
 #pragma once
 

@@ -4,14 +4,15 @@
 // redirected into one pipe each, and every chunk read goes to the file and to the original
 // stream. The destructor puts the streams back and drains the pipes.
 //
-// Note [Whole rank logs]: the log must hold a failed rank's opening lines and its fatal
-// error, the two things one reads it for. So copying starts when the rank starts, before
-// the run's directory is known (rank 0 chooses it): what comes first is kept in memory and
-// written when open() names the file. The log lives until the process ends (run_train
-// keeps it), so the error main() prints after the run has unwound goes to the file too.
-// A rank that dies of a signal (abort(): std::terminate, a library's assertion) has its
-// last output still in the pipes, which only this process reads: a handler of the fatal
-// signals drains them to the file and the console before the signal takes its course.
+// Note [Whole rank logs]
+// The log must hold a failed rank's opening lines and its fatal error, the two things one
+// reads it for. So copying starts when the rank starts, before the run's directory is known
+// (rank 0 chooses it): what comes first is kept in memory and written when open() names the
+// file. The log lives until the process ends (run_train keeps it), so the error main()
+// prints after the run has unwound goes to the file too. A rank that dies of a signal
+// (abort(): std::terminate, a library's assertion) has its last output still in the pipes,
+// which only this process reads: a handler of the fatal signals drains them to the file and
+// the console before the signal takes its course.
 #pragma once
 
 #include <mutex>

@@ -3,16 +3,12 @@
 #include <cstdio>
 
 #include "cli/flags.h"
+#include "train/train_flags.h"
 
 namespace rt::train {
 
 const std::set<std::string>& trajectory_flags() {
-  static const std::set<std::string> names = {
-      "model", "width", "small-stem", "num-classes", "dataset", "batch-size", "epochs", "optimizer", "lr",
-      "momentum", "nesterov", "weight-decay", "no-bn-bias-decay", "label-smoothing", "lr-scheduler",
-      "lr-warmup-epochs", "lr-warmup-decay", "lr-step-size", "lr-milestones", "lr-gamma", "lr-min", "lr-power",
-      "accum-steps", "seed", "no-shuffle", "augment", "zero-init-residual", "threads", "synthetic-size",
-      "stem-stride", "memory-format", "train-crop-size", "precision", "sync-bn", "grad-reduce-dtype"};
+  static const std::set<std::string> names = train_flags_with(cli::kTrajectory);  // Note [One row per flag]
   return names;
 }
 
@@ -33,13 +29,14 @@ Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& op
                             " but this run has --" + k + " " + flags.at(k) +
                             "; resume with the same value (or start a new run)");
   mp.load_state(scaler_state);
-  // Note [Resume with another world size]: p.batch counts this epoch's batches per rank. With
-  // another number of ranks the epoch is sharded anew; the run continues after the same
-  // number of the epoch's examples (rounded down to whole optimizer steps), so no example of
-  // the epoch is trained on twice and at most one step's worth is left out. The step counter
-  // is recounted in the new run's steps (epochs before this one, then this epoch's steps
-  // done): the schedule, a function of the step and the steps per epoch, stays at the same
-  // point of its epochs, and the run ends after its last epoch, as it would have.
+  // Note [Resume with another world size]
+  // p.batch counts this epoch's batches per rank. With another number of ranks the epoch is
+  // sharded anew; the run continues after the same number of the epoch's examples (rounded
+  // down to whole optimizer steps), so no example of the epoch is trained on twice and at
+  // most one step's worth is left out. The step counter is recounted in the new run's steps
+  // (epochs before this one, then this epoch's steps done): the schedule, a function of the
+  // step and the steps per epoch, stays at the same point of its epochs, and the run ends
+  // after its last epoch, as it would have.
   if (then_world != now_world) {
     const int64_t accum = flags.count("accum-steps") ? std::stoll(flags.at("accum-steps")) : 1;
     const int64_t batch = p.batch * then_world / now_world / accum * accum;

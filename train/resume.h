@@ -1,17 +1,18 @@
 // --resume: continuing a run from its checkpoint.
 //
-// Note [Exact resume]: on the CPU every step is a deterministic function of the weights,
-// the optimizer state and the batch (fixed OpenMP partitioning for a given thread count),
-// and the batch is a pure function of (seed, epoch, batch index). A checkpoint therefore
-// only records where training stands; resuming from it replays the same batches and
-// reproduces the uninterrupted run bit for bit, also from the middle of an epoch.
+// Note [Exact resume]
+// On the CPU every step is a deterministic function of the weights, the optimizer state and
+// the batch (fixed OpenMP partitioning for a given thread count), and the batch is a pure
+// function of (seed, epoch, batch index). A checkpoint therefore only records where
+// training stands; resuming from it replays the same batches and reproduces the
+// uninterrupted run bit for bit, also from the middle of an epoch.
 //
-// Note [Trajectory flags]: the checkpoint records every flag as it was typed (TrainConfig::
-// recorded_flags, with --precision as auto resolved it). The flags that shape the
-// trajectory (model, data, batch, optimizer, schedule, seed, threads, precision, ...) must
-// be the same when resuming, or the run would not continue the same training; the others
-// (--steps, --print-freq, --checkpoint-every, --output-dir, --workers, --device, ...) may
-// change.
+// Note [Trajectory flags]
+// The checkpoint records every flag as it was typed (TrainConfig::recorded_flags, with
+// --precision as auto resolved it). The flags that shape the trajectory (model, data,
+// batch, optimizer, schedule, seed, threads, precision, ...) must be the same when
+// resuming, or the run would not continue the same training; the others (--steps,
+// --print-freq, --checkpoint-every, --output-dir, --workers, --device, ...) may change.
 #pragma once
 
 #include <map>

@@ -111,14 +111,15 @@ std::string TrainStep::nonfinite_update(std::optional<TrainState>& after) const 
   return "";
 }
 
-// Note [Skipping together]: in a data-parallel run a skip is decided by every rank at once.
-// A rank that skipped alone would leave the others waiting in the gradient all-reduce of a
-// backward it never runs (until --timeout), and a skip decided by state that differs per
-// rank (batch-norm running statistics, a NaN input in one rank's shard) would restore one
-// rank's weights and not the others'. So at each decision (after each micro-batch's
-// forward, and after the update) every rank says whether it would skip, one small
-// all-reduce later all know, and all skip if any would: the weights stay the same on every
-// rank. The cost is one all-reduce of a few bytes per micro-batch, with --skip-nonfinite only.
+// Note [Skipping together]
+// In a data-parallel run a skip is decided by every rank at once. A rank that skipped alone
+// would leave the others waiting in the gradient all-reduce of a backward it never runs (until
+// --timeout), and a skip decided by state that differs per rank (batch-norm running
+// statistics, a NaN input in one rank's shard) would restore one rank's weights and not the
+// others'. So at each decision (after each micro-batch's forward, and after the update) every
+// rank says whether it would skip, one small all-reduce later all know, and all skip if any
+// would: the weights stay the same on every rank. The cost is one all-reduce of a few bytes
+// per micro-batch, with --skip-nonfinite only.
 std::string TrainStep::agree_on_skip(const std::string& mine) {
   if (par_.world_size() == 1) return mine;
   std::vector<double> would(size_t(par_.world_size()), 0.0);  // [rank]: 1 if that rank would skip

@@ -1,9 +1,9 @@
 // One optimizer step: --accum-steps micro-batches, each forward -> loss -> backward, then the
 // update, through MixedPrecision (Note [Precision], train/precision.h). The loss stays on the
 // device (Note [Loss on the device], train/loss_meter.h); a step whose loss, gradients or
-// update is NaN/Inf stops training or, with --skip-nonfinite, is undone (Note [Non-finite
-// steps], train/nonfinite.h). The ParallelContext's phases are where data parallelism
-// attaches (Note [Data-parallel attach points]).
+// update is NaN/Inf stops training or, with --skip-nonfinite, is undone
+// (Note [Non-finite steps], train/nonfinite.h). The ParallelContext's phases are where data
+// parallelism attaches (Note [Data-parallel attach points]).
 #pragma once
 
 #include <cstdint>
@@ -62,7 +62,7 @@ class TrainStep {
   int64_t accum_;
   double label_smoothing_;
   bool skip_nonfinite_;
-  bool loss_on_device_;  // Note [Loss on the device]: CUDA without --skip-nonfinite
+  bool loss_on_device_;  // CUDA without --skip-nonfinite (Note [Loss on the device])
   LossMeter losses_;
   bool stepped_ = false;  // a step has run in this process (for the cause of a NaN loss)
   std::optional<TrainState> good_;  // --skip-nonfinite: the state after the last step that stood

@@ -1,7 +1,8 @@
 // TensorBoard scalars (--tensorboard): an events file TensorBoard reads while training runs,
 // written without a protobuf or TensorFlow dependency.
 //
-// Note [Events file format]: the file is a TFRecord stream. Each record is
+// Note [Events file format]
+// The file is a TFRecord stream. Each record is
 //   uint64 length | uint32 masked_crc32c(length bytes) | data | uint32 masked_crc32c(data)
 // (little-endian), where masked(c) = ((c >> 15) | (c << 17)) + 0xa282ead8. Each record's data
 // is a serialized tensorflow.Event, hand-encoded:

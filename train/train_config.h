@@ -164,7 +164,7 @@ struct EvalConfig : CommonConfig {
   bool operator==(const EvalConfig&) const = default;
 };
 
-// The flags of train_flags() / eval_flags(), checked (validate_flags, and eval's need for
+// The flags of train_flags() / eval_flags(), checked (check_combinations, and eval's need for
 // weights) and typed. Throws cli::UsageError naming the flag and what it accepts; a --device
 // that is not cpu, cuda or cuda:N is an rt::Error (whether it exists is checked at set-up).
 TrainConfig parse_train_config(const cli::Flags& flags);

@@ -1,7 +1,7 @@
-// The training loop: epochs of optimizer steps from where the run stands (Note [Exact
-// resume], train/resume.h), a log line every --print-freq steps, an evaluation at the end of
-// each epoch, a checkpoint after it (and every --checkpoint-every steps), and on a signal a
-// last checkpoint (Note [Interrupts], train/interrupt.h).
+// The training loop: epochs of optimizer steps from where the run stands
+// (Note [Exact resume], train/resume.h), a log line every --print-freq steps, an evaluation
+// at the end of each epoch, a checkpoint after it (and every --checkpoint-every steps), and
+// on a signal a last checkpoint (Note [Interrupts], train/interrupt.h).
 #include "train/trainer.h"
 
 #include <chrono>
@@ -31,6 +31,7 @@
 #include "train/resume.h"
 #include "train/setup.h"
 #include "train/step.h"
+#include "train/train_flags.h"
 
 namespace rt::train {
 namespace {
@@ -92,22 +93,18 @@ RankLog* open_rank_log(RankLog* log, const fs::path& dir, const ParallelContext&
   return log;
 }
 
-// Note [Same flags on every rank]: ranks that train with different trajectory flags (Note
-// [Trajectory flags]: model, data, batch, optimizer, schedule, seed, ...) would average
-// gradients of different computations, and ranks with different communication flags issue
-// different collectives (another bucket size: buffers of other sizes, which Gloo stops on
-// with an assertion; another --allreduce: other messages, and both ranks wait out
-// --timeout). Each rank compares its flags with rank 0's before the first collective of
-// training; one that differs stops naming the flag (the launcher reports that rank).
+// Note [Same flags on every rank]
+// Ranks that train with different trajectory flags (model, data, batch, optimizer,
+// schedule, seed, ...: Note [Trajectory flags]) would average gradients of different
+// computations, and ranks with different communication flags issue different collectives
+// (another bucket size: buffers of other sizes, which Gloo stops on with an assertion;
+// another --allreduce: other messages, and both ranks wait out --timeout). Each rank
+// compares its flags with rank 0's before the first collective of training; one that
+// differs stops naming the flag (the launcher reports that rank).
 const std::set<std::string>& same_on_every_rank() {
-  static const std::set<std::string> names = [] {
-    std::set<std::string> s = trajectory_flags();
-    s.insert({"bucket-cap-mb", "allreduce", "find-unused-parameters"});
-    // The threads a rank's CPU math uses (all its share of the cores by default) may differ
-    // between machines: each rank's gradients are its own computation either way.
-    s.erase("threads");
-    return s;
-  }();
+  // The trajectory's flags but --threads (a rank's CPU math is its own computation whatever
+  // its thread count), and the communication flags (Note [One row per flag]).
+  static const std::set<std::string> names = train_flags_with(cli::kSameOnEveryRank);
   return names;
 }
 
@@ -152,7 +149,7 @@ class Trainer {
   void checkpoint();
   int stop_signal() const;
   void note_signals(const std::vector<double>& by_rank);
-  int stopped_by_rank_ = -1;  // Note [Stopping together]: the rank whose signal stops the run
+  int stopped_by_rank_ = -1;  // the rank whose signal stops the run (Note [Stopping together])
   int agreed_signal_ = 0;     // and its signal
 
   const TrainConfig& cfg_;
@@ -219,7 +216,7 @@ int Trainer::run() {
     if (!train_epoch()) break;
     const bool epoch_done = p_.batch + cfg_.loop.accum_steps > data_.batches_per_epoch;
     if (epoch_done && !end_epoch()) break;
-    if (par_.world_size() > 1 && epoch_done) {  // Note [Stopping together]: an epoch's end is a point to agree
+    if (par_.world_size() > 1 && epoch_done) {  // an epoch's end is a point to agree (Note [Stopping together])
       std::vector<double> by_rank(size_t(par_.world_size()), 0.0);
       by_rank[size_t(par_.rank())] = interrupt_.signal();
       par_.sum_over_ranks(by_rank);
@@ -303,9 +300,10 @@ bool Trainer::end_epoch() {
   return true;
 }
 
-// Note [Logged loss]: a data-parallel run logs the mean over every rank's shard (one
-// all-reduce of a scalar per log line), the loss of the global batch a single process
-// would log; rank 0's own shard alone would be a sample of it.
+// Note [Logged loss]
+// A data-parallel run logs the mean over every rank's shard (one all-reduce of a scalar per
+// log line), the loss of the global batch a single process would log; rank 0's own shard
+// alone would be a sample of it.
 void Trainer::log_window() {
   window_.loss_sum = step_.window_loss(window_.first_step, p_);
   if (par_.world_size() > 1) {
@@ -322,16 +320,17 @@ void Trainer::log_window() {
   step_.reset_window();
 }
 
-// Note [Stopping together]: a signal reaches the ranks at different steps, or only some of
-// them (the launcher of one node of several is stopped; a scheduler signals one task). A rank
-// that stopped at its own step boundary left its peers in a collective it never joined: they
-// failed on the broken connection, and rank 0, the one that saves, died without a
-// checkpoint. So in a data-parallel run a rank does not stop alone: each says which signal it
-// received, if any, in the all-reduce that already happens at every log line (the loss's,
-// Note [Logged loss]; --print-freq steps apart) and at every epoch's end; where any rank got
-// one, every rank stops at that step, rank 0 saves the checkpoint, and the ranks leave
-// together (ParallelContext::finish). The evaluation, whose all-reduces need every rank,
-// runs to its end first. One process stops at the next step boundary, as before.
+// Note [Stopping together]
+// A signal reaches the ranks at different steps, or only some of them (the launcher of one
+// node of several is stopped; a scheduler signals one task). A rank that stopped at its own
+// step boundary left its peers in a collective it never joined: they failed on the broken
+// connection, and rank 0, the one that saves, died without a checkpoint. So in a
+// data-parallel run a rank does not stop alone: each says which signal it received, if any,
+// in the all-reduce that already happens at every log line (the loss's, Note [Logged loss];
+// --print-freq steps apart) and at every epoch's end; where any rank got one, every rank
+// stops at that step, rank 0 saves the checkpoint, and the ranks leave together
+// (ParallelContext::finish). The evaluation, whose all-reduces need every rank, runs to its
+// end first. One process stops at the next step boundary, as before.
 int Trainer::stop_signal() const { return par_.world_size() > 1 ? agreed_signal_ : interrupt_.signal(); }
 
 void Trainer::note_signals(const std::vector<double>& by_rank) {
@@ -344,12 +343,13 @@ void Trainer::note_signals(const std::vector<double>& by_rank) {
 
 // Every rank checks the loss first: no checkpoint after a NaN/Inf loss kept on the device.
 //
-// Note [No checkpoint after a failure]: on GPUs the optimizer step is queued after the
-// gradient all-reduce without the host waiting for it; when a rank dies, the communicator
-// aborts the call in flight, the queued step then runs on partly averaged gradients, and
-// the launcher stops the survivors with SIGTERM, which makes rank 0 save. So before any
-// save the communicator must be whole (ParallelContext::check_healthy: queued calls waited
-// for, none failed); if it is not, nothing is written and the last checkpoint stays.
+// Note [No checkpoint after a failure]
+// On GPUs the optimizer step is queued after the gradient all-reduce without the host
+// waiting for it; when a rank dies, the communicator aborts the call in flight, the queued
+// step then runs on partly averaged gradients, and the launcher stops the survivors with
+// SIGTERM, which makes rank 0 save. So before any save the communicator must be whole
+// (ParallelContext::check_healthy: queued calls waited for, none failed); if it is not,
+// nothing is written and the last checkpoint stays.
 void Trainer::checkpoint() {
   step_.window_loss(window_.first_step, p_);
   try {
@@ -404,7 +404,7 @@ int launch_workers(const ParallelConfig& pc, const std::vector<std::string>& arg
   o.master_addr = pc.master_addr;
   o.master_port = pc.master_port;
   o.command = {self_executable(), "train"};
-  for (const std::string& a : dist::strip_launcher_flags(args)) o.command.push_back(a);
+  for (const std::string& a : cli::without_flags(train_flags(), cli::kLauncher, args)) o.command.push_back(a);
   return dist::run_local_launcher(o);
 }
 
@@ -435,10 +435,11 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   const dist::LaunchEnv env = dist::launch_env_from_process();
   const ParallelConfig& pc = cfg.parallel;
   if (pc.nproc_per_node > 1 || pc.nnodes > 1) {
-    // Note [Who starts the ranks]: --nproc-per-node/--nnodes make this process the launcher.
-    // A process that another launcher already made one rank of several (torchrun's RANK and
-    // WORLD_SIZE; srun's SLURM_PROCID and SLURM_NTASKS, also set in an sbatch script) would
-    // otherwise ignore the flags and wait out --timeout for ranks nobody starts.
+    // Note [Who starts the ranks]
+    // --nproc-per-node/--nnodes make this process the launcher. A process that another
+    // launcher already made one rank of several (torchrun's RANK and WORLD_SIZE; srun's
+    // SLURM_PROCID and SLURM_NTASKS, also set in an sbatch script) would otherwise ignore
+    // the flags and wait out --timeout for ranks nobody starts.
     if (env.source != "default" && env.world_size > 1)
       throw cli::UsageError(
           "--nproc-per-node " + std::to_string(pc.nproc_per_node) + " / --nnodes " + std::to_string(pc.nnodes) +
@@ -451,10 +452,11 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
                   pc.nproc_per_node);
     return launch_workers(pc, args);
   }
-  // Note [World 1 under a launcher]: a process that torchrun (or a script with its variables)
-  // started as rank 0 of 1 trains data parallel, as PyTorch's DDP does: the reducer, SyncBN and
-  // the NCCL or Gloo path all run, on one GPU (the GPU check compares it with one process).
-  // Without a launcher (and under Slurm with one task) one process trains alone.
+  // Note [World 1 under a launcher]
+  // A process that torchrun (or a script with its variables) started as rank 0 of 1 trains data
+  // parallel, as PyTorch's DDP does: the reducer, SyncBN and the NCCL or Gloo path all run, on
+  // one GPU (the GPU check compares it with one process). Without a launcher (and under Slurm
+  // with one task) one process trains alone.
   if (env.world_size == 1 && env.source != "torchrun") {
     SingleProcess one;
     return train(cfg, one);
@@ -469,8 +471,8 @@ int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
   if (device.is_cuda()) cuda::set_home_device(device.index);
   if (!device.is_cuda() && cfg.compute.threads == 0)
     cfg.compute.threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
-  // Kept to the end of the process: main() prints a fatal error after the run unwound
-  // (Note [Whole rank logs]).
+  // Kept to the end of the process: main() prints a fatal error after the run
+  // unwound (Note [Whole rank logs]).
   static std::optional<RankLog> log;
   log.emplace();
   DataParallel par(env, device, cfg.parallel);

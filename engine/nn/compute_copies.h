@@ -1,9 +1,10 @@
 // Mixed precision at the module level: working copies of a model's parameters in a
 // compute dtype, and a differentiable dtype cast.
 //
-// Note [Compute copies]: mixed precision leaves the model's parameters as they are. They
-// are the masters (fp32; f64 in the CPU tests): what the optimizer updates, state_dict()
-// returns and checkpoints hold. Forward and backward run on working copies instead:
+// Note [Compute copies]
+// Mixed precision leaves the model's parameters as they are. They are the masters (fp32;
+// f64 in the CPU tests): what the optimizer updates, state_dict() returns and checkpoints
+// hold. Forward and backward run on working copies instead:
 //   refresh()            copy = master cast to the compute dtype (bf16/f16 on a GPU), once
 //                        per optimizer step. A copy is a leaf of its own (own storage,
 //                        requires grad) that the layers compute with (Module::compute).

@@ -50,11 +50,12 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
 Tensor BatchNorm2d::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
   count_batch();
-  // Note [Batch norm in mixed precision]: the parameters and running statistics stay in the
-  // master dtype (keeps_master_dtype) while x comes in the compute dtype. batch_norm takes
-  // running statistics of another dtype, but its weight and bias must have x's dtype, so
-  // they are cast here (C values, differentiably: the gradient reaches the masters in their
-  // dtype). Pass them as they are once the op accepts the mix.
+  // Note [Batch norm in mixed precision]
+  // The parameters and running statistics stay in the master dtype (keeps_master_dtype)
+  // while x comes in the compute dtype. batch_norm takes running statistics of another
+  // dtype, but its weight and bias must have x's dtype, so they are cast here (C values,
+  // differentiably: the gradient reaches the masters in their dtype). Pass them as they are
+  // once the op accepts the mix.
   const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
   const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
   return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);

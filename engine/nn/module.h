@@ -30,9 +30,9 @@ class Module {
   NamedTensors state_dict() const;  // parameters and buffers, PyTorch's order and names
   std::vector<Tensor> parameters() const;
   int64_t num_parameters() const;
-  // The parameters that mixed precision computes with in the compute dtype (Note [Compute
-  // copies], engine/nn/compute_copies.h): all but those of modules that keep the master
-  // dtype (batch norm).
+  // The parameters that mixed precision computes with in the compute dtype
+  // (Note [Compute copies], engine/nn/compute_copies.h): all but those of modules that keep
+  // the master dtype (batch norm).
   NamedTensors compute_parameters() const;
 
   // Moves every parameter and buffer to `d` in place (handles stay valid); 4-D floating

@@ -2,8 +2,8 @@
 // and updates the running variance with the unbiased one (n / (n - 1)); eval uses the
 // running statistics. Kernel: kernels/cpu/batch_norm.cc. batch_norm_relu and
 // batch_norm_add_relu are the same op with relu (and a residual) fused into its
-// elementwise passes. With a BatchNormSync the batch is every process's (Note
-// [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
+// elementwise passes. With a BatchNormSync the batch is every process's
+// (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm.cuh"
 #include "kernels/cuda/channel_reduce.h"
@@ -73,8 +73,8 @@ void sync_grad_sums(BatchNormSync& sync, int64_t C, double* sum_dz, double* sum_
 
 // The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
 // f32 otherwise) and are never read on the host; the running statistics are updated there.
-// With `sync` (training) the reductions are split around the sync's all-gathers (Note
-// [Synchronised batch norm]), still without a host wait.
+// With `sync` (training) the reductions are split around the sync's all-gathers
+// (Note [Synchronised batch norm]), still without a host wait.
 Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                        Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
                        const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync) {
@@ -97,7 +97,7 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
     // The reduction's per-row-block partials (kernels/cuda/channel_reduce.cuh), bytes.
     Tensor work = Tensor::empty({int64_t(cuda::batch_norm_stats_workspace_bytes(g, x.dtype()))}, DType::u8, x.device());
     if (sync) {
-      // Note [Synchronised batch norm]: local moments, all-gathered, merged on the device.
+      // Local moments, all-gathered, merged on the device (Note [Synchronised batch norm]).
       Tensor block = Tensor::empty({1 + 2 * g.C}, DType::f64, x.device());  // count, mean[C], m2[C]
       cuda::batch_norm_local_moments(g, x.dtype(), x.raw_data(), block.data<double>(), work.raw_data(), s);
       const Tensor all = sync->all_gather(block);  // (world, 1 + 2C)
@@ -136,7 +136,7 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
                                        DType::u8, sv.x.device());
            const cudaStream_t s = ops::stream_of(sv.x);
            if (sync) {
-             // Note [Synchronised batch norm]: this process's sums, all-gathered, dx from their total.
+             // This process's sums, all-gathered, dx from their total (Note [Synchronised batch norm]).
              Tensor sums = Tensor::empty({2 * g.C}, DType::f64, sv.x.device());  // sum_dz[C], sum_dz_xmu[C]
              cuda::batch_norm_backward_sums(g, sv.x.dtype(), sv.x.raw_data(), raw_or_null(sv.y), dy.raw_data(),
                                             mean.raw_data(), invstd.raw_data(), raw_or_null(d[1]),

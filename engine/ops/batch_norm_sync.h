@@ -1,7 +1,8 @@
-// Note [Synchronised batch norm]: in data-parallel training each process normalises its
-// own batch, so N processes x batch B do not train like one process x batch N*B: the
-// statistics (and their gradients) are those of a smaller batch. With a BatchNormSync the
-// batch-norm ops (engine/ops.h) compute them over every process's batch instead:
+// Note [Synchronised batch norm]
+// In data-parallel training each process normalises its own batch, so N processes x batch B
+// do not train like one process x batch N*B: the statistics (and their gradients) are those
+// of a smaller batch. With a BatchNormSync the batch-norm ops (engine/ops.h) compute them
+// over every process's batch instead:
 //   forward   each process's per-channel (count, mean, M2 = sum((x - mean)^2)) are combined
 //             into the global ones (Chan's formula); y is normalised with them, and the
 //             running variance takes the global unbiased variance M2 / (count - 1);

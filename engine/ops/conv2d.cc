@@ -13,12 +13,13 @@
 namespace rt {
 namespace {
 
-// Note [Conv workspace]: one cuDNN workspace per device, a u8 tensor from the device's
-// allocator, replaced by a larger one when a plan needs more. It is used on the device's
-// current stream only; a replaced buffer returns to the allocator's cache of that stream,
-// so work still queued on it finishes first (Note [Streams and blocks]). Leaked at exit so
-// it never outlives the allocator. One stream per device today: concurrent convolutions on
-// two streams would need a workspace each.
+// Note [Conv workspace]
+// One cuDNN workspace per device, a u8 tensor from the device's allocator, replaced by a
+// larger one when a plan needs more. It is used on the device's current stream only; a
+// replaced buffer returns to the allocator's cache of that stream, so work still queued on
+// it finishes first (Note [Streams and blocks]). Leaked at exit so it never outlives the
+// allocator. One stream per device today: concurrent convolutions on two streams would need
+// a workspace each.
 void* conv_workspace(Device d, size_t bytes) {
   if (bytes == 0) return nullptr;
   static std::mutex mu;

@@ -1,7 +1,8 @@
-// Elementwise ops from the one op table (kernels/elementwise_ops.h, Note [Elementwise op
-// table]): unary (relu, square, sqrt, exp, log, sigmoid, tanh, neg, silu, pow), binary (add,
-// sub, mul, div, add_relu) over shapes that broadcast, the scalar affine ops (mul/add by a
-// double), and in-place add_/mul_ for gradient accumulation and optimizers.
+// Elementwise ops from the one op table (kernels/elementwise_ops.h,
+// Note [Elementwise op table]): unary (relu, square, sqrt, exp, log, sigmoid, tanh, neg,
+// silu, pow), binary (add, sub, mul, div, add_relu) over shapes that broadcast, the scalar
+// affine ops (mul/add by a double), and in-place add_/mul_ for gradient accumulation and
+// optimizers.
 //
 // Each backward is one kernel of the table's formula, reading only the tensors the formula
 // needs (and only those are saved); a broadcast operand's gradient is then summed over its

@@ -1,5 +1,5 @@
-// Reductions: sum and mean to a 0-D tensor; sum, mean, max and argmax over chosen dims
-// (Note [Reductions over dims]).
+// Reductions: sum and mean to a 0-D tensor; sum, mean, max and argmax over chosen
+// dims (Note [Reductions over dims]).
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/reduce_dims.h"
 #include "kernels/cuda/elementwise.cuh"
@@ -58,16 +58,17 @@ Tensor mean(const Tensor& x) {
 
 // ---- reductions over dims ------------------------------------------------------------
 //
-// Note [Reductions over dims]: x's memory is a row-major array over its dims in memory order
+// Note [Reductions over dims]
+// x's memory is a row-major array over its dims in memory order
 // (Note [Memory order of logical dims] in engine/ops/strided.h). After dropping size-1 dims
 // and merging neighbours that are both reduced or both kept, each reduced block is one
-// (outer, n, inner) pass of the kernels (kernels/cpu/reduce_dims.h, kernels/cuda/
-// reduce_dims.cuh), innermost block first; a reduction over H, W of an NCHW or an NHWC
-// tensor is a single pass, so is any reduction over adjacent dims. What remains is the kept
-// dims in x's memory order: with keepdim a 4-D result is exactly a tensor in x's format;
-// otherwise the result is contiguous and, when the kept dims' memory order is not their
-// logical order (NHWC reduced over W: (N, H, C) in memory), one strided copy puts them in
-// order. Between passes the partial sums are stored in x's dtype (rounded once more per
+// (outer, n, inner) pass of the kernels (kernels/cpu/reduce_dims.h,
+// kernels/cuda/reduce_dims.cuh), innermost block first; a reduction over H, W of an NCHW or
+// an NHWC tensor is a single pass, so is any reduction over adjacent dims. What remains is
+// the kept dims in x's memory order: with keepdim a 4-D result is exactly a tensor in x's
+// format; otherwise the result is contiguous and, when the kept dims' memory order is not
+// their logical order (NHWC reduced over W: (N, H, C) in memory), one strided copy puts them
+// in order. Between passes the partial sums are stored in x's dtype (rounded once more per
 // pass), except that bf16/f16 reduce in f32 when there is more than one pass.
 
 namespace {

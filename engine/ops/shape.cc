@@ -1,10 +1,11 @@
 // Shape ops: reshape, view, flatten, the differentiable memory-format change, and the
 // copying shape ops permute, contiguous, narrow, split and concat.
 //
-// Note [Shape ops copy]: a tensor is contiguous or channels_last, nothing in between (no
-// general strides), so permute, narrow/split and concat materialise their result through the
-// one strided-copy kernel (engine/ops/strided.h); their backwards are the same copies the
-// other way. reshape and view are free where the layout allows (Tensor::view).
+// Note [Shape ops copy]
+// A tensor is contiguous or channels_last, nothing in between (no general strides), so
+// permute, narrow/split and concat materialise their result through the one strided-copy
+// kernel (engine/ops/strided.h); their backwards are the same copies the other way. reshape
+// and view are free where the layout allows (Tensor::view).
 #include <numeric>
 
 #include "engine/ops.h"

@@ -1,12 +1,13 @@
 // Helpers for the ops that work on a tensor through its memory layout: the reductions over
 // dims, softmax, dropout and the shape ops (internal to engine/ops).
 //
-// Note [Memory order of logical dims]: a tensor's memory is a row-major array over its
-// logical dims taken in memory order: (0, 1, ..., n-1) for a contiguous tensor, (N, H, W, C)
-// = logical dims (0, 2, 3, 1) for a channels_last one. An op over logical dims works on the
-// matching memory dims of that array, so it needs no relayout: a reduction over H, W of an
-// NHWC tensor is the reduction of a row-major (N, H*W, C) array over its middle dim, and a
-// softmax over C of an NCHW tensor one over the middle dim of (N, C, H*W).
+// Note [Memory order of logical dims]
+// A tensor's memory is a row-major array over its logical dims taken in memory order:
+// (0, 1, ..., n-1) for a contiguous tensor, (N, H, W, C) = logical dims (0, 2, 3, 1) for a
+// channels_last one. An op over logical dims works on the matching memory dims of that
+// array, so it needs no relayout: a reduction over H, W of an NHWC tensor is the reduction
+// of a row-major (N, H*W, C) array over its middle dim, and a softmax over C of an NCHW
+// tensor one over the middle dim of (N, C, H*W).
 #pragma once
 
 #include <cstdint>
@@ -16,8 +17,8 @@
 
 namespace rt::ops {
 
-// The logical dim stored at each memory position, outermost first (Note [Memory order of
-// logical dims]).
+// The logical dim stored at each memory position, outermost
+// first (Note [Memory order of logical dims]).
 std::vector<int> memory_order(const Tensor& x);
 
 // dim in [-ndim, ndim) -> [0, ndim); an rt::Error naming the op otherwise.

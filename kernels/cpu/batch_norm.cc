@@ -14,12 +14,12 @@ namespace {
 
 // sums[c] += f(c, x_index) over every element of channel c, for both layouts.
 // NCHW: one channel per task. NHWC: rows split over threads, per-thread partial sums.
-// Note [NCHW sums in lanes]: an NCHW channel's elements form rows of S; added one after
-// another they make one chain of dependent double additions (4 cycles each), which left the
-// NCHW batch norms 3-4x slower than the NHWC ones, whose per-channel sums are independent
-// lanes already. So each row is summed in kLanes partial sums (element i of a row into
-// lane i % kLanes), combined in lane order at the end: the same order whatever the thread
-// count, and vectorised.
+// Note [NCHW sums in lanes]
+// An NCHW channel's elements form rows of S; added one after another they make one chain of
+// dependent double additions (4 cycles each), which left the NCHW batch norms 3-4x slower
+// than the NHWC ones, whose per-channel sums are independent lanes already. So each row is
+// summed in kLanes partial sums (element i of a row into lane i % kLanes), combined in lane
+// order at the end: the same order whatever the thread count, and vectorised.
 constexpr int64_t kLanes = 8;
 
 template <typename F>
@@ -86,8 +86,8 @@ void grad_sums_pixel(const T* __restrict x, const T* __restrict dz, const double
   }
 }
 
-// NCHW: n elements of one channel's row, element i added to lane i % kLanes of s0 and s1
-// (Note [NCHW sums in lanes]).
+// NCHW: n elements of one channel's row, element i added to lane i % kLanes of s0 and
+// s1 (Note [NCHW sums in lanes]).
 template <typename T>
 void grad_sums_row(const T* __restrict x, const T* __restrict dz, double m, double* __restrict s0,
                    double* __restrict s1, int64_t n) {

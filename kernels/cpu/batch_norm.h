@@ -52,11 +52,12 @@ void batch_norm_backward_dx(const BatchNormGeom& g, const T* x, const T* relu_y,
                             const double* invstd, const T* gamma, bool training, double count, const double* sum_dz,
                             const double* sum_dz_xmu, T* dx);
 
-// Note [Fused batch_norm + relu]: the tail of a ResNet block, relu(bn(x) [+ residual]), in
-// the one elementwise pass of batch_norm_apply. Its backward needs only the output y: the
-// relu passes dy where y > 0, so the backward reads dz = (y > 0 ? dy : 0) in place of dy.
-// dz is never stored, except as the residual's gradient, which it is: then the pass of the
-// sums writes it and the dx pass reads it back instead of dy and y.
+// Note [Fused batch_norm + relu]
+// The tail of a ResNet block, relu(bn(x) [+ residual]), in the one elementwise pass of
+// batch_norm_apply. Its backward needs only the output y: the relu passes dy where y > 0,
+// so the backward reads dz = (y > 0 ? dy : 0) in place of dy. dz is never stored, except as
+// the residual's gradient, which it is: then the pass of the sums writes it and the dx pass
+// reads it back instead of dy and y.
 
 // y = max(0, (x - mean) * invstd * gamma + beta + residual); residual may be null (0),
 // gamma/beta as in batch_norm_apply. NaN stays NaN, like relu.

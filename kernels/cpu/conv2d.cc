@@ -187,14 +187,15 @@ void col2im_nhwc(const Conv2dGeom& g, const Dims& d, const T* dP, int64_t n0, in
 
 // ---- tasks ----------------------------------------------------------------------------
 //
-// Note [Conv tasks]: the batch is cut into tasks of whole images, as many per task as keep
-// a task's patch matrix near kTileBytes (so it stays in cache between im2col, GEMM and
-// col2im), and tasks run in parallel with single-threaded GEMMs (Eigen runs serially
-// inside a parallel region). Independent tasks need no synchronisation, which beats
-// splitting each small GEMM over threads, and small-channel layers stop being bound by
-// memory traffic through a batch-sized patch matrix. Only a single task (one large
-// image) runs its GEMMs multi-threaded. Each thread sums its weight gradients in its own
-// buffer; the buffers are added in thread order (deterministic for a thread count).
+// Note [Conv tasks]
+// The batch is cut into tasks of whole images, as many per task as keep a task's patch
+// matrix near kTileBytes (so it stays in cache between im2col, GEMM and col2im), and tasks
+// run in parallel with single-threaded GEMMs (Eigen runs serially inside a parallel
+// region). Independent tasks need no synchronisation, which beats splitting each small GEMM
+// over threads, and small-channel layers stop being bound by memory traffic through a
+// batch-sized patch matrix. Only a single task (one large image) runs its GEMMs
+// multi-threaded. Each thread sums its weight gradients in its own buffer; the buffers are
+// added in thread order (deterministic for a thread count).
 constexpr int64_t kTileBytes = 512 << 10;
 
 struct Tasks {

@@ -126,7 +126,8 @@ double sum_run(const T* g, int64_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
-// Note [CPU sum over broadcast dims]: two orders, both fixed by the shapes alone.
+// Note [CPU sum over broadcast dims]
+// Two orders, both fixed by the shapes alone.
 //  - few outputs (a bias-like (1, C, 1, 1), (C) against (N, C)): one pass over G in memory
 //    order, in a fixed number of chunks, each adding into its own double copy of R; the
 //    copies are added in chunk order. Reads G once, whatever the layout.

@@ -16,8 +16,8 @@ using Unary = ew::Unary;
 // y = op(a, b) over n elements (y may be a).
 template <typename T>
 void binary(Binary op, int64_t n, const T* a, const T* b, T* y);
-// y (dense, p.numel() elements) = op(a, b) read through the plan's strides
-// (Note [Broadcast plan]).
+// y (dense, p.numel() elements) = op(a, b) read through the plan's
+// strides (Note [Broadcast plan]).
 template <typename T>
 void binary_broadcast(Binary op, const ew::BroadcastPlan& p, const T* a, const T* b, T* y);
 // The table's da and/or db (null: not wanted) over the plan, one pass: da, db, y and dy are

@@ -158,12 +158,12 @@ void max_pool2d_backward(const Pool2dGeom& g, const T* dy, const int64_t* idx, T
   }, g.C * (g.H * g.W + g.HO * g.WO));
 }
 
-// Note [Channels-last average pooling]: in NHWC a channel's values lie C elements apart; a
-// loop per channel walks them with a stride of C * 4 bytes (8 KiB for ResNet-50's 2048
-// channels: every access a new cache line, all in one L1 set), which made the global pool's
-// backward 11 ms for an 8x2048x7x7 input. The NHWC loops below walk pixels with the
-// channels innermost instead, adding in the same order per element (same results, bit for
-// bit).
+// Note [Channels-last average pooling]
+// In NHWC a channel's values lie C elements apart; a loop per channel walks them with a
+// stride of C * 4 bytes (8 KiB for ResNet-50's 2048 channels: every access a new cache
+// line, all in one L1 set), which made the global pool's backward 11 ms for an 8x2048x7x7
+// input. The NHWC loops below walk pixels with the channels innermost instead, adding in
+// the same order per element (same results, bit for bit).
 template <typename T>
 void adaptive_avg_pool2d_forward_nhwc(const Pool2dGeom& g, const T* x, T* y) {
   parallel_for(g.N * g.HO, [&](int64_t r) {
@@ -208,7 +208,7 @@ void adaptive_avg_pool2d_backward_nhwc(const Pool2dGeom& g, const T* dy, T* dx) 
 
 template <typename T>
 void adaptive_avg_pool2d_forward(const Pool2dGeom& g, const T* x, T* y) {
-  if (g.nhwc) return adaptive_avg_pool2d_forward_nhwc(g, x, y);
+  if (g.nhwc) return adaptive_avg_pool2d_forward_nhwc(g, x, y);  // Note [Channels-last average pooling]
   const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
   parallel_for(g.N * g.C, [&](int64_t r) {
     const int64_t n = r / g.C, c = r % g.C;
@@ -228,7 +228,7 @@ void adaptive_avg_pool2d_forward(const Pool2dGeom& g, const T* x, T* y) {
 
 template <typename T>
 void adaptive_avg_pool2d_backward(const Pool2dGeom& g, const T* dy, T* dx) {
-  if (g.nhwc) return adaptive_avg_pool2d_backward_nhwc(g, dy, dx);
+  if (g.nhwc) return adaptive_avg_pool2d_backward_nhwc(g, dy, dx);  // Note [Channels-last average pooling]
   const Addr in{g.H, g.W, g.C, g.nhwc}, out{g.HO, g.WO, g.C, g.nhwc};
   parallel_for(g.N * g.C, [&](int64_t r) {
     const int64_t n = r / g.C, c = r % g.C;

@@ -19,9 +19,9 @@ struct BatchNormGeom {
 inline DType batch_norm_stat_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
 // Device workspace (bytes) of batch_norm_stats and of batch_norm_backward(_relu) for this
-// geometry and input dtype: the per-row-block partials of the two-stage reduction (Note
-// [Two-stage channel reduction] in kernels/cuda/channel_reduce.cuh), and for the backward
-// the 3*C dx coefficients. 16-byte aligned storage.
+// geometry and input dtype: the per-row-block partials of the two-stage reduction
+// (Note [Two-stage channel reduction] in kernels/cuda/channel_reduce.cuh), and for the
+// backward the 3*C dx coefficients. 16-byte aligned storage.
 size_t batch_norm_stats_workspace_bytes(const BatchNormGeom& g, DType t);
 size_t batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t);
 
@@ -46,9 +46,9 @@ void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const v
                          const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                          void* workspace, cudaStream_t s);
 
-// The fused tail of a ResNet block, as kernels/cpu/batch_norm.h (Note [Fused batch_norm +
-// relu]): y = max(0, (x - mean) * invstd * gamma + beta + residual), residual may be null (0),
-// in one pass (normalised in the statistics type, rounded once).
+// The fused tail of a ResNet block, as kernels/cpu/batch_norm.h
+// (Note [Fused batch_norm + relu]): y = max(0, (x - mean) * invstd * gamma + beta + residual),
+// residual may be null (0), in one pass (normalised in the statistics type, rounded once).
 void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const void* residual, const void* mean,
                            const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s);
 

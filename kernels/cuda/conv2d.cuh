@@ -1,13 +1,15 @@
 // conv2d on CUDA: forward, backward-data and backward-filter through cuDNN 9's backend
 // (graph) API, plus the per-channel bias kernels. Readable by the host compiler.
 //
-// Note [Conv plans]: a ConvKey names everything a cuDNN execution plan depends on (op kind,
-// geometry, dtype, layout, pointer alignment, TF32, device). conv_plan() builds the plan
-// once (operation graph -> mode-A heuristics -> the first engine config that finalizes and
-// passes our numerical filter, strict tier first: Note [Conv numerics] in cudnn_conv.cu) and
-// caches it per key; later calls are cache hits. The workspace is the caller's (the engine
-// keeps one device-allocator buffer per device and grows it when a plan needs more), so
-// this library never allocates device memory.
+// Note [Conv plans]
+// A ConvKey names everything a cuDNN execution plan depends on (op kind, geometry, dtype,
+// layout, pointer alignment, TF32, device). conv_plan() builds the plan once (operation
+// graph -> mode-A heuristics -> the first engine config that finalizes and passes our
+// numerical filter, strict tier first: Note [Conv numerics] in cudnn_conv.cu) and caches it
+// per key; later calls are cache hits. The workspace is the caller's (the engine keeps one
+// device-allocator buffer per device and grows it when a plan needs more:
+// Note [Conv workspace] in engine/ops/conv2d.cc), so this library never allocates device
+// memory.
 //
 // One tensor convention for all three ops (unique ids X=1, W=2, Y=3):
 //   forward:         y  = conv(x, w)        x, w read; y written
@@ -95,9 +97,9 @@ bool cudnn_allow_tf32();
 void set_cudnn_benchmark(bool on);
 bool cudnn_benchmark();
 // Whether benchmarking also times engines cuDNN compiles at run time (the CLI's
-// --cudnn-benchmark-runtime-compiled; off by default: each costs a compilation, Note [Conv
-// numerics] in cudnn_conv.cu). Read when a key's plan is built, so set it before the first
-// convolution: plans already cached keep their engine.
+// --cudnn-benchmark-runtime-compiled; off by default: each costs a compilation,
+// Note [Conv numerics] in cudnn_conv.cu). Read when a key's plan is built, so set it before
+// the first convolution: plans already cached keep their engine.
 void set_cudnn_benchmark_runtime_compiled(bool on);
 bool cudnn_benchmark_runtime_compiled();
 

@@ -2,11 +2,12 @@
 // with the loss and its gradient kept on the device (never read on the host). f32, f64, bf16,
 // f16 storage; the compute type is f64 for f64 and f32 otherwise. Readable by the host compiler.
 //
-// Note [CUDA target validation]: the targets live on the device, so the op cannot check them
-// on the host without a synchronising read. Instead the forward kernel checks each target:
-// a row whose target is outside [0, K) gets a NaN loss (so the mean loss is NaN and the error
-// cannot pass silently) and NaN gradients, and `bad_target` (when non-null) is set to 1. The
-// op reads that flag back (synchronously) only when RINGTAPE_SYNC_CHECKS is set; see
+// Note [CUDA target validation]
+// The targets live on the device, so the op cannot check them on the host without a
+// synchronising read. Instead the forward kernel checks each target: a row whose target is
+// outside [0, K) gets a NaN loss (so the mean loss is NaN and the error cannot pass silently)
+// and NaN gradients, and `bad_target` (when non-null) is set to 1. The op reads that flag
+// back (synchronously) only when RINGTAPE_SYNC_CHECKS is set; see
 // engine/ops/cross_entropy.cc.
 #pragma once
 

@@ -3,9 +3,10 @@
 // that finalizes and passes the numerical filter, cached per ConvKey (Note [Conv plans]
 // in conv2d.cuh).
 //
-// Note [Conv numerics]: the engines the heuristics offer are filtered by engine_rejection()
-// (cudnn_policy.h, tested on the CPU) in three tiers, and the first tier in which an engine
-// finalizes for the key gives its plan:
+// Note [Conv numerics]
+// The engines the heuristics offer are filtered by engine_rejection() (cudnn_policy.h,
+// tested on the CPU) in three tiers, and the first tier in which an engine finalizes for
+// the key gives its plan:
 //   strict            engines whose notes say they down-convert inputs or reduce in reduced
 //                     precision are refused (bf16/f16 accumulate in f32, like the rest of the
 //                     backend); for f32, tensor-core engines (TF32) only when
@@ -24,9 +25,10 @@
 // runtime-compiled engines in a tier, the first of them is used, untimed: compiling one
 // engine once is better than failing.
 //
-// Note [Leaked handles]: the cuDNN handles and the plan cache live until the process ends
-// and are never destroyed: destroying them from static destructors races the CUDA
-// runtime's own teardown. The descriptors inside are RAII (detail::Desc) all the same.
+// Note [Leaked handles]
+// The cuDNN handles and the plan cache live until the process ends and are never destroyed:
+// destroying them from static destructors races the CUDA runtime's own teardown. The
+// descriptors inside are RAII (detail::Desc) all the same.
 #include <atomic>
 #include <memory>
 #include <mutex>

@@ -44,7 +44,7 @@ bool has_note(const EngineNotes& notes, BehaviorNote n) {
   return std::find(notes.behavior.begin(), notes.behavior.end(), n) != notes.behavior.end();
 }
 
-// Note [Conv numerics].
+// Why an engine is not usable in a tier, or Rejection::none (Note [Conv numerics]).
 Rejection engine_rejection(const EnginePolicy& p, EngineTier tier, const EngineNotes& notes) {
   const bool half = p.dtype == DType::bf16 || p.dtype == DType::f16;
   if (has_note(notes, NumericalNote::down_convert_inputs)) return Rejection::down_convert_inputs;

@@ -1,5 +1,5 @@
-// dropout on CUDA: the twin of kernels/cpu/dropout.h (Note [Dropout mask]: the same mask
-// bit for bit, computed per element from the generator's state), f32/f64/bf16/f16 (the
+// dropout on CUDA: the twin of kernels/cpu/dropout.h (the same mask bit for bit, computed
+// per element from the generator's state: Note [Dropout mask]), f32/f64/bf16/f16 (the
 // product x * scale in double, rounded once to f32/f64; bf16/f16 through f32). Pointers are
 // device pointers; work is queued on `s`. Readable by the host compiler.
 #pragma once

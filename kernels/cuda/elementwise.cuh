@@ -19,8 +19,8 @@ using Unary = ew::Unary;
 
 // y = op(a, b) over n elements (y may be a).
 void binary(Binary op, DType t, int64_t n, const void* a, const void* b, void* y, cudaStream_t s);
-// y (dense, p.numel() elements) = op(a, b) read through the plan's strides
-// (Note [Broadcast plan]).
+// y (dense, p.numel() elements) = op(a, b) read through the plan's
+// strides (Note [Broadcast plan]).
 void binary_broadcast(Binary op, DType t, const ew::BroadcastPlan& p, const void* a, const void* b, void* y,
                       cudaStream_t s);
 // The table's da and/or db (null: not wanted) over the plan, one kernel: da, db, y and dy

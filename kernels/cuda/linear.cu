@@ -1,9 +1,9 @@
 // linear: cuBLAS GEMMs for y = x W^T, dx = dy W, dw = dy^T x, plus two small kernels: the
 // bias add over rows and the bias gradient (column sums of dy).
 //
-// Note [Row-major through column-major cuBLAS]: a row-major r x c buffer is the column-major
-// c x r matrix (its transpose), leading dimension c. So every product is computed
-// transposed: y^T (out x N) = W^T^T ... concretely
+// Note [Row-major through column-major cuBLAS]
+// A row-major r x c buffer is the column-major c x r matrix (its transpose), leading
+// dimension c. So every product is computed transposed: y^T (out x N) = W^T^T ... concretely
 //   y^T  (out x N) = op_T(w: in x out) * x^T (in x N)        m=out n=N   k=in
 //   dx^T (in x N)  = w^T (in x out)    * dy^T (out x N)      m=in  n=N   k=out
 //   dw^T (in x out) = x^T (in x N)     * op_T(dy^T: out x N) m=in  n=out k=N
@@ -38,9 +38,10 @@ __global__ void add_bias_kernel(int64_t N, int64_t out, const T* __restrict__ b,
 }
 
 // db[c] = sum over rows r of dy[r, c]: the row-layout channel reduction (channels = the
-// out columns) in one stage, 32 columns x 8 row lanes per block (Note [Two-stage channel
-// reduction] in kernels/cuda/channel_reduce.cuh): deterministic, and ceil(out / 32) blocks
-// with 8 lanes each instead of one thread walking all N rows per column.
+// out columns) in one stage, 32 columns x 8 row lanes per block
+// (Note [Two-stage channel reduction] in kernels/cuda/channel_reduce.cuh): deterministic,
+// and ceil(out / 32) blocks with 8 lanes each instead of one thread walking all N rows per
+// column.
 template <typename T>
 struct ColumnSumFold {
   using A = acc_t<T>;

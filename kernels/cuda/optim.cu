@@ -1,6 +1,7 @@
 // Fused SGD and AdamW over a list of parameters.
 //
-// Note [Bit-exact updates on the GPU]: optim/update_cpu.cc rounds exactly where PyTorch does
+// Note [Bit-exact updates on the GPU]
+// optim/update_cpu.cc rounds exactly where PyTorch does
 // (Note [Matching PyTorch's rounding]): explicit std::fma where ATen fuses, nothing else
 // fused (-ffp-contract=off). nvcc contracts a*b+c into an FMA by default, so these kernels
 // spell every operation with a round-to-nearest intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn,

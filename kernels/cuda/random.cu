@@ -2,14 +2,14 @@
 // writes); each element computes its logical index, and from it its own draws, so the
 // result does not depend on the grid or on the order threads run in.
 //
-// Note [same values as the host]: every step is the host's (engine/random.cc) with the
-// rounding spelled out, so nvcc can neither fuse nor reorder: the integer draws are equal
-// by construction; u, 1 - u and the scalings by 2 are exact; sqrt is correctly rounded on
-// both sides; the affine map is one fma on both sides (the host writes std::fma). Only
-// log and cos differ: glibc's against CUDA's (within 1 and 2 ulp), so normal values in
-// double can differ in their last bits; after rounding to f32/bf16/f16 they almost always
-// agree (tests/cuda/random_cuda_test.cc states the tolerance). Uniform and int fills are
-// bit-identical.
+// Note [same values as the host]
+// Every step is the host's (engine/random.cc) with the rounding spelled out, so nvcc can
+// neither fuse nor reorder: the integer draws are equal by construction; u, 1 - u and the
+// scalings by 2 are exact; sqrt is correctly rounded on both sides; the affine map is one
+// fma on both sides (the host writes std::fma). Only log and cos differ: glibc's against
+// CUDA's (within 1 and 2 ulp), so normal values in double can differ in their last bits;
+// after rounding to f32/bf16/f16 they almost always agree (tests/cuda/random_cuda_test.cc
+// states the tolerance). Uniform and int fills are bit-identical.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"

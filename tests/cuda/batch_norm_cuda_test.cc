@@ -27,9 +27,10 @@ struct Geom {
   bool nhwc;
 };
 // (N, C, S): S = H*W. Batch 1, one channel, odd sizes, C above 32 and not a multiple of it.
-// The last rows split every channel over several row blocks (Note [Two-stage channel
-// reduction]), with a short last block: NCHW with S above and below the 256-thread stride,
-// and the row layout with chunks that are not a multiple of the 8 row lanes.
+// The last rows split every channel over several row blocks
+// (Note [Two-stage channel reduction]), with a short last block: NCHW with S above and
+// below the 256-thread stride, and the row layout with chunks that are not a multiple of
+// the 8 row lanes.
 const std::vector<Geom> kGeoms = {
     {1, 3, 15, false},   {1, 3, 15, true},    {2, 1, 9, false},   {2, 1, 9, true},    {4, 5, 49, false},
     {4, 5, 49, true},    {8, 37, 1, true},    {3, 70, 25, false}, {3, 70, 25, true},  {16, 64, 64, false},

@@ -1,7 +1,7 @@
-// GPU-vs-CPU tests of dropout: the same mask for the same generator state (Note [Dropout
-// mask]), exactly the CPU's values in f32/f64, within one rounding in bf16/f16, either
-// format; the same generator advance; the backward. Without a GPU the GPU tests print
-// SKIPPED lines; the launcher's host-side checks still run.
+// GPU-vs-CPU tests of dropout: the same mask for the same generator state
+// (Note [Dropout mask]), exactly the CPU's values in f32/f64, within one rounding in
+// bf16/f16, either format; the same generator advance; the backward. Without a GPU the GPU
+// tests print SKIPPED lines; the launcher's host-side checks still run.
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "kernels/cuda/dropout.cuh"

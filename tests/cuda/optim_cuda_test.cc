@@ -1,6 +1,7 @@
-// The fused CUDA optimizers against the CPU optimizers (5 steps, bit-identical: see Note
-// [Bit-exact updates on the GPU] in kernels/cuda/optim.cu), the loss-scaling kernel against
-// GradScaler's CPU path, and GradScaler's rules on the CPU (those run without a GPU).
+// The fused CUDA optimizers against the CPU optimizers (5 steps, bit-identical: see
+// Note [Bit-exact updates on the GPU] in kernels/cuda/optim.cu), the loss-scaling kernel
+// against GradScaler's CPU path, and GradScaler's rules on the CPU (those run without a
+// GPU).
 #include <cmath>
 #include <cstring>
 #include <functional>

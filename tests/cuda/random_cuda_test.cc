@@ -3,10 +3,11 @@
 // a million elements, in every floating dtype. Both paths must leave the Generators in the
 // same state, so every later draw agrees too.
 //
-// Note [tolerance]: the integer draws, the uniforms and the affine fma are the same IEEE
-// operations on both sides, so rand_uniform and randint must match bit for bit. randn
-// also calls log and cos: glibc's on the host, CUDA's (within 1 and 2 ulp) on the GPU, so
-// a normal deviate in double may differ by a few ulp:
+// Note [tolerance]
+// The integer draws, the uniforms and the affine fma are the same IEEE operations on both
+// sides (Note [same values as the host] in kernels/cuda/random.cu), so rand_uniform and
+// randint must match bit for bit. randn also calls log and cos: glibc's on the host, CUDA's
+// (within 1 and 2 ulp) on the GPU, so a normal deviate in double may differ by a few ulp:
 //   f64:           |got - want| <= 1e-15 * |want - mean| + 1 ulp(want)
 //                  (the deviate to 1e-15 relative, ~5-9 ulp, scaled by std; then the
 //                  fma's own rounding of slightly different inputs, 1 ulp)

@@ -5,13 +5,14 @@
 // the network, the tape on the device, batch norm's running statistics, the fused optimizer
 // and its momentum buffers, the optimizer state moving between devices.
 //
-// Note [Whole-model tolerances] (shared/conventions/NUMERICS.md). At random init the gradient
-// through ResNet50's stack of training-mode batch norms cancels heavily and amplifies
-// rounding: one fp32 step's update differs from f64 by ~2.5e-2 (relative norm) in the conv
-// stages here (PyTorch: ~1.5e-2), and the steps amplify it further: after three chained steps
-// two *correct* fp32 runs (1 vs 2 threads) differ by ~1% in the third loss and by 50-80% in
-// the conv stages' weight changes (measured with this file on the CPU). A comparison of
-// chained trajectories therefore cannot tell a bug from rounding. So:
+// Note [Whole-model tolerances]
+// Why fp32 needs care here in general: docs/numerics.md. At random init the gradient through
+// ResNet50's stack of training-mode batch norms cancels heavily and amplifies rounding: one
+// fp32 step's update differs from f64 by ~2.5e-2 (relative norm) in the conv stages here
+// (PyTorch: ~1.5e-2), and the steps amplify it further: after three chained steps two
+// *correct* fp32 runs (1 vs 2 threads) differ by ~1% in the third loss and by 50-80% in the
+// conv stages' weight changes (measured with this file on the CPU). A comparison of chained
+// trajectories therefore cannot tell a bug from rounding. So:
 //   - Lockstep: every step starts from the reference state (weights, running statistics,
 //     momentum buffers) of the step before, loaded into each run; each step is then as well
 //     conditioned as the first. The reference trajectory is the CPU in f64 (NCHW), from the
@@ -19,23 +20,23 @@
 //   - Each fp32 GPU error is judged against the CPU fp32's own error on the same quantity and
 //     step (the yardstick: the larger of the CPU's NCHW and NHWC errors):
 //         error <= 10 x yardstick + floor
-//     NUMERICS uses 3x for two CPU implementations; 10x allows for cuDNN's fp32 engines
-//     (Winograd/FFT are not filtered out, and round several times more than a GEMM) and
-//     for float accumulation in the GPU's batch-norm reductions (the CPU's are double).
+//     docs/numerics.md uses 3x for two CPU implementations; 10x allows for cuDNN's fp32
+//     engines (Winograd/FFT are not filtered out, and round several times more than a GEMM)
+//     and for float accumulation in the GPU's batch-norm reductions (the CPU's are double).
 //     Quantities (floor; the CPU fp32's error measured here): each step's loss (1e-5; ~7e-6)
 //     and logits (1e-4; ~5e-5); per stage (stem, layer1..4, fc), the change over the step of
 //     the parameters (5e-4; conv stages 1.2e-2..2.5e-2, fc 2e-5..4e-5, the f32 rounding of
 //     the weights included) and of the running mean and var (1e-4; 1e-7..1.5e-5). The
 //     changes, not the weights: the weights agree to ~1e-6 whatever the updates are, which
 //     would hide bugs. Measured on the CPU with a wrong optimizer in the run under test: a
-//     dampening of 0.5 moves fc's steps 2-3 by 0.15-0.25 and the conv stages' by 0.3-0.4;
-//     no weight decay moves fc's change by 1.3e-3 (bound ~9e-4) and layer4's by 0.1 (bound
+//     dampening of 0.5 moves fc's steps 2-3 by 0.15-0.25 and the conv stages' by 0.3-0.4; no
+//     weight decay moves fc's change by 1.3e-3 (bound ~9e-4) and layer4's by 0.1 (bound
 //     0.1). A layout, batch-norm, pooling or residual bug moves a stage by O(1).
 //   - num_batches_tracked: exactly the step count.
-// The case is the better-conditioned one NUMERICS describes: the same batch every step, a
-// batch of 16 (layer4's 2x2 maps then give each batch-norm channel 64 values), lr 1e-3, weight
-// decay 1e-2. The optimizer's rules themselves (weight decay, momentum, dampening) are checked
-// bit for bit against the CPU in optim_cuda_test.cc.
+// The case is the better-conditioned one docs/numerics.md describes: the same batch every
+// step, a batch of 16 (layer4's 2x2 maps then give each batch-norm channel 64 values), lr
+// 1e-3, weight decay 1e-2. The optimizer's rules themselves (weight decay, momentum,
+// dampening) are checked bit for bit against the CPU in optim_cuda_test.cc.
 //
 // f64 on the GPU: where cuDNN has double-precision engines for every ResNet50 convolution,
 // the same lockstep comparison with the CPU's f64: loss 1e-11, logits 1e-10, parameter
@@ -282,7 +283,7 @@ std::string steps_str(const std::vector<double>& v) {
 
 const char* fmt_name(MemoryFormat f) { return f == kNCHW ? "NCHW" : "NHWC"; }
 
-// The CPU fp32 yardsticks (NCHW and NHWC), computed once.
+// The CPU fp32 yardsticks (NCHW and NHWC), computed once (Note [Whole-model tolerances]).
 const Errors& cpu_fp32_errors(MemoryFormat f) {
   static const Errors nchw = errors_of(lockstep({Device::cpu(), DType::f32, kNCHW, std::nullopt}));
   static const Errors nhwc = errors_of(lockstep({Device::cpu(), DType::f32, kNHWC, std::nullopt}));

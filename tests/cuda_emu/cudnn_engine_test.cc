@@ -192,6 +192,7 @@ TEST_CASE("engine lists: the default one parses; bad lists say what is wrong and
   CHECK(cudnnDestroy(h) == CUDNN_STATUS_SUCCESS);
 }
 
+// What the default list (Note [Default engines] in cuda_emu/cudnn_engines.cc) gives each kind of key.
 TEST_CASE("the default list: the engine each kind of key gets") {
   CHECK(engine_of(key(ConvKind::forward, DType::f32, false, 8, 8)) == "implicit_gemm_fma");  // TF32 not allowed
   ConvKey tf32 = key(ConvKind::forward, DType::f32, true, 8, 8);

@@ -75,19 +75,21 @@ struct Job {
   }
 };
 
-// Note [Calls on the communication stream]: the calls below are made with the
-// communication stream current, after a synchronize that follows the constructor. Without
-// both, the emulator reports two races of dist/nccl_communicator.cc itself, not of the
-// fake: the barrier's buffer is zeroed on the constructing thread's current stream and
-// then all-reduced on the communication stream with no event between them; and ring/tree
-// scratch is allocated on the caller's current stream (its allocator annotation queued
-// there after the event the communication stream waits for) but used on the
-// communication stream. This test is about the fake under the engine's calls.
+// Note [Calls on the communication stream]
+// The calls below are made with the communication stream current, after a synchronize that
+// follows the constructor. Without both, the emulator reports two races of
+// dist/nccl_communicator.cc itself, not of the fake: the barrier's buffer is zeroed on the
+// constructing thread's current stream and then all-reduced on the communication stream
+// with no event between them; and ring/tree scratch is allocated on the caller's current
+// stream (its allocator annotation queued there after the event the communication stream
+// waits for) but used on the communication stream. This test is about the fake under the
+// engine's calls.
 int every_call(int) {
   Job job;
   const int rank = job.env.rank, world = job.env.world_size, dev = job.env.local_rank;
   NcclCommunicator comm(*job.store.store, rank, world, dev, job.opts());
   Communicator& c = comm;
+  // Synchronised, then every call on the communication stream (Note [Calls on the communication stream]).
   comm.stream().synchronize();
   Stream::current(Device::cuda(dev)).synchronize();
   StreamGuard on_comm(comm.stream());

@@ -35,8 +35,9 @@ LaunchOptions within(int seconds, const char* timeout = nullptr) {
 
 bool has(const std::string& s, const std::string& part) { return s.find(part) != std::string::npos; }
 
-// After a failure: the rank's operations wait for this, as on a GPU (Note [A failed
-// communicator] in cuda_emu/nccl_comm.h); without it, freeing their buffers would wait.
+// After a failure: the rank's operations wait for this, as on a GPU
+// (Note [A failed communicator] in cuda_emu/nccl_comm.h); without it, freeing their buffers
+// would wait.
 void abort_comm(Rank& R) {
   NCCL_OK(ncclCommAbort(R.comm()));
   R.forget();

@@ -58,11 +58,11 @@ TEST_CASE("DeviceFeeder: without the compute stream's wait for its copy, the haz
   REQUIRE(feed.next().has_value());  // as written: no fault
   Stream::current(Device::cuda(0)).synchronize();
   CHECK(emu::last_fault().empty());
-  // Note [Copy overlap]: next() makes the copy stream wait for the compute stream, then the
-  // compute stream wait for the copy. The second is deleted. The first kernel to read the
-  // batch then either runs after the copy, unordered (the hazard, naming the copy), or before
-  // it (a read of the batch's never-written bytes): which one depends on the two streams'
-  // timing, as on a GPU.
+  // next() makes the copy stream wait for the compute stream, then the compute stream wait
+  // for the copy (Note [Copy overlap] in data/device_feeder.cc). The second is deleted. The
+  // first kernel to read the batch then either runs after the copy, unordered (the hazard,
+  // naming the copy), or before it (a read of the batch's never-written bytes): which one
+  // depends on the two streams' timing, as on a GPU.
   emu::drop_stream_waits(1, 1);
   expect_caught([&] { feed.next(); }, {"normalize_pixels_kernel"},
                 {"cross-stream hazard: the kernel reads 1 bytes", "read of never-written device memory"});

@@ -111,7 +111,7 @@ TEST_CASE("tensors: wrong names, shapes, dtypes and labels are refused clearly")
   err({{"images", u8_images()}, {"labels", labels()}}, {"std > 0"}, o);
 }
 
-// Note [Label range]: labels are checked when the file opens, against the given class
+// Labels are checked when the file opens (Note [Label range]), against the given class
 // count or the derived one (largest label + 1, at most kMaxDerivedClasses), and
 // check_labels checks a dataset against a model's class count before training starts.
 TEST_CASE("tensors: a label of 2^62 is refused at open time, not turned into 2^62 + 1 classes") {

@@ -187,8 +187,8 @@ int silent_peer(int rank, AllReduceAlgo algo) {
   return 0;
 }
 
-// Note [Silent peers]: rank 1 stops (SIGSTOP) with its sockets open. Before, rank 0's timeout
-// said every peer's process was alive and named nobody.
+// Rank 1 stops (SIGSTOP) with its sockets open (Note [Silent peers]). Before, rank 0's
+// timeout said every peer's process was alive and named nobody.
 int stopped_peer(int rank) {
   CommOptions o;
   o.timeout = 10s;

@@ -44,8 +44,7 @@ in float32, from the same starting values:
                   num_batches_tracked (3).
   err32.<name>    F64 0-D: max |PyTorch float32 - PyTorch float64| of the same quantity
                   (<name> is logits_eval, loss, or a state_dict key: the error of the final
-                  value), the yardstick for ringtape's float32 run (see
-                  ../shared/conventions/NUMERICS.md).
+                  value), the yardstick for ringtape's float32 run (see docs/numerics.md).
   __metadata__    model, width, small_stem ("true"/"false"), num_classes, lr, momentum,
                   weight_decay, steps, torch and torchvision versions, and the case's
                   options (groups, width_per_group) if it has any (all strings).
@@ -106,7 +105,7 @@ CASES = [
     ("resnet18_w2_small_stem", "resnet18", BasicBlock, [2, 2, 2, 2], 2, True, 19),
     ("wide_resnet50_2_w2", "wide_resnet50_2", Bottleneck, [3, 4, 6, 3], 2, False, 52),
     # Seed 54: at seeds 53, 55 and 56 PyTorch's channels_last float32 run strayed from
-    # float64 by 4.5-37% of an update, ill-conditioned starts (NUMERICS.md); at 53 its
+    # float64 by 4.5-37% of an update, ill-conditioned starts (docs/numerics.md); at 53 its
     # contiguous run (the yardstick) stayed ~100x closer than that, so ringtape's contiguous
     # float32 run failed against it while matching the channels_last one's error. At 54 both
     # of PyTorch's layouts stay within 0.35% of every update, like the cases above.

@@ -9,14 +9,14 @@
 // training default), and a second set of cases (gradients at 20, 32 and 40 px) checks one
 // forward and backward at image sizes whose stages end in odd and 1x1 spatial sizes.
 //
-// Two runs per model, following ../shared/conventions/NUMERICS.md:
+// Two runs per model, following docs/numerics.md:
 //   * float64 against PyTorch's float64 run. Both sides compute the same formulas in
 //     double and only sum in different orders, so they agree to ~1e-13 relative or better.
 //   * float32 against the float64 reference, tensor by tensor, with PyTorch's own
 //     float32 error on that tensor as the yardstick: max|ours - ref64| <= 3 x max|torch32
 //     - ref64| + a floor of 2^-20 x max|ref64| (16 float32 ulps, for tensors whose
-//     PyTorch error happens to be ~0). A fixed tolerance on fp32 vs fp32 cannot work
-//     after SGD steps through deep training-mode batch norms (NUMERICS.md).
+//     PyTorch error happens to be ~0). A fixed tolerance on fp32 vs fp32 cannot work after
+//     SGD steps through deep training-mode batch norms (docs/numerics.md).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -44,12 +44,12 @@ using TensorMap = std::map<std::string, Tensor>;
 
 // float64 vs float64: summation order only. Measured worst, relative to the tensor's
 // largest value: ~6e-16 for logits and losses, ~1e-15 for running statistics, and ~4e-13
-// for the weight updates (batch-norm gradients cancel, NUMERICS.md; measured against
+// for the weight updates (batch-norm gradients cancel, docs/numerics.md; measured against
 // float64-stored updates). 1e-10 leaves room for other thread counts and kernels, while a
 // wrong formula is off by far more: references made with a deliberate error (no weight
-// decay, momentum 0.89, dampening, Nesterov, BN momentum 0.09 or eps 1e-4, label
-// smoothing 0.01, the stride on a bottleneck's 1x1 conv) all fail here, e.g. a missing
-// weight decay by 1e-6 relative in the step-1 loss and ~10% in the updates.
+// decay, momentum 0.89, dampening, Nesterov, BN momentum 0.09 or eps 1e-4, label smoothing
+// 0.01, the stride on a bottleneck's 1x1 conv) all fail here, e.g. a missing weight decay
+// by 1e-6 relative in the step-1 loss and ~10% in the updates.
 constexpr double kF64RelTol = 1e-10;  // logits, losses, running statistics
 // Parameters are compared by their update (final - init): typically ~1e-3 of the weight,
 // so this is far stricter than comparing weights. The reference update is stored as

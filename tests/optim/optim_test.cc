@@ -35,10 +35,11 @@ namespace {
 // f64: ringtape and PyTorch perform the same operations, so differences can only come
 // from a different libm pow/sqrt; 5 steps of O(1) values stay far inside 1e-12 relative.
 constexpr double kF64Rel = 1e-12;
-// f32: the same operations in the same order round identically (Note [Matching
-// PyTorch's rounding] in optim/update_cpu.h), so the golden values are met exactly. The
-// tolerance is 0 ULPs on purpose: a reordering that is algebraically harmless (folding
-// the bias corrections, sqrt(v / bc2)) moves results by 1 ULP and must be caught here.
+// f32: the same operations in the same order round identically
+// (Note [Matching PyTorch's rounding] in optim/update_cpu.h), so the golden values are met
+// exactly. The tolerance is 0 ULPs on purpose: a reordering that is algebraically harmless
+// (folding the bias corrections, sqrt(v / bc2)) moves results by 1 ULP and must be caught
+// here.
 constexpr int64_t kF32MaxUlps = 0;
 
 // Distance in units in the last place between two floats (0 for identical bits).

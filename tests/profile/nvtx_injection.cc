@@ -1,8 +1,9 @@
-// Note [NVTX injection]: NVTX (nvtx3, header-only) looks for a tool at its first call: the
-// library named by NVTX_INJECTION64_PATH, else a statically linked function pointer
-// InitializeInjectionNvtx2_fnptr, which its headers declare weak and null. Defining it
-// here as a strong symbol makes this test binary its own "tool": NVTX calls init() with
-// its export table, and init() swaps the core module's RangePushA and RangePop entries for
+// Note [NVTX injection]
+// NVTX (nvtx3, header-only) looks for a tool at its first call: the library named by
+// NVTX_INJECTION64_PATH, else a statically linked function pointer
+// InitializeInjectionNvtx2_fnptr, which its headers declare weak and null. Defining it here
+// as a strong symbol makes this test binary its own "tool": NVTX calls init() with its
+// export table, and init() swaps the core module's RangePushA and RangePop entries for
 // recorders. This file includes no NVTX header (their weak declaration would make this
 // definition weak too); the few ABI constants below are NVTX's, from nvtxTypes.h:
 // NVTX_ETID_CALLBACKS = 1, NVTX_CB_MODULE_CORE = 1, NVTX_CBID_CORE_RangePushA = 9,

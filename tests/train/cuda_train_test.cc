@@ -44,8 +44,8 @@ bool have_gpus(int n, const char* test) {
 fs::path tmpdir(const std::string& name) { return test::fresh_dir("cuda_train_test_", name); }
 
 // A width-4 ResNet18 on 96 synthetic 3x16x16 images, batch 8, 3 steps without shuffling.
-// Seed 6: kink-free (shared/conventions NUMERICS.md), as seeds 7 and 8 are; with seed 5 a
-// ReLU input near 0 lands on the other side on the GPU in the third step and channels-last
+// Seed 6: kink-free (docs/numerics.md), as seeds 7 and 8 are; with seed 5 a ReLU input near
+// 0 lands on the other side on the GPU in the third step and channels-last
 // layer1.0.bn1.bias moves by 2.4e-2 (CPU NCHW against NHWC: 5e-5), found when this test
 // first ran under --config=cuda-emu.
 std::vector<std::string> tiny(const fs::path& dir, const std::string& device, std::vector<std::string> more = {}) {
@@ -231,12 +231,12 @@ TEST_CASE("two nodes of 2 processes on --device cuda train like one process with
 }
 
 #if RINGTAPE_CUDA_EMU
-// Each rank's work on its own GPU only (the emulator's Note [Contexts]: a context is what a
-// process holds on a device, hundreds of MB of its memory on a GPU, and what exclusive-process
-// compute mode refuses a second process). Before the fix, rank 1 also had one on cuda:0: the
-// communicator's device guard restored device 0 after its setup, and threads that never
-// chose a device (the NCCL watchdog, the loader's workers with their pinned buffers) are on
-// device 0 by default.
+// Each rank's work on its own GPU only (a context is what a process holds on a device,
+// hundreds of MB of its memory on a GPU, and what exclusive-process compute mode refuses a
+// second process: the emulator's Note [Contexts]). Before the fix, rank 1 also had one on
+// cuda:0: the communicator's device guard restored device 0 after its setup, and threads that
+// never chose a device (the NCCL watchdog, the loader's workers with their pinned buffers) are
+// on device 0 by default.
 TEST_CASE("--nproc-per-node 2 on --device cuda: each rank holds a context on its own GPU only") {
   const fs::path base = tmpdir("contexts");
   const fs::path report = base / "contexts.txt";

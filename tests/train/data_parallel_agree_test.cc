@@ -1,9 +1,9 @@
 // What the ranks of a data-parallel run must decide together, through the `ringtape` binary
 // on CPU processes (Gloo, 127.0.0.1, each run bounded in time):
-//   - --skip-nonfinite: a NaN in one rank's shard skips the step on every rank at once (Note
-//     [Skipping together], train/step.cc), and the run trains like one process with the
-//     global batch; before, that rank skipped alone and the others waited in the gradient
-//     all-reduce until --timeout;
+//   - --skip-nonfinite: a NaN in one rank's shard skips the step on every rank at once
+//     (Note [Skipping together], train/step.cc), and the run trains like one process with
+//     the global batch; before, that rank skipped alone and the others waited in the
+//     gradient all-reduce until --timeout;
 //   - the logged loss is the mean over every rank (Note [Logged loss], train/trainer.cc);
 //   - resuming with another number of ranks recounts the steps, so the schedule keeps its
 //     epochs and the run trains to its last epoch (Note [Resume with another world size]);

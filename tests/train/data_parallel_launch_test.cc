@@ -3,13 +3,13 @@
 // Each case failed before its fix (issue 21's findings):
 //   - a second job on a running job's --master-port fails alone, naming the rank it found
 //     taken; the running job finishes (Note [Rank claims], dist/rendezvous.cc);
-//   - ranks with different communication flags stop naming the flag (Note [Same flags on
-//     every rank]); logs/rank-K.log holds the rank's opening lines and its fatal error
-//     (Note [Whole rank logs]);
-//   - a second run into a directory a live run writes is refused, naming the holder (Note
-//     [One run per directory]);
-//   - --nproc-per-node inside another launcher's environment is refused at once (Note [Who
-//     starts the ranks]);
+//   - ranks with different communication flags stop naming the flag
+//     (Note [Same flags on every rank]); logs/rank-K.log holds the rank's opening lines and
+//     its fatal error (Note [Whole rank logs]);
+//   - a second run into a directory a live run writes is refused, naming the
+//     holder (Note [One run per directory]);
+//   - --nproc-per-node inside another launcher's environment is refused at
+//     once (Note [Who starts the ranks]);
 //   - two launchers as two "nodes" (2 processes each) train like one process with the
 //     global batch; a SIGTERM to node 1's launcher stops every rank at one step, and rank 0
 //     saves a checkpoint that resumes (Note [Stopping together], train/trainer.cc).
@@ -167,12 +167,12 @@ TEST_CASE("--nproc-per-node in a process another launcher made one rank of sever
   CHECK(s.output.find("SLURM_PROCID and SLURM_NTASKS") != std::string::npos);
 }
 
-// Note [World 1 under a launcher]: rank 0 of 1 under torchrun's variables trains data parallel
-// (DataParallel, the reducer, Gloo here, NCCL on a GPU: what the GPU check runs on one GPU)
-// and equals one process bit for bit: at world 1 the all-reduce hands the gradients back as
-// they were, and on the CPU SyncBN's statistics from the one gathered block equal batch
-// norm's own (on a GPU its kernels differ: the GPU check allows 1e-4 there). Before, such a
-// process trained alone (SingleProcess).
+// Rank 0 of 1 under torchrun's variables trains data parallel (DataParallel, the reducer, Gloo
+// here, NCCL on a GPU: what the GPU check runs on one GPU) and equals one process bit for bit:
+// at world 1 the all-reduce hands the gradients back as they were, and on the CPU SyncBN's
+// statistics from the one gathered block equal batch norm's own (on a GPU its kernels differ:
+// the GPU check allows 1e-4 there). Before, such a process trained alone (SingleProcess). See
+// Note [World 1 under a launcher] in train/trainer.cc.
 TEST_CASE("rank 0 of 1 under torchrun's variables trains data parallel, equal to one process") {
   const fs::path dir = tmpdir("world1");
   struct Case {

@@ -1,9 +1,15 @@
-// validate_flags, through the parsers that run it (parse_train_config, parse_eval_config):
-// every out-of-range value and bad combination of `ringtape train` and `ringtape eval` is a
-// cli::UsageError (exit status 2) naming the flag. The exit status itself is checked on the
+// The flags' checks, through parsing (cli::Flags::parse: types, choices, the rows' ranges)
+// and the parsers (check_combinations, in parse_train_config and parse_eval_config): every
+// out-of-range value and bad combination of `ringtape train` and `ringtape eval` is a
+// cli::UsageError (exit status 2) naming the flag. And what is derived from the rows
+// (Note [One row per flag]): defaults within their ranges and shown in the help, the help's
+// sections and wrapping, the roles and the launcher's stripping. The exit status itself is checked on the
 // binary in cli_process_test; the typed values in train_config_test.
 #include <doctest/doctest.h>
 
+#include <cctype>
+#include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -107,6 +113,78 @@ TEST_CASE("parse_synthetic_size") {
   CHECK_FALSE(train::parse_synthetic_size("256x1x28"));
   CHECK_FALSE(train::parse_synthetic_size("256x1x28x-28"));
   CHECK_FALSE(train::parse_synthetic_size("256x1x28x28 "));
+  // Before: accepted here, then "element count does not fit in int64" at set-up (exit 1).
+  CHECK_FALSE(train::parse_synthetic_size("4x3x4294967296x4294967296"));
+  CHECK_THROWS_WITH_AS(validate_train({"--dataset", "synthetic", "--synthetic-size", "4x3x4294967296x4294967296"}),
+                       doctest::Contains("--synthetic-size must be N x C x H x W with four positive integers whose "
+                                         "product fits in int64"),
+                       cli::UsageError);
+}
+
+// What is derived from the rows (Note [One row per flag]).
+TEST_CASE("every default lies in its flag's range, and the help shows each default") {
+  for (const std::vector<cli::Flag>& table : {train::train_flags(), train::eval_flags()})
+    for (const cli::Flag& f : table) {
+      CAPTURE(f.name);
+      CHECK(cli::range_error(f, f.default_value) == "");
+    }
+  const cli::Flags f(train::train_flags());
+  // Wrapped lines joined: each run of spaces and line breaks as one space.
+  std::string help;
+  for (char ch : f.help("usage: ringtape train [flags]", 100))
+    if (!std::isspace(static_cast<unsigned char>(ch))) help += ch;
+    else if (!help.empty() && help.back() != ' ') help += ' ';
+  for (const cli::Flag& flag : f.table()) {
+    CAPTURE(flag.name);
+    const size_t at = help.find("--" + flag.name + " ");
+    REQUIRE(at != std::string::npos);
+    CHECK(help.find("[default: " + (flag.default_value.empty() ? std::string("none") : flag.default_value) + "]", at) !=
+          std::string::npos);
+  }
+}
+
+TEST_CASE("the help: sections by topic in a fixed order, lines wrapped to the width") {
+  const std::string help = cli::Flags(train::train_flags()).help("usage: ringtape train [flags]", 80);
+  size_t last = 0;
+  for (const char* section : {"\nmodel:\n", "\ndata:\n", "\noptimisation:\n", "\nprecision and device:\n",
+                              "\ndistributed:\n", "\noutput and logging:\n", "\nprofiling:\n"}) {
+    CAPTURE(section);
+    const size_t at = help.find(section);
+    REQUIRE(at != std::string::npos);
+    CHECK(at > last);
+    last = at;
+  }
+  CHECK(help.find("--model ") < help.find("--lr "));
+  CHECK(help.find("--lr ") < help.find("--profile-steps "));
+  std::istringstream lines(help);
+  for (std::string line; std::getline(lines, line);) {
+    CAPTURE(line);
+    // A single word longer than the line (a long path in a default) may overflow it.
+    if (line.find(' ', 31) != std::string::npos) CHECK(line.size() <= 80);
+  }
+  // eval has no training-only flags.
+  const std::string eval = cli::Flags(train::eval_flags()).help("usage: ringtape eval [flags]", 80);
+  CHECK(eval.find("--checkpoint ") != std::string::npos);
+  CHECK(eval.find("--epochs") == std::string::npos);
+  CHECK(eval.find("--nproc-per-node") == std::string::npos);
+}
+
+TEST_CASE("roles from the rows: the trajectory, the flags compared across ranks, the launcher's") {
+  const std::set<std::string> trajectory = train::train_flags_with(cli::kTrajectory);
+  const std::set<std::string> same = train::train_flags_with(cli::kSameOnEveryRank);
+  const std::set<std::string> launcher = train::train_flags_with(cli::kLauncher);
+  for (const char* k : {"model", "batch-size", "lr", "seed", "threads", "precision", "sync-bn", "grad-reduce-dtype"})
+    CHECK(trajectory.count(k) == 1);
+  for (const char* k : {"output-dir", "print-freq", "workers", "nproc-per-node", "timeout", "bucket-cap-mb"})
+    CHECK(trajectory.count(k) == 0);
+  CHECK(same.count("threads") == 0);  // a rank's CPU math is its own computation
+  for (const char* k : {"bucket-cap-mb", "allreduce", "find-unused-parameters", "model", "lr"}) CHECK(same.count(k) == 1);
+  CHECK(launcher == std::set<std::string>{"master-addr", "master-port", "nnodes", "node-rank", "nproc-per-node"});
+  // What the launcher passes on to its workers: "--f v", "--f=v"; other flags and values stay.
+  CHECK(cli::without_flags(train::train_flags(), cli::kLauncher,
+                           {"--nproc-per-node", "4", "--lr", "0.1", "--master-port=123", "--nnodes", "1",
+                            "--no-shuffle", "--batch-size", "8"}) ==
+        std::vector<std::string>{"--lr", "0.1", "--no-shuffle", "--batch-size", "8"});
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
-// NaN and Inf never reach a checkpoint, a weights file or an accuracy (Note [Non-finite
-// steps], train/nonfinite.h): detection, the save-time refusal, --skip-nonfinite restoring
-// the state exactly, and messages that name the real cause.
+// NaN and Inf never reach a checkpoint, a weights file or an accuracy
+// (Note [Non-finite steps], train/nonfinite.h): detection, the save-time refusal,
+// --skip-nonfinite restoring the state exactly, and messages that name the real cause.
 #include <doctest/doctest.h>
 
 #include <cmath>

@@ -1,9 +1,9 @@
-// The trainer calls the attach points of data parallelism where Note [Data-parallel attach
-// points] (train/parallel_context.h) says: a step's phases in order, one backward per
-// micro-batch with only the last marked, and the optimizer-step phase only after it; the
-// training sampler shards by rank; evaluation's counts go through sum_eval_counts; only the
-// logging rank writes metrics and checkpoints. A recording context stands in for the
-// data-parallel one.
+// The trainer calls the attach points of data parallelism where
+// Note [Data-parallel attach points] (train/parallel_context.h) says: a step's phases in
+// order, one backward per micro-batch with only the last marked, and the optimizer-step
+// phase only after it; the training sampler shards by rank; evaluation's counts go through
+// sum_eval_counts; only the logging rank writes metrics and checkpoints. A recording
+// context stands in for the data-parallel one.
 #include <doctest/doctest.h>
 
 #include <cstdlib>
@@ -150,9 +150,9 @@ TEST_CASE("only the logging rank writes metrics, checkpoints and weights") {
   CHECK(rank1.events == rank0.events);
 }
 
-// Note [No checkpoint after a failure]: a communicator that failed (an NCCL call aborted
-// after the optimizer step was queued behind it) writes no checkpoint and no weights; the
-// one saved before stays as it was. Before, the trainer saved without asking.
+// A communicator that failed (an NCCL call aborted after the optimizer step was queued
+// behind it) writes no checkpoint and no weights (Note [No checkpoint after a failure]);
+// the one saved before stays as it was. Before, the trainer saved without asking.
 TEST_CASE("a broken communicator: no checkpoint or weights are written, the last checkpoint stays") {
   const std::string dir = tmpdir("broken");
   Recorder first(0, 2);

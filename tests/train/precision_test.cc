@@ -1,6 +1,6 @@
 // Mixed precision's machinery on the CPU (Note [Compute copies], Note [Precision]): the
 // same code as bf16/fp16 on a GPU, with f64 masters and f32 compute. The yardstick for
-// "tracks the f64 run" is a plain f32 run's own distance from it (tests/NUMERICS.md).
+// "tracks the f64 run" is a plain f32 run's own distance from it (docs/numerics.md).
 #include <doctest/doctest.h>
 
 #include <algorithm>
@@ -43,7 +43,7 @@ struct Batch {
   Tensor x32, x64, labels;  // the same values as f32 and f64
 };
 
-// Well conditioned (tests/NUMERICS.md): a batch of 16, the same one every step.
+// Well conditioned (docs/numerics.md): a batch of 16, the same one every step.
 Batch batch(uint64_t seed) {
   Generator g(seed);
   Batch b;

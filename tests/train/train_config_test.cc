@@ -38,6 +38,7 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(got.optimizer == want.optimizer);
   CHECK(got.loop == want.loop);
   CHECK(got.output == want.output);
+  CHECK(got.parallel == want.parallel);
   const optim::LrScheduleOptions& s = got.lr_schedule;
   const optim::LrScheduleOptions& w = want.lr_schedule;
   CHECK(s.kind == w.kind);
@@ -152,7 +153,7 @@ TEST_CASE("the parsers check before they read") {
   CHECK_THROWS_WITH_AS(parse_train({"--dataset", "synthetic", "--synthetic-size", "8x1"}),
                        doctest::Contains("--synthetic-size"), cli::UsageError);
   CHECK_THROWS_WITH_AS(parse_eval({}), doctest::Contains("ringtape eval needs weights"), cli::UsageError);
-  // validate_flags runs first: a bad value is named before the missing weights.
+  // The checks run first: a bad value is named before the missing weights.
   CHECK_THROWS_WITH_AS(parse_eval({"--batch-size", "0"}), doctest::Contains("--batch-size"), cli::UsageError);
 }
 
