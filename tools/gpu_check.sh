@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# GPU check in two halves (README.md, "GPU check"):
+# GPU check in two halves (docs/gpu-check.md):
 #   tools/gpu_check.sh prepare   here, no GPU needed: builds every GPU test binary, //cli:ringtape,
 #                                //bench:train_step_bench and //bench:cuda_kernel_bench statically (the
 #                                CUDA runtime included) and packs them, with copies of the non-system
