@@ -10,7 +10,7 @@
 //   allreduce_bench --backend nccl --nproc 8     # NCCL, one forked process per GPU
 //   torchrun --nproc-per-node 8 allreduce_bench --backend nccl   # the same under torchrun
 // Without --nproc, the process is one rank of a job described by torchrun's (or Slurm's)
-// environment (dist/launch_env.h). Rank 0 prints the table (and --json lines).
+// environment (distributed/launch_env.h). Rank 0 prints the table (and --json lines).
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -25,11 +25,11 @@
 #include <vector>
 
 #include "bench/bench_util.h"
-#include "dist/communicator.h"
-#include "dist/gloo_communicator.h"
-#include "dist/launch_env.h"
-#include "dist/nccl_communicator.h"
-#include "dist/rendezvous.h"
+#include "distributed/communicator.h"
+#include "distributed/gloo_communicator.h"
+#include "distributed/launch_env.h"
+#include "distributed/nccl_communicator.h"
+#include "distributed/rendezvous.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 

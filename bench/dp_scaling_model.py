@@ -21,7 +21,7 @@ Assumptions (the model is no better than these):
      reducer): bucket i starts at max(ready_i, end_{i-1}) and ends t_allreduce(bytes_i) later.
      The optimizer waits for the last bucket: step = F + max(B, end_last).
   3. Overlap = the part of the all-reduce time that lies before backward's end, over the
-     all-reduce time (the reducer's definition, dist/reducer.cc); efficiency = (F + B) / step:
+     all-reduce time (the reducer's definition, distributed/reducer.cc); efficiency = (F + B) / step:
      each GPU's throughput over one GPU's without communication.
   4. The machine: N GPUs, G per node (8), M = N / G nodes. Links are alpha-beta: a message
      costs alpha + bytes / bandwidth. Within a node every GPU has `intra` bus bandwidth (NVLink
@@ -46,7 +46,7 @@ Assumptions (the model is no better than these):
 
 --synthetic resnet50: the bucket layout of torchvision's ResNet50 (25.6M parameters, in
 reverse registration order, first bucket 1 MiB, then --bucket-cap-mb, exactly as
-dist/reducer.cc assigns them), with backward compute time assumed proportional to the
+distributed/reducer.cc assigns them), with backward compute time assumed proportional to the
 conv/fc FLOPs behind each parameter (batch norm, ReLU and pooling are not counted; a conv's
 backward is 2x its forward FLOPs, the first conv's 1x: its input needs no gradient). F and
 B come from --step-ms and --backward-fraction (defaults: batch 256 per GPU at 7,950 img/s,
@@ -208,7 +208,7 @@ def resnet50_params():
 
 
 def buckets_like_reducer(sizes_bytes, first_cap, cap):
-    """dist/reducer.cc's assignment: reverse registration order, the open bucket's cap is
+    """distributed/reducer.cc's assignment: reverse registration order, the open bucket's cap is
     first_cap while it is the first, a parameter that does not fit opens a new bucket.
     Returns lists of registration indices."""
     groups, used = [], []

@@ -30,7 +30,7 @@
 #include <vector>
 
 #include "data/image_folder.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace {
 

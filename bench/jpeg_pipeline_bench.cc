@@ -51,7 +51,7 @@
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
 #include "data/seed.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/random.h"
 
 #include "bench/bench_util.h"

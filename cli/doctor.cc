@@ -7,18 +7,17 @@
 #include <sstream>
 
 #include "cli/flags.h"
-#include "dist/gloo_communicator.h"
-#include "dist/net_util.h"
-#include "dist/rendezvous.h"
-#include "engine/error.h"
+#include "distributed/gloo_communicator.h"
+#include "distributed/net_util.h"
+#include "distributed/rendezvous.h"
+#include "base/error.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/doctor_probe.h"
+#include "cli/doctor_probe.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::cli {
 namespace {
 
-namespace probe = cuda::probe;
 using detail::cat;
 
 const char* kUsage =

@@ -50,7 +50,7 @@ struct DoctorReport {
   std::string driver, cuda_runtime, cudnn, nccl;
   // (n, n): "yes" / "no" (cudaDeviceCanAccessPeer(a, b)), "-" for a == b, or the error.
   std::vector<std::vector<std::string>> peer_access;
-  std::vector<std::vector<std::string>> links;  // (n, n), see kernels/cuda/doctor_probe.h
+  std::vector<std::vector<std::string>> links;  // (n, n), see cli/doctor_probe.h
   std::string links_source;
   std::string port_source;
   std::vector<DoctorPort> ports;

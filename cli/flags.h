@@ -1,7 +1,7 @@
 // Command-line flags: a declared table of flags with types, defaults, accepted values or
 // ranges, help and topic. Parsing reports an unknown flag or a bad value as a UsageError
 // naming the flag and what it accepts (the CLI exits with status 2 on those). The table's
-// rows are the commands' own (train/train_flags.cc: Note [One row per flag]).
+// rows are the commands' own (cli/train_flags.cc: Note [One row per flag]).
 #pragma once
 
 #include <cstdint>
@@ -13,12 +13,9 @@
 #include <utility>
 #include <vector>
 
-namespace rt::cli {
+#include "base/usage_error.h"
 
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace rt::cli {
 
 enum class FlagType { string, integer, number, boolean };
 

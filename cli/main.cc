@@ -12,13 +12,13 @@
 #include "cli/doctor.h"
 #include "cli/flags.h"
 #include "cli/plot.h"
-#include "dist/nccl_communicator.h"
+#include "distributed/nccl_communicator.h"
 #include "engine/device.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/gemm.h"
 #include "kernels/cuda/runtime.h"
-#include "train/train_flags.h"
-#include "train/trainer.h"
+#include "cli/train_flags.h"
+#include "cli/train_command.h"
 
 namespace {
 
@@ -64,7 +64,7 @@ int main(int argc, char** argv) {
   }
   const std::string cmd = argv[1];
   const std::vector<std::string> args(argv + 2, argv + argc);
-  // Exit status: 2 for a bad command line (cli::UsageError: flags, values, weights that do not
+  // Exit status: 2 for a bad command line (UsageError: flags, values, weights that do not
   // match the model, an --output-dir holding another run), 1 for a failure while running,
   // 128 + N when training stopped on signal N (train/interrupt.h).
   try {
@@ -72,16 +72,16 @@ int main(int argc, char** argv) {
     if (cmd == "doctor") return rt::cli::doctor_command(args);
     if (cmd == "plot") return rt::cli::plot_command(args);
     if (cmd == "train" || cmd == "eval") {
-      rt::cli::Flags flags(cmd == "train" ? rt::train::train_flags() : rt::train::eval_flags());
+      rt::cli::Flags flags(cmd == "train" ? rt::cli::train_flags() : rt::cli::eval_flags());
       for (const auto& a : args)
         if (a == "--help" || a == "-h") {
           std::printf("%s\n", flags.help("usage: ringtape " + cmd + " [flags]").c_str());
           return 0;
         }
       flags.parse(args);
-      return cmd == "train" ? rt::train::run_train(flags, args) : rt::train::run_eval(flags);
+      return cmd == "train" ? rt::cli::run_train(flags, args) : rt::cli::run_eval(flags);
     }
-  } catch (const rt::cli::UsageError& e) {
+  } catch (const rt::UsageError& e) {
     std::fprintf(stderr, "ringtape %s: %s\n", cmd.c_str(), e.what());
     return 2;
   } catch (const rt::Error& e) {

@@ -9,7 +9,7 @@
 #include "cli/flags.h"
 #include "cli/plot_files.h"
 #include "cli/svg_chart.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::cli {
 namespace {

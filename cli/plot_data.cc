@@ -8,7 +8,7 @@
 #include <sstream>
 
 #include "cli/flags.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/json.h"
 
 namespace rt::cli {

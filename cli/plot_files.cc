@@ -12,7 +12,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 extern char** environ;
 

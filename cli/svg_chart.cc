@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::cli::svg {
 namespace {

@@ -1,6 +1,6 @@
 #include "data/batch.h"
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

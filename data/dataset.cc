@@ -2,7 +2,7 @@
 #include "data/dataset.h"
 
 #include "data/datasets.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

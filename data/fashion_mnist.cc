@@ -6,7 +6,7 @@
 #include "data/datasets.h"
 #include "data/idx.h"
 #include "data/u8_dataset.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

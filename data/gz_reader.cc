@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -5,7 +5,7 @@
 #include <sstream>
 
 #include "data/gz_reader.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -18,7 +18,7 @@
 #include <unordered_set>
 #include <utility>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -20,7 +20,7 @@
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
 #include "data/u8_dataset.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -5,7 +5,7 @@
 #include <vector>
 
 #include "data/png_decode.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -8,7 +8,7 @@
 #include <jpeglib.h>
 #include <jerror.h>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

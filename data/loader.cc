@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

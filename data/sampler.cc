@@ -3,7 +3,7 @@
 #include <numeric>
 
 #include "data/seed.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/random.h"
 
 namespace rt::data {

@@ -9,7 +9,7 @@
 
 #include "data/datasets.h"
 #include "data/u8_dataset.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/safetensors.h"
 
 namespace rt::data {

@@ -3,7 +3,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data {
 

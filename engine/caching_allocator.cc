@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <functional>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/memory_report.h"
 #include "kernels/cuda/runtime.h"
 

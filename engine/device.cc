@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/caching_allocator.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/memory_report.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"

@@ -8,7 +8,7 @@
 #include <string>
 
 #include "engine/device.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/json.h"
 
 namespace rt {

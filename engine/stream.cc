@@ -2,7 +2,7 @@
 
 #include <map>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {

@@ -13,8 +13,8 @@
 #include <vector>
 
 #include "engine/device.h"
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 
 namespace rt {
 

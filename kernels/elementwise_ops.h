@@ -26,7 +26,7 @@
 #include <cmath>
 #include <cstdint>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 #ifdef __CUDACC__
 #define RT_HOST_DEVICE __host__ __device__ __forceinline__

@@ -7,7 +7,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::optim {
 namespace {

@@ -7,7 +7,7 @@
 #include <mutex>
 #include <unordered_map>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 // Every CUPTI call checked, naming the call, file:line and CUPTI's own message.
 #define CUPTI_CHECK(call)                                                                    \

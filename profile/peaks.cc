@@ -13,7 +13,7 @@
 #include <sstream>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/json.h"
 #include "kernels/cpu/conv2d_onednn.h"
 #include "kernels/cpu/gemm.h"

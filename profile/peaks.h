@@ -22,7 +22,7 @@
 #include <string>
 
 #include "engine/device.h"
-#include "engine/dtype.h"
+#include "base/dtype.h"
 
 namespace rt::prof {
 

@@ -6,7 +6,7 @@
 #include <map>
 #include <unordered_map>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::prof {
 namespace {

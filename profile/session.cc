@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/memory_report.h"
 #include "engine/stream.h"
 #include "profile/cupti_tracer.h"

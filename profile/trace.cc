@@ -8,7 +8,7 @@
 #include <set>
 #include <unordered_map>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::prof {
 namespace {

@@ -22,7 +22,7 @@ namespace {
 // along the way; oneDNN's blocked sums stay within ~sqrt(K) * 2^-24 of the largest output
 // (~3e-6 at K = 2304; the sweep's worst measured is 4.2e-7). 1e-5 of the tensor's largest
 // value leaves a margin of ~3x at the largest K.
-constexpr double kTolF32 = 1e-5;
+constexpr double kTolOfLargest = 1e-5;
 
 struct Sizes {
   int64_t N, C, H, W, O, KH, KW, sh, sw, ph, pw, dh, dw, groups;
@@ -92,10 +92,10 @@ void check(const Sizes& s, std::mt19937_64& rng) {
   REQUIRE(onednn_conv2d_forward(g, xf.data(), wf.data(), s.bias ? bf.data() : nullptr, y.data()));
   REQUIRE(onednn_conv2d_backward(g, xf.data(), wf.data(), dyf.data(), dx.data(), dw.data(),
                                  s.bias ? db.data() : nullptr));
-  CHECK(rel_err(y, y64) <= kTolF32);
-  CHECK(rel_err(dx, dx64) <= kTolF32);
-  CHECK(rel_err(dw, dw64) <= kTolF32);
-  if (s.bias) CHECK(rel_err(db, db64) <= kTolF32);
+  CHECK(rel_err(y, y64) <= kTolOfLargest);
+  CHECK(rel_err(dx, dx64) <= kTolOfLargest);
+  CHECK(rel_err(dw, dw64) <= kTolOfLargest);
+  if (s.bias) CHECK(rel_err(db, db64) <= kTolOfLargest);
 
   // Each gradient alone (the others null) gives the same values: a layer whose input needs
   // no gradient (the stem) asks only for dw.
@@ -107,7 +107,7 @@ void check(const Sizes& s, std::mt19937_64& rng) {
   if (s.bias) {  // a frozen weight with a trained bias: x was not kept
     std::vector<float> db_only(size_t(g.O), NAN);
     REQUIRE(onednn_conv2d_backward(g, nullptr, wf.data(), dyf.data(), nullptr, nullptr, db_only.data()));
-    CHECK(rel_err(db_only, db64) <= kTolF32);
+    CHECK(rel_err(db_only, db64) <= kTolOfLargest);
   }
 }
 
@@ -143,7 +143,7 @@ TEST_CASE("oneDNN convolutions match the f64 reference over a random sweep of ge
     check(s, rng);
     ++checked;
   }
-  MESSAGE("worst error over the sweep: ", g_worst, " of the largest value (tolerance ", kTolF32, ")");
+  MESSAGE("worst error over the sweep: ", g_worst, " of the largest value (tolerance ", kTolOfLargest, ")");
 }
 
 TEST_CASE("oneDNN convolutions match the f64 reference at ResNet-50's shapes (batch 2, 56 px stage 1)") {

@@ -13,6 +13,7 @@
 #include "engine/gradcheck.h"
 #include "engine/ops.h"
 #include "engine/ops/broadcast.h"
+#include "kernels/elementwise_ops.h"
 #include "tests/test_util.h"
 
 namespace rt {
@@ -114,6 +115,27 @@ const std::vector<Unop> kUnops = {
     {"add_scalar", [](const Tensor& x) { return add(x, 0.75); }, [](double v) { return v + 0.75; }, false},
     {"mul_scalar_0", [](const Tensor& x) { return mul(x, 0.0); }, [](double) { return 0.0; }, false},
 };
+
+// Every entry of the op table (Note [Elementwise op table]) has a row above, by name ("pow"
+// by its "pow 3", "pow 2.5", ...): an op added to kernels/elementwise_ops.h without a
+// reference here fails.
+bool has_row(const std::string& op) {
+  const auto named = [&](const char* row) { return row == op || std::string(row).rfind(op + " ", 0) == 0; };
+  for (const Unop& u : kUnops)
+    if (named(u.name)) return true;
+  for (const Binop& b : kBinops)
+    if (named(b.name)) return true;
+  return false;
+}
+
+TEST_CASE("every op of the table has a reference row") {
+#define RT_EW_ROW(op, Op) CHECK_MESSAGE(has_row(ew::name(ew::Unary::op)), #op " has no row in kUnops");
+  RT_EW_UNARY_OPS(RT_EW_ROW)
+#undef RT_EW_ROW
+#define RT_EW_ROW(op, Op) CHECK_MESSAGE(has_row(ew::name(ew::Binary::op)), #op " has no row in kBinops");
+  RT_EW_BINARY_OPS(RT_EW_ROW)
+#undef RT_EW_ROW
+}
 
 // ---- binary --------------------------------------------------------------------------
 

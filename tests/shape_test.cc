@@ -16,7 +16,7 @@ namespace {
 using test::op_events;
 
 constexpr MemoryFormat kNCHW = MemoryFormat::contiguous, kNHWC = MemoryFormat::channels_last;
-constexpr test::Tol kExact{0, 0};
+using test::kExact;
 
 // Row-major strides of a logical shape.
 std::vector<int64_t> row_major(const Shape& s) {

@@ -62,21 +62,10 @@ EOF
 label_to_name() { local l=${1#//}; l=${l//\//_}; echo "${l/:/__}"; }
 label_to_path() { local l=${1#//}; echo "bazel-bin/${l/://}"; }
 
+# The tests tagged "gpu" (Note [Test tags], tests/BUILD): tests/cuda, the CUDA runtime's test,
+# the NCCL backend and our CUDA reduce kernel, the trainer's CUDA cases.
 gpu_test_labels() {
-  # tests/cuda may not exist yet (a query of an absent package fails) and //tests:cuda_test may
-  # move there; filter() keeps the query valid either way.
-  local expr='filter("^//tests:cuda_test$", kind(cc_test, //tests:all))'
-  if [[ -n "$(find tests/cuda -name BUILD -o -name BUILD.bazel 2>/dev/null | head -1)" ]]; then
-    expr="kind(cc_test, //tests/cuda/...) + $expr"
-  fi
-  # The GPU tests that live with their subject: the NCCL backend and the CUDA reduce kernel of
-  # the collectives (tests/dist), the trainer's CUDA precision test (tests/train).
-  local pkg
-  for pkg in dist train; do
-    if [[ -n "$(find tests/$pkg -name BUILD 2>/dev/null | head -1)" ]]; then
-      expr="$expr + filter(\"(nccl|cuda)[a-z_]*_test$\", kind(cc_test, //tests/$pkg/...))"
-    fi
-  done
+  local expr="attr(tags, '\\bgpu\\b', tests(//...))"
   bazel query --output=label "$expr" 2>/dev/null || {
     echo "gpu_check prepare: bazel query failed: $expr" >&2
     bazel query --output=label "$expr" >&2 || true

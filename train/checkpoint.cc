@@ -2,7 +2,7 @@
 
 #include <cstdio>
 
-#include "cli/flags.h"
+#include "base/usage_error.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "train/nonfinite.h"
@@ -44,16 +44,16 @@ std::map<std::string, Tensor> model_part(const std::map<std::string, Tensor>& al
 }
 
 // Loads `state` into `model`; `what` names the source in messages ("--init-weights FILE").
-// Weights that do not fit are a bad argument (cli::UsageError, exit status 2), raised before
+// Weights that do not fit are a bad argument (UsageError, exit status 2), raised before
 // anything is copied; `hint` says what to try instead.
 void load_model_state(const std::string& what, const std::map<std::string, Tensor>& state, nn::Module& model,
                       bool strict, const std::string& hint) {
   const nn::Module::LoadReport r = model.match_state_dict(state);
   if (!r.wrong_kind.empty())
-    throw cli::UsageError(what + " does not fit the model: " + r.problems() +
+    throw UsageError(what + " does not fit the model: " + r.problems() +
                           "; a floating-point tensor does not load into an integer one or back (is the file damaged "
                           "or written by another program?)");
-  if (strict && !r.exact()) throw cli::UsageError(what + " does not match the model: " + r.problems() + "; " + hint);
+  if (strict && !r.exact()) throw UsageError(what + " does not match the model: " + r.problems() + "; " + hint);
   model.load_state_dict(state, strict);
   if (!r.exact()) {
     const size_t total = model.state_dict().size(), loaded = total - r.missing.size() - r.mismatched.size();
@@ -91,7 +91,7 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
-    throw cli::UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
+    throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
                           "'); to start from weights only, use --init-weights " + path);
   std::map<std::string, Tensor> opt_state, scaler_state;
   for (const auto& [k, t] : all) {
@@ -125,7 +125,7 @@ void load_checkpoint_model(const std::string& path, nn::Module& model) {
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
-    throw cli::UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
+    throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
                           "'): it looks like a weights file; evaluate it with --init-weights " + path);
   load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
                    "was it written with another --model, --width or --num-classes?");

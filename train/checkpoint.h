@@ -35,12 +35,12 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // the checkpoint was written with, and via `scaler` (when given) the loss scaler's state
 // (empty when it has none), for the caller to check and restore after the flags. Errors
 // name the file and what is wrong with it; a file that is not a checkpoint, or whose model
-// part does not match the model exactly, is a cli::UsageError (a bad --resume).
+// part does not match the model exactly, is a UsageError (a bad --resume).
 Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
                          std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler = nullptr);
 
 // Only the model part of a checkpoint (for evaluation). A plain weights file is a
-// cli::UsageError pointing to --init-weights.
+// UsageError pointing to --init-weights.
 void load_checkpoint_model(const std::string& path, nn::Module& model);
 
 // The model's full state (every parameter and buffer, torchvision's keys): what
@@ -48,10 +48,10 @@ void load_checkpoint_model(const std::string& path, nn::Module& model);
 void save_weights(const std::string& path, const nn::Module& model);
 // --init-weights: loads such a file (or any state dict with those keys, e.g. PyTorch's), or
 // the model part of a ringtape checkpoint (saying so). strict: the keys and shapes must
-// match the model exactly, else a cli::UsageError lists every missing, unexpected and
+// match the model exactly, else a UsageError lists every missing, unexpected and
 // reshaped key. Non-strict (--init-weights-non-strict): loads what matches and prints what
 // it skipped. Floating dtypes convert (printed once per dtype pair); floating <-> integer is
-// a cli::UsageError in both modes. Nothing is changed when it throws.
+// a UsageError in both modes. Nothing is changed when it throws.
 void load_weights(const std::string& path, nn::Module& model, bool strict = true);
 
 }  // namespace rt::train

@@ -4,10 +4,10 @@
 #include <cstdio>
 #include <map>
 
-#include "dist/gloo_communicator.h"
-#include "dist/nccl_communicator.h"
-#include "dist/sync_batch_norm.h"
-#include "engine/error.h"
+#include "distributed/gloo_communicator.h"
+#include "distributed/nccl_communicator.h"
+#include "distributed/sync_batch_norm.h"
+#include "base/error.h"
 #include "engine/nn/compute_copies.h"
 #include "engine/nn/layers.h"
 #include "kernels/cuda/runtime.h"
@@ -33,7 +33,7 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
     RT_CHECK(mine == rank0, "data parallel: rank ", env_.rank, " runs on a ", mine, " (cuda:", device_.index,
              ") but rank 0 on a ", rank0, ": use GPUs of one model (set CUDA_VISIBLE_DEVICES; see ringtape doctor)");
     dist::CommOptions timed = o;
-    timed.timed_events = true;  // the overlap figure on the device's clock (Note [Two clocks] in dist/reducer.h)
+    timed.timed_events = true;  // the overlap figure on the device's clock (Note [Two clocks] in distributed/reducer.h)
     comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, timed);
   } else {
     comm_ = std::make_unique<dist::GlooCommunicator>(*store_.store, env_.rank, env_.world_size, o);
@@ -96,7 +96,7 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   ro.algo = cfg_.allreduce;
   ro.find_unused = cfg_.find_unused_parameters;
   ro.timeout = timeout_of(cfg_);
-  // Note [Reduce dtype] in dist/reducer.h. Gloo reduces f32/f64 only: bf16 is NCCL's.
+  // Note [Reduce dtype] in distributed/reducer.h. Gloo reduces f32/f64 only: bf16 is NCCL's.
   RT_CHECK(cfg_.grad_reduce_dtype != DType::bf16 || device_.is_cuda(),
            "--grad-reduce-dtype bf16 needs GPUs (NCCL); CPU processes reduce in fp32: drop the flag");
   if (cfg_.grad_reduce_dtype == DType::bf16) ro.reduce_dtype = DType::bf16;
@@ -144,7 +144,7 @@ void DataParallel::before_optimizer_step() {
 }
 
 // One step's timeline, once known (on CUDA a step or more later: Note [Two clocks] in
-// dist/reducer.h): into the overlap figure and --comm-timeline's file.
+// distributed/reducer.h): into the overlap figure and --comm-timeline's file.
 void DataParallel::account(const dist::StepTimeline& t) {
   const double total = t.comm_seconds();
   if (total > 0) {
@@ -159,7 +159,7 @@ void DataParallel::account(const dist::StepTimeline& t) {
 // Note [Timeline file]
 // One JSON object per communicating step, what bench/dp_scaling_model.py needs to replay a
 // step under another network. Times are seconds from the start of the step's last backward
-// (Reducer::prepare), on the clock that `clock` names (Note [Two clocks] in dist/reducer.h:
+// (Reducer::prepare), on the clock that `clock` names (Note [Two clocks] in distributed/reducer.h:
 // "host" on CPU processes, "device" on GPUs):
 //   before_backward_s: from the previous step's wait_end to this backward's start: the
 //     optimizer step, loading and forward (and any log line, checkpoint or evaluation in
@@ -246,7 +246,7 @@ std::string fingerprint(const nn::NamedTensors& tensors) {
 // skipped step, Note [Skipping together]) would break that silently, and rank 0's weights
 // file would not be what the others trained. The last meeting compares a fingerprint of each
 // rank's parameters with rank 0's (one copy to the host, once per run). Then the last
-// barrier before rank 0's store goes away (dist/rendezvous.h: join is safe as the last one).
+// barrier before rank 0's store goes away (distributed/rendezvous.h: join is safe as the last one).
 void DataParallel::finish() {
   for (const dist::StepTimeline& t : reducer_->take_timelines(/*wait=*/true)) account(t);  // the last steps' (CUDA)
   const std::string mine = fingerprint(params_), rank0 = agree("final-weights", mine);

@@ -2,11 +2,11 @@
 // others (Note [Data-parallel attach points] in train/parallel_context.h). Every rank runs
 // the same trainer on its shard of each epoch; this class is what makes them one run:
 //   - the process group: ranks meet through the store rank 0 hosts at MASTER_ADDR:MASTER_PORT
-//     (dist/rendezvous.h), then a communicator: Gloo for CPU tensors, NCCL for CUDA ones
+//     (distributed/rendezvous.h), then a communicator: Gloo for CPU tensors, NCCL for CUDA ones
 //     (this rank's GPU is cuda:LOCAL_RANK);
 //   - attach(): rank 0's parameters and buffers are broadcast (ranks started from different
 //     seeds train identically) and the gradient reducer is built
-//     (dist/reducer.h, Note [Gradient buckets]);
+//     (distributed/reducer.h, Note [Gradient buckets]);
 //   - the step's phases arm the reducer before the last micro-batch's backward, launch the
 //     rest after it, and wait for the averaged gradients before the optimizer step;
 //   - evaluation: each rank evaluates its shard of the test set without the sampler's
@@ -22,10 +22,10 @@
 #include <string>
 #include <vector>
 
-#include "dist/communicator.h"
-#include "dist/launch_env.h"
-#include "dist/reducer.h"
-#include "dist/rendezvous.h"
+#include "distributed/communicator.h"
+#include "distributed/launch_env.h"
+#include "distributed/reducer.h"
+#include "distributed/rendezvous.h"
 #include "engine/nn/module.h"
 #include "train/metrics.h"
 #include "train/parallel_context.h"

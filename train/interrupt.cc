@@ -7,7 +7,7 @@
 #include <climits>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/safetensors.h"
 
 namespace rt::train {

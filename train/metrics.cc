@@ -4,7 +4,7 @@
 #include <cmath>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::train {
 

@@ -12,9 +12,9 @@
 #include <ctime>
 #include <filesystem>
 
-#include "cli/flags.h"
-#include "dist/net_util.h"
-#include "engine/error.h"
+#include "base/usage_error.h"
+#include "distributed/net_util.h"
+#include "base/error.h"
 #include "engine/io/safetensors.h"
 
 namespace rt::train {
@@ -80,7 +80,7 @@ OutputDirLock::OutputDirLock(const fs::path& dir) {
     ::close(fd_);
     fd_ = -1;
     RT_CHECK(err == EWOULDBLOCK, "cannot lock ", path.string(), ": ", std::strerror(err));
-    throw cli::UsageError("--output-dir '" + dir.string() + "' is in use by a run that is still going (" + who +
+    throw UsageError("--output-dir '" + dir.string() + "' is in use by a run that is still going (" + who +
                           "): two runs writing one directory would interleave its files. Wait for that run to "
                           "end (or stop it: it saves a checkpoint), or choose another --output-dir");
   }
@@ -114,7 +114,7 @@ OutputDirLock prepare_output_dir(const std::string& dir_arg, const std::string& 
   for (const char* f : kRunFiles)
     if (existing.empty() && fs::exists(dir / f, ec)) existing = (dir / f).string();
   if (!existing.empty() && resume.empty())
-    throw cli::UsageError("--output-dir '" + dir.string() + "' already holds a checkpoint of another run (" + existing +
+    throw UsageError("--output-dir '" + dir.string() + "' already holds a checkpoint of another run (" + existing +
                           "): pass --resume " + (dir / "checkpoint.safetensors").string() +
                           " to continue it, or choose another --output-dir (nothing is overwritten)");
   // Like any file that cannot be read (--init-weights, --data-path): status 1.
@@ -123,7 +123,7 @@ OutputDirLock prepare_output_dir(const std::string& dir_arg, const std::string& 
   if (!existing.empty()) {
     const fs::path from = fs::path(resume).parent_path().empty() ? fs::path(".") : fs::path(resume).parent_path();
     if (!fs::equivalent(dir, from, ec))
-      throw cli::UsageError("--output-dir '" + dir.string() + "' holds another run (" + existing + "); resuming " +
+      throw UsageError("--output-dir '" + dir.string() + "' holds another run (" + existing + "); resuming " +
                             resume + " there would overwrite it. Resume into the checkpoint's own directory (leave "
                             "out --output-dir) or into an empty one");
   }

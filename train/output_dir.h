@@ -19,7 +19,7 @@ namespace rt::train {
 class OutputDirLock {
  public:
   OutputDirLock() = default;
-  // Throws cli::UsageError naming the holder when another process holds `dir`'s lock.
+  // Throws UsageError naming the holder when another process holds `dir`'s lock.
   explicit OutputDirLock(const std::filesystem::path& dir);
   OutputDirLock(OutputDirLock&& o) noexcept : fd_(o.fd_) { o.fd_ = -1; }
   OutputDirLock& operator=(OutputDirLock&& o) noexcept;
@@ -30,7 +30,7 @@ class OutputDirLock {
 };
 
 // Creates `dir` when needed and checks it is writable (rt::Error otherwise); takes its lock. It must not
-// hold another run: checkpoint.safetensors or model.safetensors there is a cli::UsageError
+// hold another run: checkpoint.safetensors or model.safetensors there is a UsageError
 // for a new run (`resume` empty), and for a resumed one unless `dir` is the directory the
 // checkpoint `resume` came from. Then removes the temporary files of saves that a killed
 // process left (their process no longer runs), naming each on stdout.

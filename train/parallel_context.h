@@ -44,7 +44,7 @@ struct EvalShard {
   int64_t valid = 0;
 };
 
-// Communication hidden behind backward, over the steps that communicated (dist/reducer.h's
+// Communication hidden behind backward, over the steps that communicated (distributed/reducer.h's
 // timeline): hidden_seconds / comm_seconds is the overlap.
 struct OverlapStats {
   int64_t steps = 0;

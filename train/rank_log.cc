@@ -9,7 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::train {
 namespace {

@@ -2,18 +2,13 @@
 
 #include <cstdio>
 
-#include "cli/flags.h"
-#include "train/train_flags.h"
+#include "base/usage_error.h"
 
 namespace rt::train {
 
-const std::set<std::string>& trajectory_flags() {
-  static const std::set<std::string> names = train_flags_with(cli::kTrajectory);  // Note [One row per flag]
-  return names;
-}
-
 Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp,
-                const std::map<std::string, std::string>& flags, int64_t steps_per_epoch) {
+                const std::map<std::string, std::string>& flags, const std::set<std::string>& trajectory,
+                int64_t steps_per_epoch) {
   std::map<std::string, std::string> saved;
   std::map<std::string, Tensor> scaler_state;
   Progress p = load_checkpoint(path, model, opt, &saved, &scaler_state);
@@ -23,9 +18,9 @@ Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& op
   // The threads matter for a bit-exact continuation only, which another number of ranks
   // does not give anyway (said below); an older checkpoint recorded --threads as typed.
   const auto threads_differ_ok = [&] { return then_world != now_world || saved.at("threads") == "0"; };
-  for (const auto& k : trajectory_flags())
+  for (const auto& k : trajectory)
     if (saved.count(k) && saved.at(k) != flags.at(k) && !(k == "threads" && threads_differ_ok()))
-      throw cli::UsageError("--resume: the checkpoint was trained with --" + k + " " + saved.at(k) +
+      throw UsageError("--resume: the checkpoint was trained with --" + k + " " + saved.at(k) +
                             " but this run has --" + k + " " + flags.at(k) +
                             "; resume with the same value (or start a new run)");
   mp.load_state(scaler_state);

@@ -26,13 +26,13 @@
 
 namespace rt::train {
 
-const std::set<std::string>& trajectory_flags();
-
 // Restores model, optimizer and loss scaler from the checkpoint at `path` and returns where
-// training stands. A trajectory flag whose value differs from `flags` (this run's recorded
-// flags) is a cli::UsageError naming both values; checkpoint errors are load_checkpoint's.
+// training stands. A flag named in `trajectory` (TrainConfig::trajectory_flags) whose
+// recorded value differs from `flags` (this run's recorded flags) is a UsageError naming both
+// values; checkpoint errors are load_checkpoint's.
 // `steps_per_epoch`: this run's (Note [Resume with another world size]).
 Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp,
-                const std::map<std::string, std::string>& flags, int64_t steps_per_epoch);
+                const std::map<std::string, std::string>& flags, const std::set<std::string>& trajectory,
+                int64_t steps_per_epoch);
 
 }  // namespace rt::train

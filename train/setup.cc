@@ -1,5 +1,6 @@
 #include "train/setup.h"
 
+#include "base/usage_error.h"
 #include "engine/memory_tag.h"
 
 #include <omp.h>
@@ -77,7 +78,7 @@ models::ModelOptions model_options(const CommonConfig& c, const Shape& image, in
   if (mo.small_stem)
     mo.stem_stride = c.model.stem_stride > 0 ? c.model.stem_stride : train_px <= 28 ? 2 : 1;
   else if (c.model.stem_stride == 2)
-    throw cli::UsageError("--stem-stride 2 needs the small stem, which --small-stem auto leaves off for " +
+    throw UsageError("--stem-stride 2 needs the small stem, which --small-stem auto leaves off for " +
                           std::to_string(train_px) + "-px images; add --small-stem true");
   if (training) {
     mo.zero_init_residual = c.model.zero_init_residual;
@@ -158,7 +159,7 @@ TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dt
   d.batches_per_epoch = d.loader->num_batches();
   const int64_t accum = cfg.loop.accum_steps;
   if (d.batches_per_epoch < accum)
-    throw cli::UsageError("the training set (" + std::to_string(s.train_set->size()) +
+    throw UsageError("the training set (" + std::to_string(s.train_set->size()) +
                           " images) is smaller than one step of --accum-steps " + std::to_string(accum) +
                           " x --batch-size " + std::to_string(cfg.loader.batch_size) + "; lower them");
   d.steps_per_epoch = d.batches_per_epoch / accum;

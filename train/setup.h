@@ -45,7 +45,7 @@ struct TrainData {
   int64_t batches_per_epoch = 0;
   int64_t steps_per_epoch = 0;  // batches per epoch / --accum-steps
 };
-// A training set smaller than one optimizer step is a cli::UsageError.
+// A training set smaller than one optimizer step is a UsageError.
 TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dtype, const ParallelContext& par);
 
 }  // namespace rt::train

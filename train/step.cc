@@ -4,7 +4,7 @@
 #include <cstdio>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/ops.h"
 #include "engine/memory_tag.h"
 #include "engine/profiler.h"

@@ -8,8 +8,8 @@
 #include <cstring>
 #include <filesystem>
 
-#include "dist/net_util.h"
-#include "engine/error.h"
+#include "distributed/net_util.h"
+#include "base/error.h"
 
 namespace rt::train {
 namespace {

@@ -1,6 +1,6 @@
 // The configuration of `ringtape train` and `ringtape eval`, typed. The flags are parsed and
-// checked once, here (parse_train_config, parse_eval_config); nothing after that looks a flag
-// up by its name. Every field's default is its flag's default (train_config_test checks
+// checked once, by the command line (cli/train_flags.h: parse_train_config, parse_eval_config);
+// nothing after that looks a flag up by its name. Every field's default is its flag's default (train_config_test checks
 // that parsing no flags gives TrainConfig{}, and EvalConfig{} but for the weights eval
 // requires); "auto" and "none" are nullopt, 0 or "", as each field says.
 #pragma once
@@ -9,10 +9,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
+#include <utility>
 
-#include "cli/flags.h"
-#include "dist/communicator_ops.h"
+#include "distributed/communicator_ops.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "optim/schedule.h"
@@ -23,6 +24,10 @@ namespace rt::train {
 
 // --dataset; data::open_dataset takes dataset_name() of it.
 enum class DatasetKind : uint8_t { fashion_mnist, cifar10, imagenet, synthetic, tensors };
+inline constexpr std::pair<const char*, DatasetKind> kDatasetNames[] = {
+    {"fashion-mnist", DatasetKind::fashion_mnist}, {"cifar10", DatasetKind::cifar10},
+    {"imagenet", DatasetKind::imagenet},           {"synthetic", DatasetKind::synthetic},
+    {"tensors", DatasetKind::tensors}};
 const char* dataset_name(DatasetKind d);
 
 enum class OptimizerKind : uint8_t { sgd, adamw };
@@ -141,7 +146,7 @@ struct ParallelConfig {
   bool find_unused_parameters = false;
   double timeout_s = 300;             // every collective and the rendezvous
   bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl
-  bool sync_bn = false;               // batch-norm statistics over every rank's batch (dist/sync_batch_norm.h)
+  bool sync_bn = false;               // batch-norm statistics over every rank's batch (distributed/sync_batch_norm.h)
   DType grad_reduce_dtype = DType::f32;  // what the gradient all-reduce carries (Note [Reduce dtype])
 
   bool operator==(const ParallelConfig&) const = default;
@@ -153,9 +158,12 @@ struct TrainConfig : CommonConfig {
   LoopConfig loop;
   OutputConfig output;
   ParallelConfig parallel;
-  // Every flag's value as given or defaulted, as typed: the checkpoint records it and
-  // --resume compares its trajectory flags (train/resume.h).
+  // Every flag's value as given or defaulted, as typed: the checkpoint records it. Which of
+  // them --resume compares (Note [Trajectory flags]) and which every rank must share
+  // (Note [Same flags on every rank]) the command line's rows say (Note [One row per flag]).
   std::map<std::string, std::string> recorded_flags;
+  std::set<std::string> trajectory_flags;
+  std::set<std::string> same_on_every_rank_flags;
 };
 
 struct EvalConfig : CommonConfig {
@@ -163,11 +171,5 @@ struct EvalConfig : CommonConfig {
 
   bool operator==(const EvalConfig&) const = default;
 };
-
-// The flags of train_flags() / eval_flags(), checked (check_combinations, and eval's need for
-// weights) and typed. Throws cli::UsageError naming the flag and what it accepts; a --device
-// that is not cpu, cuda or cuda:N is an rt::Error (whether it exists is checked at set-up).
-TrainConfig parse_train_config(const cli::Flags& flags);
-EvalConfig parse_eval_config(const cli::Flags& flags);
 
 }  // namespace rt::train

@@ -18,7 +18,7 @@
 #include <omp.h>
 #include <unistd.h>
 
-#include "dist/local_launcher.h"
+#include "base/usage_error.h"
 #include "engine/profiler.h"
 #include "kernels/cuda/runtime.h"
 #include "profile/session.h"
@@ -31,7 +31,6 @@
 #include "train/resume.h"
 #include "train/setup.h"
 #include "train/step.h"
-#include "train/train_flags.h"
 
 namespace rt::train {
 namespace {
@@ -100,38 +99,35 @@ RankLog* open_rank_log(RankLog* log, const fs::path& dir, const ParallelContext&
 // (another bucket size: buffers of other sizes, which Gloo stops on with an assertion;
 // another --allreduce: other messages, and both ranks wait out --timeout). Each rank
 // compares its flags with rank 0's before the first collective of training; one that
-// differs stops naming the flag (the launcher reports that rank).
-const std::set<std::string>& same_on_every_rank() {
-  // The trajectory's flags but --threads (a rank's CPU math is its own computation whatever
-  // its thread count), and the communication flags (Note [One row per flag]).
-  static const std::set<std::string> names = train_flags_with(cli::kSameOnEveryRank);
-  return names;
-}
-
-void check_same_flags(ParallelContext& par, const std::map<std::string, std::string>& flags) {
+// differs stops naming the flag (the launcher reports that rank). Which flags: the
+// trajectory's but --threads (a rank's CPU math is its own computation whatever its thread
+// count), and the communication flags; the command line's rows say (Note [One row per flag]).
+void check_same_flags(ParallelContext& par, const std::map<std::string, std::string>& flags,
+                      const std::set<std::string>& names) {
   if (par.world_size() == 1) return;
   std::string mine;
-  for (const std::string& k : same_on_every_rank())
+  for (const std::string& k : names)
     if (flags.count(k)) mine += k + "=" + flags.at(k) + "\n";
   const std::string theirs = par.agree("trajectory-flags", mine);
   if (theirs == mine) return;
   std::map<std::string, std::string> r0;
   std::istringstream in(theirs);
   for (std::string line; std::getline(in, line);) r0[line.substr(0, line.find('='))] = line.substr(line.find('=') + 1);
-  for (const std::string& k : same_on_every_rank()) {
+  for (const std::string& k : names) {
     const std::string a = flags.count(k) ? flags.at(k) : "(unset)", b = r0.count(k) ? r0.at(k) : "(unset)";
     if (a != b)
-      throw cli::UsageError("data parallel: rank " + std::to_string(par.rank()) + " runs with --" + k + " " + a +
-                            " but rank 0 with --" + k + " " + b +
-                            ": every rank must run with the same training flags (start them with the same command)");
+      throw UsageError("data parallel: rank " + std::to_string(par.rank()) + " runs with --" + k + " " + a +
+                       " but rank 0 with --" + k + " " + b +
+                       ": every rank must run with the same training flags (start them with the same command)");
   }
 }
 
 // The model's copies on every rank made rank 0's, and its gradients hooked (after resuming,
 // before the step snapshots the state for --skip-nonfinite).
 bool attach(ParallelContext& par, nn::Module& model, MixedPrecision& mp,
-            const std::map<std::string, std::string>& flags, const fs::path& run_dir) {
-  check_same_flags(par, flags);
+            const std::map<std::string, std::string>& flags, const std::set<std::string>& same,
+            const fs::path& run_dir) {
+  check_same_flags(par, flags, same);
   par.attach(model, mp.compute_copies(), run_dir.string());
   return true;
 }
@@ -194,9 +190,10 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
       flags_(flags_to_record(cfg, s_.precision, s_.device, par.world_size())),
-      p_(cfg.output.resume.empty() ? Progress{}
-                                   : resume(cfg.output.resume, model_, *opt_, mp_, flags_, data_.steps_per_epoch)),
-      attached_(attach(par, model_, mp_, flags_, dir_)),
+      p_(cfg.output.resume.empty()
+             ? Progress{}
+             : resume(cfg.output.resume, model_, *opt_, mp_, flags_, cfg.trajectory_flags, data_.steps_per_epoch)),
+      attached_(attach(par, model_, mp_, flags_, cfg.same_on_every_rank_flags, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
            live_),
@@ -384,101 +381,5 @@ int eval(const EvalConfig& cfg) {
   print_eval(cfg.model.name, dataset_name(cfg.data.dataset), e, dt);
   return 0;
 }
-
-namespace {
-
-std::string self_executable() {
-  std::error_code ec;
-  const fs::path p = fs::read_symlink("/proc/self/exe", ec);
-  RT_CHECK(!ec, "cannot find this program's path (/proc/self/exe): ", ec.message());
-  return p.string();
-}
-
-// --nproc-per-node N: this process is the launcher; the workers run this program's `train`
-// with the same flags but the launcher's.
-int launch_workers(const ParallelConfig& pc, const std::vector<std::string>& args) {
-  dist::LocalLaunchOptions o;
-  o.nproc_per_node = pc.nproc_per_node;
-  o.nnodes = pc.nnodes;
-  o.node_rank = pc.node_rank;
-  o.master_addr = pc.master_addr;
-  o.master_port = pc.master_port;
-  o.command = {self_executable(), "train"};
-  for (const std::string& a : cli::without_flags(train_flags(), cli::kLauncher, args)) o.command.push_back(a);
-  return dist::run_local_launcher(o);
-}
-
-}  // namespace
-
-// This rank's GPU: cuda:LOCAL_RANK; with fewer visible devices than local ranks (a scheduler
-// binding each task to its own GPU, e.g. srun --gpus-per-task=1, leaves one visible to each
-// process) LOCAL_RANK modulo the visible count, said in the log.
-static int rank_gpu(const dist::LaunchEnv& env) {
-  const int visible = cuda::device_count();
-  if (visible <= 0 || env.local_rank < visible) return env.local_rank;
-  const int gpu = env.local_rank % visible;
-  std::fprintf(stderr,
-               "rank %d: %d CUDA device%s visible to this process for %d local ranks (a per-task GPU binding?): "
-               "local rank %d uses cuda:%d\n",
-               env.rank, visible, visible == 1 ? "" : "s", env.local_world_size, env.local_rank, gpu);
-  return gpu;
-}
-
-int run_train(const cli::Flags& flags, const std::vector<std::string>& args) {
-  TrainConfig cfg = parse_train_config(flags);
-  // Refused before any worker starts (status 2), and in one process too, where it would be
-  // silently ignored: Gloo reduces f32/f64 only (Note [Reduce dtype], dist/reducer.h).
-  if (cfg.parallel.grad_reduce_dtype == DType::bf16 &&
-      !(cfg.compute.device ? *cfg.compute.device : default_device()).is_cuda())
-    throw cli::UsageError("--grad-reduce-dtype bf16 needs GPUs (NCCL); on the CPU gradients are reduced in fp32: drop "
-                          "the flag");
-  const dist::LaunchEnv env = dist::launch_env_from_process();
-  const ParallelConfig& pc = cfg.parallel;
-  if (pc.nproc_per_node > 1 || pc.nnodes > 1) {
-    // Note [Who starts the ranks]
-    // --nproc-per-node/--nnodes make this process the launcher. A process that another
-    // launcher already made one rank of several (torchrun's RANK and WORLD_SIZE; srun's
-    // SLURM_PROCID and SLURM_NTASKS, also set in an sbatch script) would otherwise ignore
-    // the flags and wait out --timeout for ranks nobody starts.
-    if (env.source != "default" && env.world_size > 1)
-      throw cli::UsageError(
-          "--nproc-per-node " + std::to_string(pc.nproc_per_node) + " / --nnodes " + std::to_string(pc.nnodes) +
-          " make ringtape start the ranks, but this process already is " + env.describe() +
-          ": the launcher that set " +
-          (env.source == "slurm" ? "SLURM_PROCID and SLURM_NTASKS (srun, or an sbatch script)" : "RANK and WORLD_SIZE") +
-          " starts the ranks. Drop --nproc-per-node and --nnodes, or unset those variables to let ringtape launch");
-    if (env.source != "default")
-      std::printf("%s describes one process: --nproc-per-node %d starts the ranks\n", env.describe().c_str(),
-                  pc.nproc_per_node);
-    return launch_workers(pc, args);
-  }
-  // Note [World 1 under a launcher]
-  // A process that torchrun (or a script with its variables) started as rank 0 of 1 trains data
-  // parallel, as PyTorch's DDP does: the reducer, SyncBN and the NCCL or Gloo path all run, on
-  // one GPU (the GPU check compares it with one process). Without a launcher (and under Slurm
-  // with one task) one process trains alone.
-  if (env.world_size == 1 && env.source != "torchrun") {
-    SingleProcess one;
-    return train(cfg, one);
-  }
-  // A worker of a data-parallel run (started by the launcher, torchrun or srun): on a GPU
-  // machine its GPU is cuda:LOCAL_RANK; on the CPU the cores are shared among the node's ranks.
-  Device device = cfg.compute.device ? *cfg.compute.device : default_device();
-  if (device.is_cuda()) device = Device::cuda(rank_gpu(env));
-  cfg.compute.device = device;
-  // Every thread of this rank that touches CUDA without naming a device (the loader's
-  // pinned buffers, the communicator's watchdog) works on this rank's GPU.
-  if (device.is_cuda()) cuda::set_home_device(device.index);
-  if (!device.is_cuda() && cfg.compute.threads == 0)
-    cfg.compute.threads = std::max(1, int(std::thread::hardware_concurrency()) / std::max(1, env.local_world_size));
-  // Kept to the end of the process: main() prints a fatal error after the run
-  // unwound (Note [Whole rank logs]).
-  static std::optional<RankLog> log;
-  log.emplace();
-  DataParallel par(env, device, cfg.parallel);
-  return train(cfg, par, &*log);
-}
-
-int run_eval(const cli::Flags& flags) { return eval(parse_eval_config(flags)); }
 
 }  // namespace rt::train

@@ -15,20 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "cli/flags.h"
 #include "train/parallel_context.h"
 #include "train/train_config.h"
 
 namespace rt::train {
 
 class RankLog;  // train/rank_log.h
-
-// The CLI's commands: parse the flags, then run. `train` runs in this process, or as a rank
-// of a data-parallel run when the environment says so (torchrun's contract, dist/launch_env.h),
-// or with --nproc-per-node / --nnodes starts and supervises the workers, passing them `args`
-// (the command line's flags) without the launcher's own.
-int run_train(const cli::Flags& flags, const std::vector<std::string>& args = {});
-int run_eval(const cli::Flags& flags);
 
 // Trains as `par` says. Returns the exit status: 0 when training finished (the checkpoint
 // and model.safetensors written), 128 + N when signal N stopped it (a checkpoint written).

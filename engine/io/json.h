@@ -20,7 +20,7 @@
 #include <variant>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::json {
 

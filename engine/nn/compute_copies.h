@@ -46,7 +46,7 @@ class ComputeCopies {
   void accumulate_grads();
   // The same for copy i alone (a no-op when it holds no gradient): what a data-parallel
   // reducer runs the moment copy i's gradient is final (Note [Gradients produced elsewhere]
-  // in dist/reducer.h).
+  // in distributed/reducer.h).
   void accumulate_grad(size_t i);
 
   DType dtype() const { return dtype_; }

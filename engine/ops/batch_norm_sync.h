@@ -12,7 +12,7 @@
 // parameter's gradient). Each process's loss is the mean over its own batch, so its dz is N
 // times the one-process dz of the same examples: its dx and local sums are N times the
 // one-process ones, and the reducer's 1/N makes every parameter's gradient the one of batch
-// N*B. The collective is the implementation's (dist/sync_batch_norm.h): the ops hand it a
+// N*B. The collective is the implementation's (distributed/sync_batch_norm.h): the ops hand it a
 // small f64 block, get every process's back, and merge them themselves in process order, so
 // every process gets the same bits. They call it in training mode only, once per forward and
 // once per backward.

@@ -52,7 +52,7 @@ std::string onednn_conv2d_impl(const Conv2dGeom&) { return std::string(); }
 #include <unordered_map>
 #include <utility>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/parallel.h"
 #include "kernels/cpu/scratch.h"
 

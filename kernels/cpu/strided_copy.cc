@@ -2,7 +2,7 @@
 
 #include <cstring>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cpu/parallel.h"
 
 namespace rt::cpu {

@@ -4,8 +4,8 @@
 
 #include <cublas_v2.h>
 
-#include "engine/dtype.h"
-#include "engine/error.h"
+#include "base/dtype.h"
+#include "base/error.h"
 #include "kernels/cuda/stream.cuh"
 
 #define CUBLAS_CHECK(call)                                                                        \

@@ -17,7 +17,7 @@ __device__ __forceinline__ double widen(__half v) { return __half2float(v); }
 __device__ __forceinline__ double widen(uint8_t v) { return double(v); }
 
 // Note: double -> bf16/f16 goes through float (double rounding); the host conversion in
-// engine/dtype.h does the same (f32_to_bf16 takes a float), so both backends agree.
+// base/dtype.h does the same (f32_to_bf16 takes a float), so both backends agree.
 template <typename T> __device__ __forceinline__ T to_storage(double v) { return T(v); }
 template <> __device__ __forceinline__ __nv_bfloat16 to_storage<__nv_bfloat16>(double v) { return __float2bfloat16(float(v)); }
 template <> __device__ __forceinline__ __half to_storage<__half>(double v) { return __float2half(float(v)); }

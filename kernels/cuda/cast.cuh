@@ -1,11 +1,11 @@
 // dtype conversion on CUDA: dst[i] = convert(src[i]) for n contiguous elements. Supported:
 // any pair of f32, f64, bf16, f16 (round-to-nearest-even, like the host conversion in
-// engine/dtype.h), and u8 -> f32 (image bytes). Same layout on both sides.
+// base/dtype.h), and u8 -> f32 (image bytes). Same layout on both sides.
 #pragma once
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {

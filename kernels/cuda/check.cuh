@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 #define CUDA_CHECK(call)                                                                   \
   do {                                                                                     \

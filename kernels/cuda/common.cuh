@@ -12,7 +12,7 @@
 #include <algorithm>
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/launch.cuh"
 

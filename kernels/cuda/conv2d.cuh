@@ -25,7 +25,7 @@
 #include <initializer_list>
 #include <string>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {

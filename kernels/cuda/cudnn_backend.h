@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::cuda::detail {
 

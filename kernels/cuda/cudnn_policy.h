@@ -13,7 +13,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 
 namespace rt::cuda {
 

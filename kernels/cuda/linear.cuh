@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {

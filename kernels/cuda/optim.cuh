@@ -9,7 +9,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {

@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <string>
 
-#include "engine/dtype.h"
+#include "base/dtype.h"
 
 namespace rt::cuda {
 

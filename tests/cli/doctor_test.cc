@@ -8,7 +8,7 @@
 
 #include <string>
 
-#include "dist/net_util.h"
+#include "distributed/net_util.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::cli {

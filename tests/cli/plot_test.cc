@@ -24,7 +24,7 @@
 #include "cli/plot_data.h"
 #include "cli/plot_files.h"
 #include "cli/svg_chart.h"
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::cli {
 namespace {

@@ -76,7 +76,7 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
     const DType rd = ref_dtype(t), st = cuda::batch_norm_stat_dtype(t);
     // Statistics are computed in float (double for f64) from the same rounded inputs on
     // both sides, so they meet the f32 (f64) tolerance whatever the storage type.
-    const Tol stat_tol = tol_for(rd);
+    const Tol stat_tol = gpu_tol_for(rd);
     for (const Geom& ge : kGeoms) {
       const cuda::BatchNormGeom g{ge.N, ge.C, ge.S, ge.nhwc};
       const cpu::BatchNormGeom cg{ge.N, ge.C, ge.S, ge.nhwc};
@@ -107,8 +107,8 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
                              grv.raw_data(), momentum, sws.raw_data(), stream());
       check_close(gm.to_vector<double>(), mean, stat_tol, glabel("mean", t, ge));
       check_close(gi.to_vector<double>(), invstd, stat_tol, glabel("invstd", t, ge));
-      check_close(grm.to_vector<double>(), rm, kTolF32, glabel("running_mean", t, ge));
-      check_close(grv.to_vector<double>(), rv, kTolF32, glabel("running_var", t, ge));
+      check_close(grm.to_vector<double>(), rm, kGpuTolF32, glabel("running_mean", t, ge));
+      check_close(grv.to_vector<double>(), rv, kGpuTolF32, glabel("running_var", t, ge));
 
       // Eval statistics from running stats.
       Tensor em = poisoned({ge.C}, st), ei = poisoned({ge.C}, st);
@@ -135,7 +135,7 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
           cpu::batch_norm_apply<float>(cg, xr.data<float>(), mean.data(), invstd.data(),
                                        affine ? gammar.data<float>() : nullptr, affine ? betar.data<float>() : nullptr,
                                        yr.data<float>());
-        check_close(y, yr, tol_for(t), glabel(affine ? "apply affine" : "apply", t, ge));
+        check_on_gpu(y, yr, gpu_tol_for(t), glabel(affine ? "apply affine" : "apply", t, ge));
 
         for (bool training : {true, false}) {
           const std::string tag = std::string(training ? " training" : " eval") + (affine ? " affine" : "");
@@ -154,15 +154,15 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
                                             affine ? gammar.data<float>() : nullptr, training, dxr.data<float>(),
                                             dgr.data<float>(), dbr.data<float>());
           const double sq = std::sqrt(double(M));
-          check_close(dx, dxr, tol_for(t), glabel("dx", t, ge) + tag);
-          check_close(dg, dgr, tol_for(t), glabel("dgamma", t, ge) + tag, sq);
-          check_close(db, dbr, tol_for(t), glabel("dbeta", t, ge) + tag, sq);
+          check_on_gpu(dx, dxr, gpu_tol_for(t), glabel("dx", t, ge) + tag);
+          check_on_gpu(dg, dgr, gpu_tol_for(t), glabel("dgamma", t, ge) + tag, sq);
+          check_on_gpu(db, dbr, gpu_tol_for(t), glabel("dbeta", t, ge) + tag, sq);
           // dx only (parameter gradients not wanted): the null outputs are skipped.
           Tensor dx2 = poisoned({n}, t);
           cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
                                     affine ? gamma.raw_data() : nullptr, training, dx2.raw_data(), nullptr, nullptr,
                                     ws.raw_data(), stream());
-          check_close(dx2, dxr, tol_for(t), glabel("dx alone", t, ge) + tag);
+          check_on_gpu(dx2, dxr, gpu_tol_for(t), glabel("dx alone", t, ge) + tag);
         }
       }
     }
@@ -207,17 +207,17 @@ TEST_CASE("batch_norm op forward, backward and running stats on CUDA match the C
           poison_allocator(shape_numel(os.shape));
           const Tensor yd = batch_norm(xd, wd, bd, rmd, rvd, training, 0.1, 1e-5);
           const Tensor yr = batch_norm(xr, wr, br, rmr, rvr, training, 0.1, 1e-5);
-          check_close(yd, yr, tol_for(t), what + " y");
-          check_close(rmd, rmr, kTolF32, what + " running_mean");
-          check_close(rvd, rvr, kTolF32, what + " running_var");
+          check_on_gpu(yd, yr, gpu_tol_for(t), what + " y");
+          check_on_gpu(rmd, rmr, kGpuTolF32, what + " running_mean");
+          check_on_gpu(rvd, rvr, kGpuTolF32, what + " running_var");
           const Tensor seed64 = rnd(os.shape, ++seed);
           poison_allocator(shape_numel(os.shape));
           yd.backward(to_gpu(seed64, t, yd.format()));
           yr.backward(to_ref(seed64, t, yr.format()));
-          check_close(xd.grad(), xr.grad(), tol_for(t), what + " dx");
+          check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), what + " dx");
           if (affine) {
-            check_close(wd.grad(), wr.grad(), tol_for(t), what + " dweight", std::sqrt(double(M)));
-            check_close(bd.grad(), br.grad(), tol_for(t), what + " dbias", std::sqrt(double(M)));
+            check_on_gpu(wd.grad(), wr.grad(), gpu_tol_for(t), what + " dweight", std::sqrt(double(M)));
+            check_on_gpu(bd.grad(), br.grad(), gpu_tol_for(t), what + " dbias", std::sqrt(double(M)));
           }
         }
       }
@@ -332,7 +332,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
             cpu::batch_norm_apply_relu<R>(cg, xr.data<R>(), ptr_or_null<R>(rr, res), mean.data(), invstd.data(),
                                           ptr_or_null<R>(gammar, affine), ptr_or_null<R>(betar, affine), yr.data<R>());
           });
-          check_close(y, yr, tol_for(t), glabel("apply_relu", t, ge) + tag);
+          check_on_gpu(y, yr, gpu_tol_for(t), glabel("apply_relu", t, ge) + tag);
 
           // The same through the scalar path: pointers one element off 16-byte alignment.
           const Shifted xs = shifted(x64, t), rs = shifted(r64, t);
@@ -340,7 +340,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
           cuda::batch_norm_apply_relu(g, t, xs.ptr, res ? rs.ptr : nullptr, gm.raw_data(), gi.raw_data(),
                                       affine ? gamma.raw_data() : nullptr, affine ? beta.raw_data() : nullptr, ys.ptr,
                                       stream());
-          check_close(unshift(ys), yr.to_vector<double>(), tol_for(t), glabel("apply_relu unaligned", t, ge) + tag);
+          check_close(unshift(ys), yr.to_vector<double>(), gpu_tol_for(t), glabel("apply_relu unaligned", t, ge) + tag);
 
           for (bool training : {true, false}) {
             const std::string btag = tag + (training ? " training" : " eval");
@@ -359,10 +359,10 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
                                                dgr.data<R>(), dbr.data<R>(), drr.data<R>());
             });
             const double sq = std::sqrt(double(M));
-            check_close(dx, dxr, tol_for(t), glabel("masked dx", t, ge) + btag);
-            check_close(dg, dgr, tol_for(t), glabel("masked dgamma", t, ge) + btag, sq);
-            check_close(db, dbr, tol_for(t), glabel("masked dbeta", t, ge) + btag, sq);
-            if (res) check_close(dr, drr, tol_for(t), glabel("dresidual", t, ge) + btag);
+            check_on_gpu(dx, dxr, gpu_tol_for(t), glabel("masked dx", t, ge) + btag);
+            check_on_gpu(dg, dgr, gpu_tol_for(t), glabel("masked dgamma", t, ge) + btag, sq);
+            check_on_gpu(db, dbr, gpu_tol_for(t), glabel("masked dbeta", t, ge) + btag, sq);
+            if (res) check_on_gpu(dr, drr, gpu_tol_for(t), glabel("dresidual", t, ge) + btag);
             else CHECK_MESSAGE(std::isnan(dr.to_vector<double>()[0]), glabel("dresidual written", t, ge), btag);
 
             // The residual's gradient alone (dx, dgamma, dbeta not wanted).
@@ -370,7 +370,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
             cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
                                            gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, nullptr,
                                            nullptr, nullptr, dr2.raw_data(), ws.raw_data(), stream());
-            check_close(dr2, drr, tol_for(t), glabel("dresidual alone", t, ge) + btag);
+            check_on_gpu(dr2, drr, gpu_tol_for(t), glabel("dresidual alone", t, ge) + btag);
 
             // Scalar path for the backward too.
             const Shifted yms = shifted(ymask64, t), dys = shifted(dy64, t);
@@ -378,7 +378,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
             cuda::batch_norm_backward_relu(g, t, xs.ptr, yms.ptr, dys.ptr, gm.raw_data(), gi.raw_data(),
                                            affine ? gamma.raw_data() : nullptr, training, dxs.ptr, nullptr, nullptr,
                                            nullptr, ws.raw_data(), stream());
-            check_close(unshift(dxs), dxr.to_vector<double>(), tol_for(t), glabel("masked dx unaligned", t, ge) + btag);
+            check_close(unshift(dxs), dxr.to_vector<double>(), gpu_tol_for(t), glabel("masked dx unaligned", t, ge) + btag);
           }
         }
     }
@@ -444,9 +444,9 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
                                   : batch_norm_relu(xr, wr, br, rmr, rvr, training, 0.1, 1e-5);
             CHECK(yd.format() == os.fmt);
             CHECK(yd.dtype() == t);
-            check_close(yd, yr, tol_for(t), what + " y");
-            check_close(rmd, rmr, kTolF32, what + " running_mean");
-            check_close(rvd, rvr, kTolF32, what + " running_var");
+            check_on_gpu(yd, yr, gpu_tol_for(t), what + " y");
+            check_on_gpu(rmd, rmr, kGpuTolF32, what + " running_mean");
+            check_on_gpu(rvd, rvr, kGpuTolF32, what + " running_var");
 
             // The incoming gradient in the other format for 4-D inputs (converted on the way in).
             const Tensor seed64 = rnd(os.shape, ++seed);
@@ -454,12 +454,12 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
             poison_allocator(shape_numel(os.shape));
             yd.backward(to_gpu(seed64, t, gfmt));
             const RefGrads ref = reference_grads(xr, wr, br, rm_before, rv_before, training, yd, to_ref(seed64, t, gfmt));
-            check_close(xd.grad(), ref.dx, tol_for(t), what + " dx");
+            check_on_gpu(xd.grad(), ref.dx, gpu_tol_for(t), what + " dx");
             if (affine) {
-              check_close(wd.grad(), ref.dw, tol_for(t), what + " dweight", std::sqrt(double(M)));
-              check_close(bd.grad(), ref.db, tol_for(t), what + " dbias", std::sqrt(double(M)));
+              check_on_gpu(wd.grad(), ref.dw, gpu_tol_for(t), what + " dweight", std::sqrt(double(M)));
+              check_on_gpu(bd.grad(), ref.db, gpu_tol_for(t), what + " dbias", std::sqrt(double(M)));
             }
-            if (res) check_close(rd.grad(), ref.dz, tol_for(t), what + " dresidual");
+            if (res) check_on_gpu(rd.grad(), ref.dz, gpu_tol_for(t), what + " dresidual");
           }
     }
   }

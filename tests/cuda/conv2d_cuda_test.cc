@@ -56,14 +56,14 @@ void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed, double lo
 
   // Each output is a sum: y over C/g*KH*KW products, dx over about O/g*KH*KW/stride^2,
   // dw and db over N*HO*WO; scale the absolute tolerance by the root of the term count.
-  const Tol tol{tol_for(t).atol * loosen, tol_for(t).rtol * loosen};
+  const Tol tol{gpu_tol_for(t).atol * loosen, gpu_tol_for(t).rtol * loosen};
   const double ky = std::sqrt(double(k.C / k.p.groups * k.KH * k.KW));
   const double kx = std::sqrt(double(k.O / k.p.groups * k.KH * k.KW));
   const double kw = std::sqrt(double(k.N * HO * WO));
-  check_close(got.y, want.y, tol, what + " y", ky);
-  check_close(got.dx, want.dx, tol, what + " dx", kx);
-  check_close(got.dw, want.dw, tol, what + " dw", kw);
-  if (k.bias) check_close(got.db, want.db, tol, what + " db", kw);
+  check_on_gpu(got.y, want.y, tol, what + " y", ky);
+  check_on_gpu(got.dx, want.dx, tol, what + " dx", kx);
+  check_on_gpu(got.dw, want.dw, tol, what + " dw", kw);
+  if (k.bias) check_on_gpu(got.db, want.db, tol, what + " db", kw);
   CHECK_MESSAGE(got.y.format() == f, what, ": y not in x's format");
   CHECK_MESSAGE(got.dx.format() == f, what, ": dx not in x's format");
   CHECK_MESSAGE(got.dw.format() == f, what, ": dw not in the weight's format");
@@ -170,10 +170,10 @@ TEST_CASE("conv2d with a weight in the other layout than x") {
     wr.set_requires_grad(true);
     const Tensor y = conv2d(to_gpu(x64, DType::f32, xf), wg, Tensor(), k.p);
     const Tensor yr = conv2d(to_ref(x64, DType::f32, xf), wr, Tensor(), k.p);
-    check_close(y, yr, kTolF32, "mixed-layout y", 3.0 * std::sqrt(double(k.C / k.p.groups)));
+    check_on_gpu(y, yr, kGpuTolF32, "mixed-layout y", 3.0 * std::sqrt(double(k.C / k.p.groups)));
     sum(y).backward();
     sum(yr).backward();
-    check_close(wg.grad(), wr.grad(), kTolF32, "mixed-layout dw", std::sqrt(double(k.N * k.H * k.W)));
+    check_on_gpu(wg.grad(), wr.grad(), kGpuTolF32, "mixed-layout dw", std::sqrt(double(k.N * k.H * k.W)));
     CHECK(wg.grad().format() == wf);
   }
 }

@@ -74,9 +74,9 @@ TEST_CASE("cross_entropy launchers match the CPU kernels") {
         Tensor bad = Tensor::zeros({1}, DType::i32, gpu());
         cuda::cross_entropy_forward(t, c.N, c.K, zd.raw_data(), td.data<int64_t>(), e, pd.raw_data(), rl.raw_data(),
                                     ld.raw_data(), bad.data<int32_t>(), stream());
-        check_close(pd, pr, tol_for(t), clabel("probs", t, c, e));
+        check_on_gpu(pd, pr, gpu_tol_for(t), clabel("probs", t, c, e));
         // The loss sums K terms per row (log-sum-exp) and N rows: errors grow like sqrt(N + K).
-        check_close(std::vector<double>{ld.item()}, std::vector<double>{loss}, tol_for(t), clabel("loss", t, c, e),
+        check_close(std::vector<double>{ld.item()}, std::vector<double>{loss}, gpu_tol_for(t), clabel("loss", t, c, e),
                     std::sqrt(double(c.N + c.K)));
         CHECK(bad.item() == 0);
 
@@ -92,7 +92,7 @@ TEST_CASE("cross_entropy launchers match the CPU kernels") {
         else
           cpu::cross_entropy_backward<float>(c.N, c.K, prr.data<float>(), tr.data<int64_t>(), e, 0.75,
                                              dr.data<float>());
-        check_close(dd, dr, tol_for(t), clabel("dlogits", t, c, e));
+        check_on_gpu(dd, dr, gpu_tol_for(t), clabel("dlogits", t, c, e));
       }
     }
   }
@@ -111,12 +111,12 @@ TEST_CASE("cross_entropy op forward and backward on CUDA match the CPU") {
         poison_allocator(c.N * c.K);
         const Tensor ld = cross_entropy(zd, td, e), lr = cross_entropy(zr, tr, e);
         CHECK(ld.ndim() == 0);
-        check_close(ld, lr, tol_for(t), what + " loss", std::sqrt(double(c.N + c.K)));
+        check_on_gpu(ld, lr, gpu_tol_for(t), what + " loss", std::sqrt(double(c.N + c.K)));
         poison_allocator(c.N * c.K);
         // The seed stays on the device: backward must read it there.
         ld.backward(Tensor::full({}, 1.5, t, gpu()));
         lr.backward(Tensor::full({}, 1.5, lr.dtype()));
-        check_close(zd.grad(), zr.grad(), tol_for(t), what + " dlogits");
+        check_on_gpu(zd.grad(), zr.grad(), gpu_tol_for(t), what + " dlogits");
       }
     }
   }

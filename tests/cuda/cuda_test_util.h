@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <functional>
 #include <limits>
+#include <random>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -22,6 +23,7 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 #include "kernels/cuda/runtime.h"
+#include "tests/test_util.h"
 
 namespace rt::cuda_test {
 
@@ -33,32 +35,17 @@ inline bool have_gpu(const char* test) {
   return false;
 }
 
-// ---- tolerances: |got - want| <= atol * scale + rtol * |want| ---------------------------
-// `scale` is 1 for elementwise results and sqrt(terms) for sums (rounding errors of a sum
-// grow like a random walk over its terms).
-struct Tol {
-  double atol, rtol;
-};
-// f64: both sides compute in double; only the order of summation differs.
-inline constexpr Tol kTolF64{1e-10, 1e-9};
-// f32: elementwise results match to an ulp or two (fma contraction); the GPU accumulates
-// sums in float where the CPU uses double: 1e-5 absolute (times sqrt(terms)) covers both.
-inline constexpr Tol kTolF32{1e-5, 1e-5};
-// bf16: 8 significant bits; one rounding of the result is up to 2^-9 ~ 2e-3 relative, and a
-// composed backward (square: g*x, then *2) rounds two or three times: 1e-2.
-inline constexpr Tol kTolBF16{1e-2, 1e-2};
-// f16: 11 significant bits; one rounding is up to 2^-11 ~ 4.9e-4 relative, two or three
-// roundings in a composed backward reach ~1.5e-3: 2e-3 relative, 1e-3 absolute.
-inline constexpr Tol kTolF16{1e-3, 2e-3};
-
-inline Tol tol_for(DType t) {
-  switch (t) {
-    case DType::f64: return kTolF64;
-    case DType::bf16: return kTolBF16;
-    case DType::f16: return kTolF16;
-    default: return kTolF32;
-  }
-}
+// The tolerances (gpu_tol_for), check_close and rnd are the op tests' own (tests/test_util.h,
+// Note [Tolerances]): one table for the CPU and the GPU tests.
+using test::check_close;
+using test::gpu_tol_for;
+using test::kExact;
+using test::kGpuTolBF16;
+using test::kGpuTolF16;
+using test::kGpuTolF32;
+using test::kTolF64;
+using test::rnd;
+using test::Tol;
 
 inline constexpr DType kFloatTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16};
 
@@ -75,12 +62,6 @@ inline constexpr bool kEmulatedGpu = true;
 #else
 inline constexpr bool kEmulatedGpu = false;
 #endif
-
-// Deterministic random normal values in f64 on the CPU (never exactly zero in practice).
-inline Tensor rnd(const Shape& s, uint64_t seed) {
-  Generator g(seed);
-  return randn(s, g, DType::f64, Device::cpu());
-}
 
 inline Tensor in_fmt(const Tensor& t, MemoryFormat f) { return t.ndim() == 4 ? t.to(f) : t; }
 
@@ -112,29 +93,12 @@ inline void poison_allocator(int64_t max_elems) {
   for (int64_t n = 1; n <= max_elems * 2; n *= 2) Tensor t = poisoned({n}, DType::f64);
 }
 
-inline void check_close(const std::vector<double>& got, const std::vector<double>& want, Tol tol,
-                        const std::string& what, double scale = 1.0) {
-  REQUIRE_MESSAGE(got.size() == want.size(), what, ": ", got.size(), " vs ", want.size(), " elements");
-  int bad = 0;
-  std::ostringstream os;
-  for (size_t i = 0; i < got.size(); ++i) {
-    const double err = std::abs(got[i] - want[i]);
-    if (!(err <= tol.atol * scale + tol.rtol * std::abs(want[i]))) {  // NaN fails too
-      if (bad < 8) os << "  [" << i << "] got " << got[i] << ", want " << want[i] << "\n";
-      ++bad;
-    }
-  }
-  CHECK_MESSAGE(bad == 0, what, ": ", bad, " of ", got.size(), " elements differ\n", os.str());
-}
-
-// got: a CUDA tensor; want: the CPU reference (values compared in logical order).
-inline void check_close(const Tensor& got, const Tensor& want, Tol tol, const std::string& what, double scale = 1.0) {
-  REQUIRE_MESSAGE(got.defined() == want.defined(), what, ": one side undefined");
-  if (!got.defined()) return;
-  CHECK_MESSAGE(got.shape() == want.shape(), what, ": shape ", shape_str(got.shape()), " vs ",
-                shape_str(want.shape()));
-  CHECK_MESSAGE(got.device() == gpu(), what, ": result on ", got.device().str(), ", not the GPU");
-  check_close(got.to_vector<double>(), want.to_vector<double>(), tol, what, scale);
+// got: a CUDA tensor; want: the CPU reference (test::check_close, and the result is on the GPU:
+// an op that fell back to the CPU would pass the values).
+inline void check_on_gpu(const Tensor& got, const Tensor& want, Tol tol, const std::string& what,
+                         double scale = 1.0) {
+  if (got.defined()) CHECK_MESSAGE(got.device() == gpu(), what, ": result on ", got.device().str(), ", not the GPU");
+  check_close(got, want, tol, what, scale);
 }
 
 inline std::string label(const std::string& op, DType t, const Shape& s, MemoryFormat f = MemoryFormat::contiguous) {
@@ -150,7 +114,13 @@ struct MatchOptions {
   std::vector<MemoryFormat> formats;  // per input (4-D inputs only); missing entries: contiguous
   bool positive_inputs = false;       // inputs |v| + 0.25 (log, sqrt, a fractional pow, a divisor)
   uint64_t seed = 1;
-  double tol_scale = 1.0;             // widens tol_for(t); a test that needs it says why
+  double tol_scale = 1.0;             // widens gpu_tol_for(t); a test that needs it says why
+  // The `scale` of the output's and of input i's gradient's comparison (Note [Tolerances]):
+  // by default 1 for the output, and sqrt(output / input elements) for a gradient (an input
+  // broadcast over the output has its gradient summed over that many terms). An op whose
+  // output is a sum (sum, a matmul, a convolution) says over how many terms.
+  std::function<double(const Tensor& out, const std::vector<Tensor>& in)> forward_scale;
+  std::function<double(size_t i, const Tensor& out, const Tensor& in)> grad_scale;
 
   MatchOptions& with_formats(std::vector<MemoryFormat> f) {
     formats = std::move(f);
@@ -164,14 +134,25 @@ struct MatchOptions {
     seed = s;
     return *this;
   }
+  MatchOptions& widened(double k) {
+    tol_scale = k;
+    return *this;
+  }
+  MatchOptions& with_forward_scale(std::function<double(const Tensor&, const std::vector<Tensor>&)> f) {
+    forward_scale = std::move(f);
+    return *this;
+  }
+  MatchOptions& with_grad_scale(std::function<double(size_t, const Tensor&, const Tensor&)> f) {
+    grad_scale = std::move(f);
+    return *this;
+  }
 };
 
 // Runs op f on the same random inputs (one per shape) on the GPU in dtype t and on the CPU
 // in ref_dtype(t) (the values rounded to t first), then backward from the same random
-// upstream gradient, and checks the output and every input's gradient within tol_for(t); a
-// gradient summed over broadcast dims (an input with fewer elements than the output) is
-// allowed sqrt(output / input elements) times the absolute tolerance. Without a GPU it prints
-// the SKIPPED line and returns. A user's new op, checked on every dtype:
+// upstream gradient, and checks the output and every input's gradient within gpu_tol_for(t),
+// at the scales MatchOptions says. Without a GPU it prints the SKIPPED line and returns. A
+// user's new op, checked on every dtype:
 //   cuda_test::check_matches_cpu("silu", [](const std::vector<Tensor>& in) { return silu(in[0]); }, {{2, 3, 4, 5}});
 inline void check_matches_cpu(const std::string& name, const OpFn& f, const std::vector<Shape>& shapes,
                               const std::vector<DType>& dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16},
@@ -194,10 +175,10 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
       what += " " + shape_str(shapes[i]) + (dev.back().format() == MemoryFormat::channels_last ? "NHWC" : "");
       biggest = std::max(biggest, v.numel());
     }
-    const Tol tol{tol_for(t).atol * opt.tol_scale, tol_for(t).rtol * opt.tol_scale};
+    const Tol tol = gpu_tol_for(t).scaled(opt.tol_scale);
     poison_allocator(biggest);
     const Tensor yd = f(dev), yr = f(ref);
-    check_close(yd, yr, tol, what + " forward");
+    check_on_gpu(yd, yr, tol, what + " forward", opt.forward_scale ? opt.forward_scale(yr, ref) : 1.0);
     CHECK_MESSAGE(yd.format() == yr.format(), what, ": result formats differ");
     const Tensor up = randn(yr.shape(), g, DType::f64, Device::cpu());
     poison_allocator(std::max(biggest, up.numel()));
@@ -205,9 +186,35 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
     yr.backward(to_ref(up, t, yr.format()));
     for (size_t i = 0; i < dev.size(); ++i) {
       const double terms = double(std::max<int64_t>(1, yr.numel())) / double(std::max<int64_t>(1, ref[i].numel()));
-      check_close(dev[i].grad(), ref[i].grad(), tol, what + " grad " + std::to_string(i),
-                  std::sqrt(std::max(1.0, terms)));
+      const double scale = opt.grad_scale ? opt.grad_scale(i, yr, ref[i]) : std::sqrt(std::max(1.0, terms));
+      check_on_gpu(dev[i].grad(), ref[i].grad(), tol, what + " grad " + std::to_string(i), scale);
     }
+  }
+}
+
+// Shapes drawn at random (Note [Tolerances] is per dtype, not per shape): `draw` returns one
+// case's input shapes and their formats from the generator; `cases` cases, seeded by `seed`
+// and reproducible, each checked as check_matches_cpu does. A fixed list of shapes misses
+// tiling and remainder bugs; draws of odd and 1x1 spatial sizes, channel counts off the
+// vector width and batch 1 find them.
+struct ShapeDraw {
+  std::vector<Shape> shapes;
+  std::vector<MemoryFormat> formats;  // per input, as MatchOptions::formats
+};
+inline void check_matches_cpu_sweep(const std::string& name, const OpFn& f,
+                                    const std::function<ShapeDraw(std::mt19937_64&)>& draw, int cases,
+                                    uint64_t seed,
+                                    const std::vector<DType>& dtypes = {DType::f32, DType::f64, DType::bf16,
+                                                                        DType::f16},
+                                    MatchOptions opt = {}) {
+  if (!have_gpu(name.c_str())) return;
+  std::mt19937_64 rng(seed);
+  for (int k = 0; k < cases; ++k) {
+    const ShapeDraw d = draw(rng);
+    opt.formats = d.formats;
+    opt.seed = seed * 1000 + uint64_t(k);
+    check_matches_cpu(name + " case " + std::to_string(k) + " (seed " + std::to_string(seed) + ")", f, d.shapes,
+                      dtypes, opt);
   }
 }
 

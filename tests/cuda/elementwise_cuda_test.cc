@@ -7,6 +7,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <random>
 
 #include "engine/ops.h"
 #include "engine/stream.h"
@@ -140,7 +141,7 @@ TEST_CASE("elementwise launchers write every element, aligned and misaligned") {
           launch(y.view.raw_data());
           Tensor want = Tensor::empty({n}, ref_dtype(t));
           with_ref_type(t, [&](auto z) { reference(z, want); });
-          check_close(y.view, want, tol_for(t), what);
+          check_on_gpu(y.view, want, gpu_tol_for(t), what);
           check_untouched(y, off, what);
         };
         const cudaStream_t s = stream();
@@ -171,7 +172,7 @@ TEST_CASE("elementwise launchers write every element, aligned and misaligned") {
                                           which != 1 ? w.data<R>() : nullptr,
                                           which == 1 ? w.data<R>() : which == 2 ? spare.data<R>() : nullptr);
                   if (which == 2) {  // the second output too
-                    check_close(other.view, spare, tol_for(t), label(gname + " (db)", t, {n}) + sfx);
+                    check_on_gpu(other.view, spare, gpu_tol_for(t), label(gname + " (db)", t, {n}) + sfx);
                     check_untouched(other, off, gname + " (db)");
                   }
                 });
@@ -257,7 +258,7 @@ TEST_CASE("sum launcher: every dtype and size, deterministic") {
             want = cpu::sum<R>(n, xr.data<R>()) * scale;
           });
           const std::string what = label(scale == 1.0 ? "sum" : "mean", t, {n}) + " off=" + std::to_string(off);
-          check_close({y1.item()}, {want}, tol_for(t), what, std::sqrt(double(n)) * scale);
+          check_close({y1.item()}, {want}, gpu_tol_for(t), what, std::sqrt(double(n)) * scale);
           CHECK_MESSAGE(y1.item() == y2.item(), what, ": two runs differ");
         }
       }
@@ -275,10 +276,10 @@ TEST_CASE("cast launcher matches the host conversion exactly") {
         Tensor dst = poisoned({n}, to);
         cuda::cast(from, to, n, src.raw_data(), dst.raw_data(), stream());
         const Tensor want = v64.to(from).to(to);  // host conversion, round-to-nearest-even
-        check_close(dst, want, Tol{0, 0}, std::string("cast ") + dtype_name(from) + "->" + dtype_name(to) +
+        check_on_gpu(dst, want, kExact, std::string("cast ") + dtype_name(from) + "->" + dtype_name(to) +
                                               " n=" + std::to_string(n));
         // Tensor::to(DType) on the GPU goes through the same kernel.
-        check_close(src.to(to), want, Tol{0, 0}, std::string("Tensor::to ") + dtype_name(from) + "->" +
+        check_on_gpu(src.to(to), want, kExact, std::string("Tensor::to ") + dtype_name(from) + "->" +
                                                      dtype_name(to) + " n=" + std::to_string(n));
       }
     }
@@ -287,47 +288,70 @@ TEST_CASE("cast launcher matches the host conversion exactly") {
     Tensor dst = poisoned({n}, DType::f32);
     const Tensor gbytes = bytes.to(gpu());
     cuda::cast(DType::u8, DType::f32, n, gbytes.raw_data(), dst.raw_data(), stream());
-    check_close(dst, bytes.to(DType::f32), Tol{0, 0}, "cast u8->f32 n=" + std::to_string(n));
+    check_on_gpu(dst, bytes.to(DType::f32), kExact, "cast u8->f32 n=" + std::to_string(n));
   }
 }
 
 // ---- ops through autograd: CUDA vs CPU ---------------------------------------------------
 
-struct OpCase {
+// One row per op through autograd: every entry of the op table has one (checked below, so an
+// op added to kernels/elementwise_ops.h without a row fails here), plus the scalar forms,
+// the reductions and compositions.
+struct OpRow {
   const char* name;
   int inputs;
-  bool positive;  // inputs must be > 0 (sqrt)
-  std::function<Tensor(const std::vector<Tensor>&)> f;
-  bool reduces;   // output is a sum over all inputs (tolerance scaled)
+  bool positive;  // inputs must be > 0 (sqrt, log, a fractional power, a divisor)
+  OpFn f;
+  bool sums = false;          // the output sums every input element (tolerance times sqrt(n))
+  double half_widen = 1.0;    // bf16/f16 tolerance scale; a row that widens it says why
 };
 
-const std::vector<OpCase>& op_cases() {
-  static const std::vector<OpCase> cases = {
-      {"add", 2, false, [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }, false},
-      {"sub", 2, false, [](const std::vector<Tensor>& x) { return sub(x[0], x[1]); }, false},
-      {"mul", 2, false, [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }, false},
-      {"mul scalar", 1, false, [](const std::vector<Tensor>& x) { return mul(x[0], 1.75); }, false},
-      {"add scalar", 1, false, [](const std::vector<Tensor>& x) { return add(x[0], -0.375); }, false},
-      {"relu", 1, false, [](const std::vector<Tensor>& x) { return relu(x[0]); }, false},
-      {"add_relu", 2, false, [](const std::vector<Tensor>& x) { return add_relu(x[0], x[1]); }, false},
-      {"square", 1, false, [](const std::vector<Tensor>& x) { return square(x[0]); }, false},
-      {"sqrt", 1, true, [](const std::vector<Tensor>& x) { return sqrt(x[0]); }, false},
-      {"exp", 1, false, [](const std::vector<Tensor>& x) { return exp(x[0]); }, false},
-      {"log", 1, true, [](const std::vector<Tensor>& x) { return log(x[0]); }, false},
-      {"neg", 1, false, [](const std::vector<Tensor>& x) { return neg(x[0]); }, false},
-      {"silu", 1, false, [](const std::vector<Tensor>& x) { return silu(x[0]); }, false},
-      {"pow 3", 1, false, [](const std::vector<Tensor>& x) { return pow(x[0], 3.0); }, false},
-      {"pow 2.5", 1, true, [](const std::vector<Tensor>& x) { return pow(x[0], 2.5); }, false},
-      {"div", 2, true, [](const std::vector<Tensor>& x) { return div(x[0], x[1]); }, false},
+// sigmoid and tanh: their backward reads the saved output y, stored in the dtype: y(1 - y)
+// and 1 - y^2 near |y| = 1 lose the digits y was rounded by (half an ulp: 2^-12 in f16, 2^-9
+// in bf16), up to 2 * 2^-9 * |dy| absolute in bf16 (PyTorch's backward reads the same
+// rounded output). Twice the dtype's tolerance covers |dy| up to 5.
+constexpr double kSavedOutputWiden = 2.0;
+
+const std::vector<OpRow>& op_rows() {
+  static const std::vector<OpRow> rows = {
+      {"add", 2, false, [](const std::vector<Tensor>& x) { return add(x[0], x[1]); }},
+      {"sub", 2, false, [](const std::vector<Tensor>& x) { return sub(x[0], x[1]); }},
+      {"mul", 2, false, [](const std::vector<Tensor>& x) { return mul(x[0], x[1]); }},
+      {"mul scalar", 1, false, [](const std::vector<Tensor>& x) { return mul(x[0], 1.75); }},
+      {"add scalar", 1, false, [](const std::vector<Tensor>& x) { return add(x[0], -0.375); }},
+      {"relu", 1, false, [](const std::vector<Tensor>& x) { return relu(x[0]); }},
+      {"add_relu", 2, false, [](const std::vector<Tensor>& x) { return add_relu(x[0], x[1]); }},
+      {"square", 1, false, [](const std::vector<Tensor>& x) { return square(x[0]); }},
+      {"sqrt", 1, true, [](const std::vector<Tensor>& x) { return sqrt(x[0]); }},
+      {"exp", 1, false, [](const std::vector<Tensor>& x) { return exp(x[0]); }},
+      {"log", 1, true, [](const std::vector<Tensor>& x) { return log(x[0]); }},
+      {"sigmoid", 1, false, [](const std::vector<Tensor>& x) { return sigmoid(x[0]); }, false, kSavedOutputWiden},
+      {"tanh", 1, false, [](const std::vector<Tensor>& x) { return tanh(x[0]); }, false, kSavedOutputWiden},
+      {"neg", 1, false, [](const std::vector<Tensor>& x) { return neg(x[0]); }},
+      {"silu", 1, false, [](const std::vector<Tensor>& x) { return silu(x[0]); }},
+      {"pow 3", 1, false, [](const std::vector<Tensor>& x) { return pow(x[0], 3.0); }},
+      {"pow 2.5", 1, true, [](const std::vector<Tensor>& x) { return pow(x[0], 2.5); }},
+      {"div", 2, true, [](const std::vector<Tensor>& x) { return div(x[0], x[1]); }},
       {"sum", 1, false, [](const std::vector<Tensor>& x) { return sum(x[0]); }, true},
-      {"mean", 1, false, [](const std::vector<Tensor>& x) { return mean(x[0]); }, true},
+      {"mean", 1, false, [](const std::vector<Tensor>& x) { return mean(x[0]); }},
       // x used twice: its gradient is accumulated with add_ on the device. (Compositions
       // whose intermediate results cancel, like x*y + x, are avoided: bf16/f16 round each
       // intermediate, an error relative to it rather than to the result.)
-      {"x*x", 1, false, [](const std::vector<Tensor>& x) { return mul(x[0], x[0]); }, false},
-      {"relu(x) + x", 1, false, [](const std::vector<Tensor>& x) { return add(relu(x[0]), x[0]); }, false},
+      {"x*x", 1, false, [](const std::vector<Tensor>& x) { return mul(x[0], x[0]); }},
+      {"relu(x) + x", 1, false, [](const std::vector<Tensor>& x) { return add(relu(x[0]), x[0]); }},
   };
-  return cases;
+  return rows;
+}
+
+bool has_row(const std::string& op) {
+  for (const OpRow& r : op_rows())
+    if (r.name == op || std::string(r.name).rfind(op + " ", 0) == 0) return true;
+  return false;
+}
+
+TEST_CASE("every op of the table has a row (runs without a GPU)") {
+  for (ew::Unary op : kAllUnary) CHECK_MESSAGE(has_row(ew::name(op)), "unary op ", ew::name(op), " has no row");
+  for (ew::Binary op : kAllBinary) CHECK_MESSAGE(has_row(ew::name(op)), "binary op ", ew::name(op), " has no row");
 }
 
 struct ShapeCase {
@@ -343,34 +367,46 @@ const std::vector<ShapeCase> kOpShapes = {
     {{2, 64, 9, 9}, MemoryFormat::contiguous},
 };
 
+MatchOptions row_options(const OpRow& r, MemoryFormat fmt, uint64_t seed) {
+  MatchOptions o = MatchOptions().with_formats(std::vector<MemoryFormat>(size_t(r.inputs), fmt)).with_seed(seed);
+  if (r.positive) o.positive();
+  if (r.sums) o.with_forward_scale([](const Tensor&, const std::vector<Tensor>& in) {
+    return std::sqrt(double(in[0].numel()));
+  });
+  return o;
+}
+
 TEST_CASE("ops forward and backward on CUDA match the CPU") {
   if (!have_gpu("ops forward and backward on CUDA match the CPU")) return;
   uint64_t seed = 100;
-  for (const OpCase& op : op_cases()) {
-    for (DType t : kFloatTypes) {
-      for (const ShapeCase& sc : kOpShapes) {
-        const std::string what = label(op.name, t, sc.shape, sc.fmt);
-        std::vector<Tensor> dev, ref;
-        for (int i = 0; i < op.inputs; ++i) {
-          Tensor v = rnd(sc.shape, ++seed);
-          if (op.positive) v = positive(v);
-          dev.push_back(to_gpu(v, t, sc.fmt).set_requires_grad(true));
-          ref.push_back(to_ref(v, t, sc.fmt).set_requires_grad(true));
-        }
-        poison_allocator(shape_numel(sc.shape));
-        const Tensor yd = op.f(dev), yr = op.f(ref);
-        const double scale = op.reduces ? std::sqrt(double(shape_numel(sc.shape))) : 1.0;
-        check_close(yd, yr, tol_for(t), what + " forward", op.name == std::string("mean") ? 1.0 : scale);
-        const Tensor seed64 = rnd(yr.shape(), ++seed);
-        poison_allocator(shape_numel(sc.shape));
-        yd.backward(to_gpu(seed64, t, yd.format()));
-        yr.backward(to_ref(seed64, t, yr.format()));
-        for (int i = 0; i < op.inputs; ++i)
-          check_close(dev[size_t(i)].grad(), ref[size_t(i)].grad(), tol_for(t),
-                      what + " grad " + std::to_string(i));
-      }
+  for (const OpRow& r : op_rows()) {
+    for (const ShapeCase& sc : kOpShapes) {
+      const std::vector<Shape> shapes(size_t(r.inputs), sc.shape);
+      MatchOptions o = row_options(r, sc.fmt, ++seed);
+      check_matches_cpu(r.name, r.f, shapes, {DType::f32, DType::f64}, o);
+      check_matches_cpu(r.name, r.f, shapes, {DType::bf16, DType::f16}, o.widened(r.half_widen));
     }
   }
+}
+
+// Seeded random shapes (odd and 1x1 spatial sizes, channels off the vector width, batch 1,
+// both layouts), the second operand broadcast over some of the first's dims.
+ShapeDraw draw_pair(std::mt19937_64& rng) {
+  const auto pick = [&](std::initializer_list<int64_t> v) { return *(v.begin() + rng() % v.size()); };
+  const Shape a = {pick({1, 2, 3}), pick({1, 3, 5, 8, 17}), pick({1, 2, 7, 9}), pick({1, 3, 8, 13})};
+  Shape b = a;
+  for (auto& d : b)
+    if (rng() % 2) d = 1;
+  const auto fmt = [&] { return rng() % 2 ? MemoryFormat::channels_last : MemoryFormat::contiguous; };
+  return {{a, b}, {fmt(), fmt()}};
+}
+
+TEST_CASE("binary ops at seeded random shapes on CUDA match the CPU") {
+  if (!have_gpu("binary ops at seeded random shapes on CUDA match the CPU")) return;
+  const int cases = kEmulatedGpu ? 3 : 12;
+  for (const OpRow& r : op_rows())
+    if (r.inputs == 2 && !r.positive)
+      check_matches_cpu_sweep(r.name, r.f, draw_pair, cases, 20261202, {DType::f32, DType::bf16});
 }
 
 TEST_CASE("in-place add_ and mul_ on CUDA match the CPU") {
@@ -383,32 +419,11 @@ TEST_CASE("in-place add_ and mul_ on CUDA match the CPU") {
       const MemoryFormat other = sc.fmt == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
       add_(ad, to_gpu(b64, t, other), -0.625);
       add_(ar, to_ref(b64, t, other), -0.625);
-      check_close(ad, ar, tol_for(t), label("add_", t, sc.shape, sc.fmt));
+      check_on_gpu(ad, ar, gpu_tol_for(t), label("add_", t, sc.shape, sc.fmt));
       mul_(ad, 1.5);
       mul_(ar, 1.5);
-      check_close(ad, ar, tol_for(t), label("add_ then mul_", t, sc.shape, sc.fmt));
+      check_on_gpu(ad, ar, gpu_tol_for(t), label("add_ then mul_", t, sc.shape, sc.fmt));
     }
-  }
-}
-
-TEST_CASE("sigmoid and tanh on CUDA match the CPU") {
-  if (!have_gpu("sigmoid and tanh on CUDA match the CPU")) return;
-  // Their backward reads the saved output y, stored in the dtype: y(1 - y) and 1 - y^2 near
-  // |y| = 1 lose the digits y was rounded by (half an ulp: 2^-12 in f16, 2^-9 in bf16), up to
-  // 2 * 2^-9 * |dy| absolute in bf16 (PyTorch's backward reads the same rounded output). Twice
-  // the dtype's tolerance covers |dy| up to 5.
-  for (const ShapeCase& sc : kOpShapes) {
-    const MatchOptions opt = MatchOptions().with_formats({sc.fmt}).with_seed(uint64_t(shape_numel(sc.shape)));
-    MatchOptions wide = opt;
-    wide.tol_scale = 2.0;
-    check_matches_cpu("sigmoid", [](const std::vector<Tensor>& in) { return sigmoid(in[0]); }, {sc.shape},
-                      {DType::f32, DType::f64}, opt);
-    check_matches_cpu("sigmoid", [](const std::vector<Tensor>& in) { return sigmoid(in[0]); }, {sc.shape},
-                      {DType::bf16, DType::f16}, wide);
-    check_matches_cpu("tanh", [](const std::vector<Tensor>& in) { return tanh(in[0]); }, {sc.shape},
-                      {DType::f32, DType::f64}, opt);
-    check_matches_cpu("tanh", [](const std::vector<Tensor>& in) { return tanh(in[0]); }, {sc.shape},
-                      {DType::bf16, DType::f16}, wide);
   }
 }
 
@@ -458,7 +473,7 @@ TEST_CASE("broadcasting binary ops on CUDA match the CPU, gradients summed to ea
     // dtype before the sum (the full-size gradient is a bf16/f16 tensor, as in PyTorch's
     // backward), and with b >= 0.25 a term reaches 16 |a g| (about 4x on average): the
     // rounding errors of the sum are that many times a unit term's. First run under
-    // --config=cuda-emu: 1-23 sums per shape just past tol_for(t).
+    // --config=cuda-emu: 1-23 sums per shape just past gpu_tol_for(t).
     MatchOptions div_half = div_opt;
     div_half.tol_scale = 4.0;
     check_matches_cpu("div", div_op, {bc.a, bc.b}, {DType::bf16, DType::f16}, div_half);

@@ -66,11 +66,11 @@ TEST_CASE("linear on CUDA matches the CPU: forward and backward, every dtype, wi
         Tensor yr = linear(xr, wr, br);
         yr.backward(to_ref(dy64, t));
 
-        const Tol tol = tol_for(t);
-        check_close(yg, yr, tol, what + " y", scale_for(c.in));
-        check_close(xg.grad(), xr.grad(), tol, what + " dx", scale_for(c.out));
-        check_close(wg.grad(), wr.grad(), tol, what + " dw", scale_for(c.N));
-        if (with_bias) check_close(bg.grad(), br.grad(), tol, what + " db", scale_for(c.N));
+        const Tol tol = gpu_tol_for(t);
+        check_on_gpu(yg, yr, tol, what + " y", scale_for(c.in));
+        check_on_gpu(xg.grad(), xr.grad(), tol, what + " dx", scale_for(c.out));
+        check_on_gpu(wg.grad(), wr.grad(), tol, what + " dw", scale_for(c.N));
+        if (with_bias) check_on_gpu(bg.grad(), br.grad(), tol, what + " db", scale_for(c.N));
       }
     }
   }
@@ -90,11 +90,11 @@ TEST_CASE("linear on CUDA with no input features: y is the bias, dw is empty, db
     const std::vector<double> bv = to_ref(b64, t).to_vector<double>();
     std::vector<double> want;
     for (int r = 0; r < 3; ++r) want.insert(want.end(), bv.begin(), bv.end());
-    check_close(y.to_vector<double>(), want, tol_for(t), "y = b");
+    check_close(y.to_vector<double>(), want, gpu_tol_for(t), "y = b");
     CHECK(x.grad().numel() == 0);
     CHECK(w.grad().numel() == 0);
     const Tensor dy_ref = to_ref(dy64, t).set_requires_grad(false);
-    check_close(b.grad(), sum_rows_ref(dy_ref), tol_for(t), "db", 2.0);
+    check_on_gpu(b.grad(), sum_rows_ref(dy_ref), gpu_tol_for(t), "db", 2.0);
   }
 }
 
@@ -103,13 +103,13 @@ TEST_CASE("linear on CUDA: TF32 only when allowed") {
   const Tensor x64 = rnd({64, 512}, 7), w64 = rnd({64, 512}, 8);
   const Tensor ref = linear(to_ref(x64, DType::f32), to_ref(w64, DType::f32), Tensor());
   // Off: full f32 accuracy.
-  check_close(linear(to_gpu(x64, DType::f32), to_gpu(w64, DType::f32), Tensor()), ref, kTolF32, "f32 no tf32",
+  check_on_gpu(linear(to_gpu(x64, DType::f32), to_gpu(w64, DType::f32), Tensor()), ref, kGpuTolF32, "f32 no tf32",
               scale_for(512));
   cuda::set_allow_tf32(true);
   // On: 10-bit mantissa inputs; still close at bf16-like tolerance.
   const Tensor y = linear(to_gpu(x64, DType::f32), to_gpu(w64, DType::f32), Tensor());
   cuda::set_allow_tf32(false);
-  check_close(y, ref, kTolBF16, "f32 with tf32", scale_for(512));
+  check_on_gpu(y, ref, kGpuTolBF16, "f32 with tf32", scale_for(512));
 }
 
 }  // namespace

@@ -50,11 +50,11 @@ TEST_CASE("matmul on CUDA matches the CPU: forward and backward, every dtype") {
       Tensor ad = to_gpu(a64, t).set_requires_grad(true), bd = to_gpu(b64, t).set_requires_grad(true);
       Tensor ar = to_ref(a64, t).set_requires_grad(true), br = to_ref(b64, t).set_requires_grad(true);
       const Tensor cd = matmul(ad, bd), cr = matmul(ar, br);
-      check_close(cd, cr, tol_for(t), w + " c", scale_for(k.K));
+      check_on_gpu(cd, cr, gpu_tol_for(t), w + " c", scale_for(k.K));
       cd.backward(to_gpu(g64, t));
       cr.backward(to_ref(g64, t));
-      check_close(ad.grad(), ar.grad(), tol_for(t), w + " da", scale_for(k.N));
-      check_close(bd.grad(), br.grad(), tol_for(t), w + " db", scale_for(k.M));
+      check_on_gpu(ad.grad(), ar.grad(), gpu_tol_for(t), w + " da", scale_for(k.N));
+      check_on_gpu(bd.grad(), br.grad(), gpu_tol_for(t), w + " db", scale_for(k.M));
     }
 }
 
@@ -62,11 +62,11 @@ TEST_CASE("matmul on CUDA: TF32 only when allowed") {
   if (!have_gpu("matmul tf32 switch")) return;
   const Tensor a64 = rnd({4, 64, 512}, 7), b64 = rnd({4, 512, 64}, 8);
   const Tensor ref = matmul(to_ref(a64, DType::f32), to_ref(b64, DType::f32));
-  check_close(matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32)), ref, kTolF32, "f32 no tf32", scale_for(512));
+  check_on_gpu(matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32)), ref, kGpuTolF32, "f32 no tf32", scale_for(512));
   cuda::set_allow_tf32(true);
   const Tensor c = matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32));
   cuda::set_allow_tf32(false);
-  check_close(c, ref, kTolBF16, "f32 with tf32", scale_for(512));  // 10-bit inputs: bf16-like tolerance
+  check_on_gpu(c, ref, kGpuTolBF16, "f32 with tf32", scale_for(512));  // 10-bit inputs: bf16-like tolerance
 }
 
 }  // namespace

@@ -111,8 +111,8 @@ TEST_CASE("max_pool2d launchers match the CPU kernels, argmax included") {
           else cpu::max_pool2d_forward<float>(cg, xflat.data<float>(), ycpu.data<float>(), icpu.data<int64_t>());
           Tensor yd = poisoned({no}, t), id = Tensor::full({no}, -7.0, DType::i64, gpu());
           cuda::max_pool2d_forward(g, t, xd.raw_data(), yd.raw_data(), id.data<int64_t>(), stream());
-          check_close_nan(yd, ycpu, tol_for(t), what + " y");
-          check_close(id.to_vector<double>(), icpu.to_vector<double>(), Tol{0, 0}, what + " argmax");
+          check_close_nan(yd, ycpu, gpu_tol_for(t), what + " y");
+          check_close(id.to_vector<double>(), icpu.to_vector<double>(), kExact, what + " argmax");
 
           // Backward from the (equal) argmax: dy in the output's layout, flat.
           const Tensor dyo64 = rnd({no}, ++seed);
@@ -121,7 +121,7 @@ TEST_CASE("max_pool2d launchers match the CPU kernels, argmax included") {
           cuda::max_pool2d_backward(g, t, dyd.raw_data(), id.data<int64_t>(), dxd.raw_data(), stream());
           if (rd == DType::f64) cpu::max_pool2d_backward<double>(cg, dyr.data<double>(), icpu.data<int64_t>(), dxr.data<double>());
           else cpu::max_pool2d_backward<float>(cg, dyr.data<float>(), icpu.data<int64_t>(), dxr.data<float>());
-          check_close(dxd, dxr, tol_for(t), what + " dx");
+          check_on_gpu(dxd, dxr, gpu_tol_for(t), what + " dx");
         }
       }
     }
@@ -140,12 +140,12 @@ TEST_CASE("max_pool2d op forward and backward on CUDA match the CPU") {
         poison_allocator(shape_numel(mc.shape));
         const Tensor yd = max_pool2d(xd, mc.p), yr = max_pool2d(xr, mc.p);
         CHECK(yd.format() == f);
-        check_close(yd, yr, tol_for(t), what + " y");
+        check_on_gpu(yd, yr, gpu_tol_for(t), what + " y");
         const Tensor g64 = rnd(yr.shape(), ++seed);
         poison_allocator(shape_numel(mc.shape));
         yd.backward(to_gpu(g64, t, f));
         yr.backward(to_ref(g64, t, f));
-        check_close(xd.grad(), xr.grad(), tol_for(t), what + " dx");
+        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), what + " dx");
       }
     }
   }
@@ -176,21 +176,21 @@ TEST_CASE("adaptive_avg_pool2d and global_avg_pool on CUDA match the CPU") {
         Tensor xd = to_gpu(x64, t, f).set_requires_grad(true), xr = to_ref(x64, t, f).set_requires_grad(true);
         poison_allocator(shape_numel(ac.shape));
         const Tensor yd = adaptive_avg_pool2d(xd, ac.oh, ac.ow), yr = adaptive_avg_pool2d(xr, ac.oh, ac.ow);
-        check_close(yd, yr, tol_for(t), what + " y", sq);
+        check_on_gpu(yd, yr, gpu_tol_for(t), what + " y", sq);
         const Tensor g64 = rnd(yr.shape(), ++seed);
         poison_allocator(shape_numel(ac.shape));
         yd.backward(to_gpu(g64, t, f));
         yr.backward(to_ref(g64, t, f));
-        check_close(xd.grad(), xr.grad(), tol_for(t), what + " dx");
+        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), what + " dx");
 
         if (ac.oh != 1 || ac.ow != 1) continue;
         Tensor gd = to_gpu(x64, t, f).set_requires_grad(true), gr = to_ref(x64, t, f).set_requires_grad(true);
         const Tensor zd = global_avg_pool(gd), zr = global_avg_pool(gr);
-        check_close(zd, zr, tol_for(t), label("global_avg_pool", t, ac.shape, f) + " y", sq);
+        check_on_gpu(zd, zr, gpu_tol_for(t), label("global_avg_pool", t, ac.shape, f) + " y", sq);
         const Tensor h64 = rnd(zr.shape(), ++seed);
         zd.backward(to_gpu(h64, t));
         zr.backward(to_ref(h64, t));
-        check_close(gd.grad(), gr.grad(), tol_for(t), label("global_avg_pool", t, ac.shape, f) + " dx");
+        check_on_gpu(gd.grad(), gr.grad(), gpu_tol_for(t), label("global_avg_pool", t, ac.shape, f) + " dx");
       }
     }
   }

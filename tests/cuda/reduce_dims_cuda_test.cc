@@ -109,13 +109,13 @@ TEST_CASE("sum and mean over dims on CUDA match the CPU: forward and backward, e
         CHECK(yd.format() == yr.format());
         // Sums: rounding grows like sqrt(terms); a mean's absolute error is the sum's / terms.
         const double sq = std::sqrt(double(terms(k)));
-        check_close(yd, yr, tol_for(t), w + " y", is_mean ? 1.0 : sq);
+        check_on_gpu(yd, yr, gpu_tol_for(t), w + " y", is_mean ? 1.0 : sq);
         const Tensor g64 = rnd(yr.shape(), ++seed);
         poison_allocator(x64.numel());
         yd.backward(to_gpu(g64, t, yr.format()));
         yr.backward(to_ref(g64, t, yr.format()));
         CHECK(xd.grad().format() == k.format);
-        check_close(xd.grad(), xr.grad(), tol_for(t), w + " dx");
+        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), w + " dx");
       }
 }
 
@@ -132,13 +132,13 @@ TEST_CASE("max and argmax over a dim on CUDA match the CPU exactly; the gradient
       Tensor xd = to_gpu(x64, t, k.format).set_requires_grad(true);
       Tensor xr = to_ref(x64, t, k.format).set_requires_grad(true);
       const Tensor yd = max(xd, k.dims[0], k.keepdim), yr = max(xr, k.dims[0], k.keepdim);
-      check_close(yd, yr, Tol{0, 0}, w + " y");
-      check_close(argmax(xd, k.dims[0], k.keepdim), argmax(xr, k.dims[0], k.keepdim), Tol{0, 0}, w + " argmax");
+      check_on_gpu(yd, yr, kExact, w + " y");
+      check_on_gpu(argmax(xd, k.dims[0], k.keepdim), argmax(xr, k.dims[0], k.keepdim), kExact, w + " argmax");
       const Tensor g64 = rnd(yr.shape(), ++seed);
       poison_allocator(x64.numel());
       yd.backward(to_gpu(g64, t, yr.format()));
       yr.backward(to_ref(g64, t, yr.format()));
-      check_close(xd.grad(), xr.grad(), Tol{0, 0}, w + " dx");
+      check_on_gpu(xd.grad(), xr.grad(), kExact, w + " dx");
     }
 }
 

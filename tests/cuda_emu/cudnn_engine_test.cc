@@ -25,7 +25,7 @@
 #include "cuda_emu/cudnn_conv.h"
 #include "cuda_emu/cudnn_engines.h"
 #include "cuda_emu/cudnn_numbers.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "kernels/cuda/conv2d.cuh"
 
 namespace {

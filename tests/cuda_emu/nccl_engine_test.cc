@@ -1,4 +1,4 @@
-// The engine's NCCL backend (dist/nccl_communicator.h) on the NCCL fake, with 2 and 3 ranks
+// The engine's NCCL backend (distributed/nccl_communicator.h) on the NCCL fake, with 2 and 3 ranks
 // as real processes, each on its own emulated GPU (LOCAL_RANK): what its own test cannot do
 // without a machine of several GPUs. Every call and all-reduce algorithm (NCCL's, and ring
 // and tree on ncclSend/ncclRecv groups plus the reduce kernel) in f32, f64, bf16 and f16,
@@ -18,14 +18,14 @@
 #include <string>
 #include <vector>
 
-#include "dist/nccl_communicator.h"
-#include "dist/reducer.h"
-#include "dist/rendezvous.h"
-#include "engine/error.h"
+#include "distributed/nccl_communicator.h"
+#include "distributed/reducer.h"
+#include "distributed/rendezvous.h"
+#include "base/error.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
-#include "tests/dist/launch.h"
+#include "tests/distributed/launch.h"
 
 namespace rt::dist {
 namespace {
@@ -66,7 +66,7 @@ struct Job {
     return o;
   }
   bool final_join = true;  // false where a rank dies on purpose (the others cannot meet it)
-  // The store outlives every rank's use of it (dist/rendezvous.h).
+  // The store outlives every rank's use of it (distributed/rendezvous.h).
   ~Job() {
     try {
       if (final_join) join(*store.store, env.rank, env.world_size, 30s);
@@ -78,7 +78,7 @@ struct Job {
 // Note [Calls on the communication stream]
 // The calls below are made with the communication stream current, after a synchronize that
 // follows the constructor. Without both, the emulator reports two races of
-// dist/nccl_communicator.cc itself, not of the fake: the barrier's buffer is zeroed on the
+// distributed/nccl_communicator.cc itself, not of the fake: the barrier's buffer is zeroed on the
 // constructing thread's current stream and then all-reduced on the communication stream
 // with no event between them; and ring/tree scratch is allocated on the caller's current
 // stream (its allocator annotation queued there after the event the communication stream
@@ -193,7 +193,7 @@ int same_device(int) {
   return 0;
 }
 
-// Issue 21, deliverable 4 (Note [Two clocks], dist/reducer.h): the reducer's timeline on
+// Issue 21, deliverable 4 (Note [Two clocks], distributed/reducer.h): the reducer's timeline on
 // NCCL is on the device's clock. Before, no bucket's completion was known on CUDA (the host's
 // clock cannot see the device's), so a GPU run had no overlap figure. Eight one-parameter
 // buckets, backward with 40 kernels between two gradients: the first bucket's all-reduce

@@ -20,7 +20,7 @@
 #include <type_traits>
 
 #include "tests/cuda_emu/nccl_test_util.h"
-#include "tests/dist/launch.h"
+#include "tests/distributed/launch.h"
 
 namespace rt::emu_test {
 namespace {

@@ -18,7 +18,7 @@
 
 #include "cuda_emu/emu.h"
 #include "tests/cuda_emu/nccl_test_util.h"
-#include "tests/dist/launch.h"
+#include "tests/distributed/launch.h"
 
 namespace rt::emu_test {
 namespace {

@@ -1,5 +1,5 @@
 // Helpers for the NCCL fake's tests (tests/cuda_emu/nccl_*_test.cc), whose ranks are real
-// processes (tests/dist/launch.h) or threads: checks that throw (a rank's failure is its
+// processes (tests/distributed/launch.h) or threads: checks that throw (a rank's failure is its
 // exit code and message), the unique id passed from rank 0 to the others through a file,
 // files as signals between ranks, device buffers, and one rank's communicator on its own
 // device (cudaSetDevice(rank), as torchrun's LOCAL_RANK). Under --config=cuda-emu only.

@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 
 namespace rt::data::test {
 

@@ -17,7 +17,7 @@
 #include <png.h>
 
 #include "data/png_decode.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "tests/data/jpeg_test_util.h"
 
 using namespace rt::data;

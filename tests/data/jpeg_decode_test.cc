@@ -13,7 +13,7 @@
 
 #include <jpeglib.h>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/random.h"
 #include "tests/data/jpeg_test_util.h"
 

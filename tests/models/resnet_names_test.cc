@@ -14,7 +14,7 @@
 #include <utility>
 #include <vector>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/nn/module.h"
 #include "models/registry.h"
 

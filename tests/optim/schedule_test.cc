@@ -6,7 +6,7 @@
 #include <numbers>
 #include <string>
 
-#include "engine/error.h"
+#include "base/error.h"
 #include "optim/schedule.h"
 
 using rt::optim::LrSchedule;

@@ -22,7 +22,7 @@
 
 #include "engine/io/json.h"
 #include "kernels/cuda/runtime.h"
-#include "dist/net_util.h"
+#include "distributed/net_util.h"
 #include "tests/train/process_util.h"
 
 namespace rt {
@@ -159,7 +159,7 @@ TEST_CASE("--nproc-per-node 2 and 3 with --sync-bn on --device cuda train like o
   }
 }
 
-// Issue 21, deliverable 4 (Note [Two clocks], dist/reducer.h): --comm-timeline and the
+// Issue 21, deliverable 4 (Note [Two clocks], distributed/reducer.h): --comm-timeline and the
 // overlap figure on GPUs, on the device's clock. Before, a bucket's completion was unknown on
 // CUDA: the file's buckets said completed -1 and the run printed no "all-reduce: ... hidden
 // behind backward" line. A 1 KiB bucket cap: a bucket or so per parameter.

@@ -11,11 +11,11 @@
 #include <memory>
 #include <vector>
 
-#include "dist/launch_env.h"
+#include "distributed/launch_env.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "models/registry.h"
-#include "tests/dist/launch.h"
+#include "tests/distributed/launch.h"
 #include "train/data_parallel.h"
 #include "train/precision.h"
 

@@ -2,7 +2,7 @@
 // binary as a user runs it (CPU processes over Gloo on 127.0.0.1, each run bounded in time).
 // Each case failed before its fix (issue 21's findings):
 //   - a second job on a running job's --master-port fails alone, naming the rank it found
-//     taken; the running job finishes (Note [Rank claims], dist/rendezvous.cc);
+//     taken; the running job finishes (Note [Rank claims], distributed/rendezvous.cc);
 //   - ranks with different communication flags stop naming the flag
 //     (Note [Same flags on every rank]); logs/rank-K.log holds the rank's opening lines and
 //     its fatal error (Note [Whole rank logs]);
@@ -23,7 +23,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/net_util.h"
+#include "distributed/net_util.h"
 #include "tests/train/process_util.h"
 
 namespace rt {

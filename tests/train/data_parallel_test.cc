@@ -28,7 +28,7 @@
 #include <thread>
 #include <vector>
 
-#include "dist/net_util.h"
+#include "distributed/net_util.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "tests/train/process_util.h"

@@ -1,7 +1,7 @@
 // The flags' checks, through parsing (cli::Flags::parse: types, choices, the rows' ranges)
 // and the parsers (check_combinations, in parse_train_config and parse_eval_config): every
 // out-of-range value and bad combination of `ringtape train` and `ringtape eval` is a
-// cli::UsageError (exit status 2) naming the flag. And what is derived from the rows
+// UsageError (exit status 2) naming the flag. And what is derived from the rows
 // (Note [One row per flag]): defaults within their ranges and shown in the help, the help's
 // sections and wrapping, the roles and the launcher's stripping. The exit status itself is checked on the
 // binary in cli_process_test; the typed values in train_config_test.
@@ -15,21 +15,21 @@
 
 #include "cli/flags.h"
 #include "train/train_config.h"
-#include "train/train_flags.h"
+#include "cli/train_flags.h"
 
 namespace rt {
 namespace {
 
 void validate_train(const std::vector<std::string>& args) {
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  train::parse_train_config(f);
+  cli::parse_train_config(f);
 }
 
 void validate_eval(const std::vector<std::string>& args) {
-  cli::Flags f(train::eval_flags());
+  cli::Flags f(cli::eval_flags());
   f.parse(args);
-  train::parse_eval_config(f);
+  cli::parse_eval_config(f);
 }
 
 struct Bad {
@@ -83,7 +83,7 @@ TEST_CASE("train: each bad value is a UsageError naming its flag") {
     std::string joined;
     for (const auto& a : c.args) joined += a + " ";
     CAPTURE(joined);
-    CHECK_THROWS_WITH_AS(validate_train(c.args), doctest::Contains(c.names.c_str()), cli::UsageError);
+    CHECK_THROWS_WITH_AS(validate_train(c.args), doctest::Contains(c.names.c_str()), UsageError);
   }
 }
 
@@ -100,35 +100,35 @@ TEST_CASE("train: the defaults and sensible values pass") {
 
 TEST_CASE("eval: its flags are checked the same way") {
   CHECK_THROWS_WITH_AS(validate_eval({"--batch-size", "0"}), doctest::Contains("--batch-size"),
-                       cli::UsageError);
+                       UsageError);
   CHECK_THROWS_WITH_AS(validate_eval({"--label-smoothing", "2"}),
-                       doctest::Contains("--label-smoothing"), cli::UsageError);
+                       doctest::Contains("--label-smoothing"), UsageError);
   CHECK_THROWS_WITH_AS(validate_eval({"--checkpoint", "c.safetensors", "--init-weights", "w"}),
-                       doctest::Contains("pass one of them"), cli::UsageError);
+                       doctest::Contains("pass one of them"), UsageError);
   validate_eval({"--checkpoint", "c.safetensors"});
 }
 
 TEST_CASE("parse_synthetic_size") {
-  CHECK(*train::parse_synthetic_size("256x1x28x28") == std::array<int64_t, 4>{256, 1, 28, 28});
-  CHECK_FALSE(train::parse_synthetic_size("256x1x28"));
-  CHECK_FALSE(train::parse_synthetic_size("256x1x28x-28"));
-  CHECK_FALSE(train::parse_synthetic_size("256x1x28x28 "));
+  CHECK(*cli::parse_synthetic_size("256x1x28x28") == std::array<int64_t, 4>{256, 1, 28, 28});
+  CHECK_FALSE(cli::parse_synthetic_size("256x1x28"));
+  CHECK_FALSE(cli::parse_synthetic_size("256x1x28x-28"));
+  CHECK_FALSE(cli::parse_synthetic_size("256x1x28x28 "));
   // Before: accepted here, then "element count does not fit in int64" at set-up (exit 1).
-  CHECK_FALSE(train::parse_synthetic_size("4x3x4294967296x4294967296"));
+  CHECK_FALSE(cli::parse_synthetic_size("4x3x4294967296x4294967296"));
   CHECK_THROWS_WITH_AS(validate_train({"--dataset", "synthetic", "--synthetic-size", "4x3x4294967296x4294967296"}),
                        doctest::Contains("--synthetic-size must be N x C x H x W with four positive integers whose "
                                          "product fits in int64"),
-                       cli::UsageError);
+                       UsageError);
 }
 
 // What is derived from the rows (Note [One row per flag]).
 TEST_CASE("every default lies in its flag's range, and the help shows each default") {
-  for (const std::vector<cli::Flag>& table : {train::train_flags(), train::eval_flags()})
+  for (const std::vector<cli::Flag>& table : {cli::train_flags(), cli::eval_flags()})
     for (const cli::Flag& f : table) {
       CAPTURE(f.name);
       CHECK(cli::range_error(f, f.default_value) == "");
     }
-  const cli::Flags f(train::train_flags());
+  const cli::Flags f(cli::train_flags());
   // Wrapped lines joined: each run of spaces and line breaks as one space.
   std::string help;
   for (char ch : f.help("usage: ringtape train [flags]", 100))
@@ -144,7 +144,7 @@ TEST_CASE("every default lies in its flag's range, and the help shows each defau
 }
 
 TEST_CASE("the help: sections by topic in a fixed order, lines wrapped to the width") {
-  const std::string help = cli::Flags(train::train_flags()).help("usage: ringtape train [flags]", 80);
+  const std::string help = cli::Flags(cli::train_flags()).help("usage: ringtape train [flags]", 80);
   size_t last = 0;
   for (const char* section : {"\nmodel:\n", "\ndata:\n", "\noptimisation:\n", "\nprecision and device:\n",
                               "\ndistributed:\n", "\noutput and logging:\n", "\nprofiling:\n"}) {
@@ -163,16 +163,16 @@ TEST_CASE("the help: sections by topic in a fixed order, lines wrapped to the wi
     if (line.find(' ', 31) != std::string::npos) CHECK(line.size() <= 80);
   }
   // eval has no training-only flags.
-  const std::string eval = cli::Flags(train::eval_flags()).help("usage: ringtape eval [flags]", 80);
+  const std::string eval = cli::Flags(cli::eval_flags()).help("usage: ringtape eval [flags]", 80);
   CHECK(eval.find("--checkpoint ") != std::string::npos);
   CHECK(eval.find("--epochs") == std::string::npos);
   CHECK(eval.find("--nproc-per-node") == std::string::npos);
 }
 
 TEST_CASE("roles from the rows: the trajectory, the flags compared across ranks, the launcher's") {
-  const std::set<std::string> trajectory = train::train_flags_with(cli::kTrajectory);
-  const std::set<std::string> same = train::train_flags_with(cli::kSameOnEveryRank);
-  const std::set<std::string> launcher = train::train_flags_with(cli::kLauncher);
+  const std::set<std::string> trajectory = cli::train_flags_with(cli::kTrajectory);
+  const std::set<std::string> same = cli::train_flags_with(cli::kSameOnEveryRank);
+  const std::set<std::string> launcher = cli::train_flags_with(cli::kLauncher);
   for (const char* k : {"model", "batch-size", "lr", "seed", "threads", "precision", "sync-bn", "grad-reduce-dtype"})
     CHECK(trajectory.count(k) == 1);
   for (const char* k : {"output-dir", "print-freq", "workers", "nproc-per-node", "timeout", "bucket-cap-mb"})
@@ -181,7 +181,7 @@ TEST_CASE("roles from the rows: the trajectory, the flags compared across ranks,
   for (const char* k : {"bucket-cap-mb", "allreduce", "find-unused-parameters", "model", "lr"}) CHECK(same.count(k) == 1);
   CHECK(launcher == std::set<std::string>{"master-addr", "master-port", "nnodes", "node-rank", "nproc-per-node"});
   // What the launcher passes on to its workers: "--f v", "--f=v"; other flags and values stay.
-  CHECK(cli::without_flags(train::train_flags(), cli::kLauncher,
+  CHECK(cli::without_flags(cli::train_flags(), cli::kLauncher,
                            {"--nproc-per-node", "4", "--lr", "0.1", "--master-port=123", "--nnodes", "1",
                             "--no-shuffle", "--batch-size", "8"}) ==
         std::vector<std::string>{"--lr", "0.1", "--no-shuffle", "--batch-size", "8"});

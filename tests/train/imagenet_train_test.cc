@@ -15,7 +15,8 @@
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "tests/data/imagenet_tree.h"
-#include "train/train_flags.h"
+#include "cli/train_command.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -55,9 +56,9 @@ std::vector<std::string> train_args(const std::string& out) {
 }
 
 int train(const std::vector<std::string>& args) {
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::run_train(f);
+  return cli::run_train(f);
 }
 
 std::vector<json::Value> records(const fs::path& metrics, const std::string& type) {
@@ -87,18 +88,18 @@ TEST_CASE("imagenet: train counts the damaged files it skipped, eval reads the w
   CHECK(evals[0].find("skipped_eval_images")->as_int() == 1);
   CHECK(evals[0].find("step")->as_int() == 6);
 
-  cli::Flags e(train::eval_flags());
+  cli::Flags e(cli::eval_flags());
   std::vector<std::string> eval_args = data_flags();
   eval_args.insert(eval_args.end(), {"--init-weights", out + "/model.safetensors"});
   e.parse(eval_args);
-  CHECK(train::run_eval(e) == 0);
+  CHECK(cli::run_eval(e) == 0);
 
   // The same weights on the flat validation layout (val/*.JPEG + LOC_val_solution.csv).
   const data::test::ImagenetTree flat = data::test::write_imagenet_tree_flat(tmpdir("flat"));
-  cli::Flags ef(train::eval_flags());
+  cli::Flags ef(cli::eval_flags());
   eval_args[3] = flat.root;  // --data-path
   ef.parse(eval_args);
-  CHECK(train::run_eval(ef) == 0);
+  CHECK(cli::run_eval(ef) == 0);
 }
 
 TEST_CASE("imagenet: --strict-images stops at the first damaged file, naming it") {

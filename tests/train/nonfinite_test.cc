@@ -20,7 +20,8 @@
 #include "train/checkpoint.h"
 #include "train/metrics.h"
 #include "train/nonfinite.h"
-#include "train/train_flags.h"
+#include "cli/train_command.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -70,9 +71,9 @@ std::vector<std::string> tiny(const std::string& data, const std::string& out) {
 
 int train(std::vector<std::string> args, const std::vector<std::string>& more = {}) {
   args.insert(args.end(), more.begin(), more.end());
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::run_train(f);
+  return cli::run_train(f);
 }
 
 // The message of the rt::Error a training run throws ("" when it does not throw).
@@ -182,10 +183,10 @@ TEST_CASE("NaN weights from --init-weights: blamed, never saved, evaluated as wr
   CHECK(msg.find("the weights hold NaN or Inf before the first step ('conv1.weight')") != std::string::npos);
   // save_weights refuses them and leaves the file there as it was.
   const std::string before = read(fs::path(a) / "model.safetensors");
-  cli::Flags e(train::eval_flags());
+  cli::Flags e(cli::eval_flags());
   e.parse({"--dataset", "tensors", "--data-path", data, "--num-classes", "4", "--width", "4", "--batch-size", "8",
            "--workers", "0", "--device", "cpu", "--init-weights", bad});
-  CHECK(train::run_eval(e) == 0);  // honest: 0%, the NaN logits counted (the CLI test reads the line)
+  CHECK(cli::run_eval(e) == 0);  // honest: 0%, the NaN logits counted (the CLI test reads the line)
   CHECK(read(fs::path(a) / "model.safetensors") == before);
 }
 

@@ -19,7 +19,7 @@
 #include "train/setup.h"
 #include "train/step.h"
 #include "train/train_config.h"
-#include "train/train_flags.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -76,9 +76,9 @@ train::TrainConfig tiny(const std::vector<std::string>& more = {}) {
                                    "--width", "4", "--batch-size", "8", "--workers", "0", "--device", "cpu",
                                    "--seed", "1", "--print-freq", "1"};
   args.insert(args.end(), more.begin(), more.end());
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::parse_train_config(f);
+  return cli::parse_train_config(f);
 }
 
 std::string tmpdir(const std::string& name) {

@@ -15,7 +15,8 @@
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 #include "kernels/cuda/runtime.h"
-#include "train/train_flags.h"
+#include "cli/train_command.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -39,11 +40,11 @@ std::string tmpdir(const std::string& name) {
 
 // 4 steps of a width-8 ResNet18 on 64 synthetic 3x16x16 images; the logged losses.
 std::vector<double> train(const std::string& out, const std::string& precision) {
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse({"--dataset", "synthetic", "--synthetic-size", "64x3x16x16", "--num-classes", "4", "--width", "8",
            "--batch-size", "16", "--epochs", "1", "--steps", "4", "--print-freq", "1", "--workers", "0", "--lr",
            "0.01", "--output-dir", out, "--seed", "3", "--device", "cuda", "--precision", precision});
-  REQUIRE(train::run_train(f) == 0);
+  REQUIRE(cli::run_train(f) == 0);
   std::vector<double> losses;
   std::ifstream in(fs::path(out) / "metrics.jsonl");
   for (std::string line; std::getline(in, line);) {

@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "cli/flags.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "engine/io/json.h"
 #include "train/tensorboard.h"
 #include "train/train_config.h"
-#include "train/train_flags.h"
+#include "cli/train_command.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -295,9 +296,9 @@ int train(const fs::path& out, std::vector<std::string> more) {
                                    "--width", "4", "--batch-size", "8", "--epochs", "2", "--print-freq", "1",
                                    "--workers", "0", "--device", "cpu", "--output-dir", out.string()};
   args.insert(args.end(), more.begin(), more.end());
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::run_train(f);
+  return cli::run_train(f);
 }
 
 // tag -> step -> value, over the files' scalar events.
@@ -363,10 +364,10 @@ TEST_CASE("--tensorboard-dir puts the events there; without --tensorboard it is 
   const fs::path plain = tmpdir("plain");
   REQUIRE(train(plain, {"--steps", "1"}) == 0);
   CHECK_FALSE(fs::exists(plain / "tensorboard"));
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse({"--tensorboard-dir", tb.string()});
-  CHECK_THROWS_WITH_AS(train::parse_train_config(f), "--tensorboard-dir applies to --tensorboard, which is not given",
-                       cli::UsageError);
+  CHECK_THROWS_WITH_AS(cli::parse_train_config(f), "--tensorboard-dir applies to --tensorboard, which is not given",
+                       UsageError);
 }
 
 }  // namespace

@@ -8,9 +8,9 @@
 #include <vector>
 
 #include "cli/flags.h"
-#include "engine/error.h"
+#include "base/error.h"
 #include "train/train_config.h"
-#include "train/train_flags.h"
+#include "cli/train_flags.h"
 
 namespace rt {
 namespace {
@@ -20,15 +20,15 @@ using train::OptimizerKind;
 using train::Precision;
 
 train::TrainConfig parse_train(const std::vector<std::string>& args) {
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::parse_train_config(f);
+  return cli::parse_train_config(f);
 }
 
 train::EvalConfig parse_eval(const std::vector<std::string>& args) {
-  cli::Flags f(train::eval_flags());
+  cli::Flags f(cli::eval_flags());
   f.parse(args);
-  return train::parse_eval_config(f);
+  return cli::parse_eval_config(f);
 }
 
 TEST_CASE("no flags give the structs' defaults: each field defaults to its flag's default") {
@@ -49,7 +49,7 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(s.milestones == w.milestones);
   CHECK(s.lr_min == w.lr_min);
   CHECK(s.power == w.power);
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse({});
   CHECK(got.recorded_flags == f.effective());
 
@@ -77,13 +77,13 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
 }
 
 TEST_CASE("every choice a flag offers parses") {
-  for (const cli::Flag& flag : train::train_flags())
+  for (const cli::Flag& flag : cli::train_flags())
     for (const std::string& v : flag.choices) {
       CAPTURE(flag.name);
       CAPTURE(v);
       CHECK_NOTHROW(parse_train({"--" + flag.name, v}));
     }
-  for (const cli::Flag& flag : train::eval_flags())
+  for (const cli::Flag& flag : cli::eval_flags())
     for (const std::string& v : flag.choices) {
       CAPTURE(flag.name);
       CAPTURE(v);
@@ -149,12 +149,12 @@ TEST_CASE("values land in their fields") {
 TEST_CASE("the parsers check before they read") {
   // A width that std::stol would half-read is the flag's error, not a conversion's.
   CHECK_THROWS_WITH_AS(parse_train({"--width", "4x"}), doctest::Contains("--width must be auto or an integer"),
-                       cli::UsageError);
+                       UsageError);
   CHECK_THROWS_WITH_AS(parse_train({"--dataset", "synthetic", "--synthetic-size", "8x1"}),
-                       doctest::Contains("--synthetic-size"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(parse_eval({}), doctest::Contains("ringtape eval needs weights"), cli::UsageError);
+                       doctest::Contains("--synthetic-size"), UsageError);
+  CHECK_THROWS_WITH_AS(parse_eval({}), doctest::Contains("ringtape eval needs weights"), UsageError);
   // The checks run first: a bad value is named before the missing weights.
-  CHECK_THROWS_WITH_AS(parse_eval({"--batch-size", "0"}), doctest::Contains("--batch-size"), cli::UsageError);
+  CHECK_THROWS_WITH_AS(parse_eval({"--batch-size", "0"}), doctest::Contains("--batch-size"), UsageError);
 }
 
 }  // namespace

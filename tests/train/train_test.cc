@@ -12,7 +12,8 @@
 #include "cli/flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
-#include "train/train_flags.h"
+#include "cli/train_command.h"
+#include "cli/train_flags.h"
 #include "train/trainer.h"
 
 namespace rt {
@@ -37,9 +38,9 @@ std::vector<std::string> tiny(const std::string& out) {
 
 int train(std::vector<std::string> args, const std::vector<std::string>& more = {}) {
   args.insert(args.end(), more.begin(), more.end());
-  cli::Flags f(train::train_flags());
+  cli::Flags f(cli::train_flags());
   f.parse(args);
-  return train::run_train(f);
+  return cli::run_train(f);
 }
 
 std::string read(const fs::path& p) {
@@ -101,14 +102,14 @@ TEST_CASE("model.safetensors holds the full state under torchvision's keys") {
 TEST_CASE("eval reproduces the last evaluation; accumulation counts micro-batches") {
   const std::string a = tmpdir("eval");
   REQUIRE(train(tiny(a), {"--epochs", "1"}) == 0);
-  cli::Flags e(train::eval_flags());
+  cli::Flags e(cli::eval_flags());
   e.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
            "--batch-size", "8", "--workers", "0", "--checkpoint", a + "/checkpoint.safetensors"});
-  CHECK(train::run_eval(e) == 0);
-  cli::Flags w(train::eval_flags());
+  CHECK(cli::run_eval(e) == 0);
+  cli::Flags w(cli::eval_flags());
   w.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
            "--batch-size", "8", "--workers", "0"});
-  CHECK_THROWS_WITH_AS(train::run_eval(w), doctest::Contains("needs weights"), cli::UsageError);
+  CHECK_THROWS_WITH_AS(cli::run_eval(w), doctest::Contains("needs weights"), UsageError);
 
   // 8 batches per epoch, 2 per step: 4 optimizer steps, each logged.
   const std::string b = tmpdir("accum");
@@ -117,7 +118,7 @@ TEST_CASE("eval reproduces the last evaluation; accumulation counts micro-batche
   REQUIRE(m.size() == 4 + 1);
   CHECK(m[3].find("\"step\":4") != std::string::npos);
   CHECK_THROWS_WITH_AS(train(tiny(tmpdir("accum_big")), {"--accum-steps", "9"}),
-                       doctest::Contains("smaller than one step"), cli::UsageError);
+                       doctest::Contains("smaller than one step"), UsageError);
 }
 
 TEST_CASE("bad input gets clear errors and loses nothing") {
@@ -125,9 +126,9 @@ TEST_CASE("bad input gets clear errors and loses nothing") {
   REQUIRE(train(tiny(a), {"--steps", "1"}) == 0);
   const std::string before = read(fs::path(a) / "checkpoint.safetensors");
 
-  CHECK_THROWS_WITH_AS(train(tiny(a)), doctest::Contains("already holds a checkpoint"), cli::UsageError);
+  CHECK_THROWS_WITH_AS(train(tiny(a)), doctest::Contains("already holds a checkpoint"), UsageError);
   CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--lr", "0.2"}),
-                       doctest::Contains("--lr 0.05 but this run has --lr 0.2"), cli::UsageError);
+                       doctest::Contains("--lr 0.05 but this run has --lr 0.2"), UsageError);
   CHECK(read(fs::path(a) / "checkpoint.safetensors") == before);
 
   // A truncated checkpoint.
@@ -139,7 +140,7 @@ TEST_CASE("bad input gets clear errors and loses nothing") {
 
   // Weights of another shape.
   CHECK_THROWS_WITH_AS(train(tiny(tmpdir("shape")), {"--width", "8", "--init-weights", a + "/model.safetensors"}),
-                       doctest::Contains("conv1.weight"), cli::UsageError);
+                       doctest::Contains("conv1.weight"), UsageError);
 
   CHECK_THROWS_WITH_AS(train(tiny(tmpdir("path")), {"--dataset", "fashion-mnist", "--data-path", "/nonexistent/fm"}),
                        doctest::Contains("/nonexistent/fm"), Error);
@@ -168,24 +169,24 @@ TEST_CASE("--precision: fp32 on the CPU, recorded in the checkpoint; bf16/fp16 n
   // Resuming with another precision changes the trajectory: refused. fp32 given
   // explicitly is what auto chose: accepted.
   CHECK_THROWS_WITH_AS(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "tf32"}),
-                       doctest::Contains("--precision fp32 but this run has --precision tf32"), cli::UsageError);
+                       doctest::Contains("--precision fp32 but this run has --precision tf32"), UsageError);
   CHECK(train(tiny(a), {"--resume", a + "/checkpoint.safetensors", "--precision", "fp32", "--steps", "3"}) == 0);
   // eval takes --precision and --device too.
-  cli::Flags e(train::eval_flags());
+  cli::Flags e(cli::eval_flags());
   e.parse({"--dataset", "synthetic", "--synthetic-size", "64x1x8x8", "--num-classes", "4", "--width", "4",
            "--batch-size", "8", "--workers", "0", "--device", "cpu", "--precision", "fp16", "--checkpoint",
            a + "/checkpoint.safetensors"});
-  CHECK_THROWS_WITH_AS(train::run_eval(e), doctest::Contains("needs a GPU"), Error);
+  CHECK_THROWS_WITH_AS(cli::run_eval(e), doctest::Contains("needs a GPU"), Error);
 }
 
 TEST_CASE("flags: unknown names and bad values name the flag and what it accepts") {
-  cli::Flags f(train::train_flags());
-  CHECK_THROWS_WITH_AS(f.parse({"--bogus", "1"}), doctest::Contains("unknown flag --bogus"), cli::UsageError);
+  cli::Flags f(cli::train_flags());
+  CHECK_THROWS_WITH_AS(f.parse({"--bogus", "1"}), doctest::Contains("unknown flag --bogus"), UsageError);
   CHECK_THROWS_WITH_AS(f.parse({"--lr", "fast"}), doctest::Contains("--lr takes a number, got 'fast'"),
-                       cli::UsageError);
-  CHECK_THROWS_WITH_AS(f.parse({"--optimizer", "lamb"}), doctest::Contains("not one of: sgd, adamw"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(f.parse({"--model", "vgg"}), doctest::Contains("resnet50"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(f.parse({"--epochs"}), doctest::Contains("needs an integer"), cli::UsageError);
+                       UsageError);
+  CHECK_THROWS_WITH_AS(f.parse({"--optimizer", "lamb"}), doctest::Contains("not one of: sgd, adamw"), UsageError);
+  CHECK_THROWS_WITH_AS(f.parse({"--model", "vgg"}), doctest::Contains("resnet50"), UsageError);
+  CHECK_THROWS_WITH_AS(f.parse({"--epochs"}), doctest::Contains("needs an integer"), UsageError);
   f.parse({"--lr=0.3", "--nesterov", "--epochs", "7"});
   CHECK(f.number("lr") == 0.3);
   CHECK(f.boolean("nesterov"));

@@ -56,19 +56,19 @@ TEST_CASE("strict: another model's weights are a UsageError listing the keys, an
   auto r18 = model("resnet18"), r34 = model("resnet34", 10, 1);
   const Tensor before = r34->state_dict()[0].second.clone();
   const std::string w18 = saved(*r18, "r18");
-  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("96 missing"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("layer1.2.conv1.weight"), cli::UsageError);
-  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("... and 86 more"), cli::UsageError);
+  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("96 missing"), UsageError);
+  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("layer1.2.conv1.weight"), UsageError);
+  CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("... and 86 more"), UsageError);
   CHECK_THROWS_WITH_AS(train::load_weights(w18, *r34), doctest::Contains("--init-weights-non-strict"),
-                       cli::UsageError);
+                       UsageError);
   CHECK(same_values(r34->state_dict()[0].second, before));
   // The other way round: unexpected keys.
   CHECK_THROWS_WITH_AS(train::load_weights(saved(*r34, "r34"), *r18), doctest::Contains("96 unexpected"),
-                       cli::UsageError);
+                       UsageError);
   // Another shape names the key and both shapes.
   auto r18_7 = model("resnet18", 7);
   CHECK_THROWS_WITH_AS(train::load_weights(w18, *r18_7),
-                       doctest::Contains("fc.weight: [10, 16] in the file, [7, 16] in the model"), cli::UsageError);
+                       doctest::Contains("fc.weight: [10, 16] in the file, [7, 16] in the model"), UsageError);
 }
 
 TEST_CASE("strict: very long keys and long lists are clipped") {
@@ -112,14 +112,14 @@ TEST_CASE("a ringtape checkpoint passed as --init-weights loads its model part")
   for (const auto& [k, t] : state_of(*src)) CHECK_MESSAGE(same_values(state_of(*dst).at(k), t), k);
   // And eval --checkpoint with a weights file points to --init-weights.
   CHECK_THROWS_WITH_AS(train::load_checkpoint_model(saved(*src, "plain"), *dst),
-                       doctest::Contains("--init-weights"), cli::UsageError);
+                       doctest::Contains("--init-weights"), UsageError);
   // A checkpoint of another model is refused, naming the keys it does not know.
   auto r34 = model("resnet34");
   auto opt34 = optim::make_sgd(r34->named_parameters(), so);
   const std::string ckpt34 = tmpfile("ckpt34");
   train::save_checkpoint(ckpt34, *r34, *opt34, train::Progress{}, {});
   CHECK_THROWS_WITH_AS(train::load_checkpoint_model(ckpt34, *dst), doctest::Contains("96 unexpected"),
-                       cli::UsageError);
+                       UsageError);
 }
 
 TEST_CASE("dtypes: floating converts (and says so), floating <-> integer is refused") {
@@ -145,12 +145,12 @@ TEST_CASE("dtypes: floating converts (and says so), floating <-> integer is refu
   bad["fc.weight"] = bad["fc.weight"].to(DType::i64);
   save_safetensors(path, bad, {});
   CHECK_THROWS_WITH_AS(train::load_weights(path, *dst, false),
-                       doctest::Contains("fc.weight: i64 in the file, f32 in the model"), cli::UsageError);
+                       doctest::Contains("fc.weight: i64 in the file, f32 in the model"), UsageError);
   bad = state_of(*src);
   bad["bn1.num_batches_tracked"] = bad["bn1.num_batches_tracked"].to(DType::f32);
   save_safetensors(path, bad, {});
   CHECK_THROWS_WITH_AS(train::load_weights(path, *dst), doctest::Contains("bn1.num_batches_tracked"),
-                       cli::UsageError);
+                       UsageError);
   // Integer to integer is a conversion PyTorch makes too.
   bad = state_of(*src);
   bad["bn1.num_batches_tracked"] = bad["bn1.num_batches_tracked"].to(DType::i32);

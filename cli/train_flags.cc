@@ -1,0 +1,527 @@
+#include "cli/train_flags.h"
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <limits>
+#include <utility>
+
+#include "distributed/communicator_ops.h"
+#include "base/error.h"
+#include "models/registry.h"
+#include "optim/schedule.h"
+
+namespace rt::cli {
+
+using namespace train;  // the configuration the rows set
+
+namespace {
+
+// Upper bounds of values that are otherwise only "positive". A bound says what no run
+// needs, so a typo fails at once instead of as a crash or an allocation of terabytes later.
+// --threads is not bounded by this machine's core count: --threads is a trajectory flag
+// (Note [Exact resume]), and resuming a run on a smaller machine needs the same count.
+constexpr int64_t kMaxThreads = 1024;       // --threads 100000 crashed the OpenMP runtime
+constexpr int64_t kMaxWorkers = 1024;       // loader threads
+constexpr int64_t kMaxClasses = 1000000;    // ImageNet-21k has 21841; the classifier is width x classes
+constexpr int64_t kMaxWidth = 65536;        // torchvision's ResNets have 64
+constexpr double kNoLimit = double(std::numeric_limits<int64_t>::max());
+constexpr double kInf = std::numeric_limits<double>::infinity();
+
+// The training's course: --resume refuses another value, every rank must have rank 0's.
+constexpr unsigned kCourse = kTrajectory | kSameOnEveryRank;
+
+Range at_least(double lo, std::string rule) { return Range{lo, kInf, false, std::move(rule)}; }
+Range within(double lo, double hi, std::string rule) { return Range{lo, hi, false, std::move(rule)}; }
+std::string bounds(int64_t lo, int64_t hi) { return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
+
+Flag flag(std::string name, FlagType type, std::string default_value, Topic topic, std::string help,
+          std::vector<std::string> choices = {}, std::optional<Range> range = std::nullopt, unsigned roles = 0) {
+  return Flag{std::move(name), type, std::move(default_value), std::move(help), std::move(choices), topic,
+              std::move(range), roles};
+}
+
+FlagRow both(Flag f, std::function<void(const FlagValue&, CommonConfig&)> set) {
+  return FlagRow{std::move(f), std::move(set), nullptr, nullptr, false, false};
+}
+FlagRow train_only(Flag f, std::function<void(const FlagValue&, TrainConfig&)> set) {
+  return FlagRow{std::move(f), nullptr, std::move(set), nullptr, true, false};
+}
+FlagRow eval_only(Flag f, std::function<void(const FlagValue&, EvalConfig&)> set) {
+  return FlagRow{std::move(f), nullptr, nullptr, std::move(set), false, true};
+}
+
+// A choice flag's value as its enum: the row's choices are the names listed here (each is
+// parsed in train_config_test), and Flags refused any other.
+template <class E, size_t N>
+E choice(const FlagValue& v, const std::pair<const char*, E> (&names)[N]) {
+  const std::string s = v.str();
+  for (const auto& [name, value] : names)
+    if (s == name) return value;
+  RT_FAIL("--", v.name, " ", s, ": the flag's row (train/train_flags.cc) offers a choice its setter does not map");
+}
+template <class E, size_t N>
+std::vector<std::string> names_of(const std::pair<const char*, E> (&names)[N]) {
+  std::vector<std::string> v;
+  for (const auto& n : names) v.push_back(n.first);
+  return v;
+}
+
+constexpr std::pair<const char*, DType> kReduceDtypes[] = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
+constexpr std::pair<const char*, OptimizerKind> kOptimizers[] = {{"sgd", OptimizerKind::sgd},
+                                                                 {"adamw", OptimizerKind::adamw}};
+constexpr std::pair<const char*, MemoryFormat> kMemoryFormats[] = {{"auto", MemoryFormat::channels_last},
+                                                                   {"contiguous", MemoryFormat::contiguous},
+                                                                   {"channels_last", MemoryFormat::channels_last}};
+constexpr std::pair<const char*, std::optional<bool>> kSmallStem[] = {
+    {"auto", std::nullopt}, {"true", true}, {"false", false}};
+constexpr std::pair<const char*, int> kStemStride[] = {{"auto", 0}, {"1", 1}, {"2", 2}};
+
+std::vector<FlagRow> model_rows() {
+  return {
+      both(flag("model", FlagType::string, "resnet18", Topic::model, "model name", models::model_names(), {},
+                kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.name = v.str(); }),
+      both(flag("width", FlagType::string, "auto", Topic::model,
+                "channels of the first stage (torchvision: 64); auto = 64 for images over 64 px, else 16", {}, {},
+                kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.width = v.str() == "auto" ? 0 : std::stol(v.str()); }),
+      both(flag("small-stem", FlagType::string, "auto", Topic::model,
+                "3x3 stride-1 stem without max-pool; auto = on for images of 64 px or less", names_of(kSmallStem), {},
+                kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.small_stem = choice(v, kSmallStem); }),
+      both(flag("stem-stride", FlagType::string, "auto", Topic::model,
+                "small stem's stride; auto = 2 for images of 28 px or less (halves every stage), else 1",
+                names_of(kStemStride), {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.stem_stride = choice(v, kStemStride); }),
+      both(flag("num-classes", FlagType::integer, "0", Topic::model,
+                "classifier outputs; 0 = the dataset's class count", {},
+                within(0, kMaxClasses, bounds(0, kMaxClasses) + " (0 = the dataset's class count)"), kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.num_classes = v.integer(); }),
+      train_only(flag("zero-init-residual", FlagType::boolean, "false", Topic::model,
+                      "zero the last batch-norm weight of every block", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.model.zero_init_residual = v.boolean(); }),
+      both(flag("init-weights", FlagType::string, "", Topic::model,
+                "weights to start from: a .safetensors state dict with torchvision's keys, or a ringtape checkpoint "
+                "(its model part); every key must match the model (PyTorch's strict loading)"),
+           [](const FlagValue& v, CommonConfig& c) { c.init_weights = v.str(); }),
+      both(flag("init-weights-non-strict", FlagType::boolean, "false", Topic::model,
+                "load only the --init-weights entries that match the model in name and shape and list the rest "
+                "(fine-tuning with a new head)"),
+           [](const FlagValue& v, CommonConfig& c) { c.init_weights_strict = !v.boolean(); }),
+      eval_only(flag("checkpoint", FlagType::string, "", Topic::model,
+                     "a training checkpoint to evaluate (instead of --init-weights)"),
+                [](const FlagValue& v, EvalConfig& c) { c.checkpoint = v.str(); }),
+  };
+}
+
+std::vector<FlagRow> data_rows() {
+  return {
+      both(flag("dataset", FlagType::string, "fashion-mnist", Topic::data, "dataset", names_of(kDatasetNames), {},
+                kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.data.dataset = choice(v, kDatasetNames); }),
+      both(flag("data-path", FlagType::string, "", Topic::data,
+                "dataset location (fashion-mnist: /usr/share/datasets/fashion-mnist; imagenet: DIR with train/ and "
+                "val/; tensors: a .safetensors file)"),
+           [](const FlagValue& v, CommonConfig& c) { c.data.data_path = v.str(); }),
+      both(flag("synthetic-size", FlagType::string, "1024x3x32x32", Topic::data,
+                "synthetic dataset: NxCxHxW (with --dataset synthetic)", {}, {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) {
+             // Checked where it matters (--dataset synthetic, or given); the default parses.
+             if (const auto size = parse_synthetic_size(v.str())) c.data.synthetic_size = *size;
+           }),
+      both(flag("train-crop-size", FlagType::integer, "224", Topic::data,
+                "imagenet: RandomResizedCrop output size for training", {},
+                at_least(1, "a positive number of pixels"), kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.data.train_crop_size = v.integer(); }),
+      both(flag("val-resize-size", FlagType::integer, "256", Topic::data,
+                "imagenet: evaluation resizes the shorter side to this", {}, at_least(1, "a positive number of pixels")),
+           [](const FlagValue& v, CommonConfig& c) { c.data.val_resize_size = v.integer(); }),
+      both(flag("val-crop-size", FlagType::integer, "224", Topic::data, "imagenet: evaluation centre-crops this square",
+                {}, at_least(1, "a positive number of pixels")),
+           [](const FlagValue& v, CommonConfig& c) { c.data.val_crop_size = v.integer(); }),
+      both(flag("strict-images", FlagType::boolean, "false", Topic::data,
+                "stop at the first unreadable image (default: skip it, name it and count it)"),
+           [](const FlagValue& v, CommonConfig& c) { c.loader.strict_images = v.boolean(); }),
+      both(flag("cache-dir", FlagType::string, "", Topic::data,
+                "where the imagenet file lists are cached (default $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or "
+                "~/.cache/ringtape)"),
+           [](const FlagValue& v, CommonConfig& c) { c.data.cache_dir = v.str(); }),
+      both(flag("batch-size", FlagType::integer, "128", Topic::data, "images per step (per process)", {},
+                at_least(1, "a positive integer (images per step)"), kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.loader.batch_size = v.integer(); }),
+      both(flag("workers", FlagType::integer, "2", Topic::data, "data loading threads (0 = load in the training thread)",
+                {}, within(0, kMaxWorkers, bounds(0, kMaxWorkers) + " (0 = load in the training thread)")),
+           [](const FlagValue& v, CommonConfig& c) { c.loader.workers = int(v.integer()); }),
+      train_only(flag("no-shuffle", FlagType::boolean, "false", Topic::data, "read the training set in file order", {},
+                      {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.shuffle = !v.boolean(); }),
+      train_only(flag("augment", FlagType::boolean, "true", Topic::data,
+                      "random crop (padding 2 / 4) and horizontal flip of small images (Fashion-MNIST, CIFAR-10, "
+                      "synthetic); --augment false turns it off", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.augment = v.boolean(); }),
+  };
+}
+
+std::vector<FlagRow> optimisation_rows() {
+  return {
+      train_only(flag("epochs", FlagType::integer, "15", Topic::optimisation, "passes over the training set", {},
+                      at_least(1, "a positive integer"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.epochs = v.integer(); }),
+      train_only(flag("steps", FlagType::integer, "0", Topic::optimisation,
+                      "stop after this many optimizer steps in total (0 = no limit)", {},
+                      at_least(0, "an integer >= 0 (0 = no limit)")),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.max_steps = v.integer(); }),
+      train_only(flag("optimizer", FlagType::string, "sgd", Topic::optimisation, "optimizer", names_of(kOptimizers), {},
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.kind = choice(v, kOptimizers); }),
+      train_only(flag("lr", FlagType::number, "0.1", Topic::optimisation, "peak learning rate", {},
+                      at_least(0, "a number >= 0 (the peak learning rate)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.lr = v.number(); }),
+      train_only(flag("momentum", FlagType::number, "0.9", Topic::optimisation, "SGD momentum", {},
+                      at_least(0, "a number >= 0 (0 = plain SGD)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.momentum = v.number(); }),
+      train_only(flag("nesterov", FlagType::boolean, "false", Topic::optimisation, "Nesterov momentum (SGD)", {}, {},
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.nesterov = v.boolean(); }),
+      train_only(flag("weight-decay", FlagType::number, "5e-4", Topic::optimisation,
+                      "weight decay (SGD: L2 added to the gradient; AdamW: decoupled)", {},
+                      at_least(0, "a number >= 0 (0 = no weight decay)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.weight_decay = v.number(); }),
+      train_only(flag("no-bn-bias-decay", FlagType::boolean, "false", Topic::optimisation,
+                      "exempt batch-norm weights and biases (every 1-D parameter) from weight decay", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.no_bn_bias_decay = v.boolean(); }),
+      both(flag("label-smoothing", FlagType::number, "0", Topic::optimisation,
+                "label smoothing of the cross-entropy loss (eval: of the reported loss)", {},
+                within(0, 1, "in [0, 1] (0 = none)"), kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.label_smoothing = v.number(); }),
+      train_only(flag("lr-scheduler", FlagType::string, "cosine", Topic::optimisation,
+                      "learning-rate schedule after warmup", {"constant", "step", "multistep", "cosine", "poly"}, {},
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.kind = optim::parse_lr_schedule(v.str()); }),
+      train_only(flag("lr-warmup-epochs", FlagType::integer, "0", Topic::optimisation,
+                      "linear warmup length in epochs", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_epochs = v.integer(); }),
+      train_only(flag("lr-warmup-decay", FlagType::number, "0.01", Topic::optimisation, "warmup starts at lr * this",
+                      // LinearLR's rule: a start factor of 0 would make the first step a no-op.
+                      {}, Range{0, 1, true, "in (0, 1]"}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_decay = v.number(); }),
+      // Another schedule's flags are not looked at (torchvision ignores them too): their
+      // checks are in check_combinations, for the schedule chosen.
+      train_only(flag("lr-step-size", FlagType::integer, "30", Topic::optimisation,
+                      "step schedule: epochs between decays", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.step_size = v.integer(); }),
+      train_only(flag("lr-milestones", FlagType::string, "30,60,80", Topic::optimisation,
+                      "multistep schedule: epochs at which lr decays", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) {
+                   if (v.flags.str("lr-scheduler") == "multistep")
+                     c.lr_schedule.milestones = optim::parse_milestones(v.str());
+                 }),
+      train_only(flag("lr-gamma", FlagType::number, "0.1", Topic::optimisation, "step/multistep decay factor", {}, {},
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.gamma = v.number(); }),
+      train_only(flag("lr-min", FlagType::number, "0", Topic::optimisation, "cosine schedule: final learning rate",
+                      {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.lr_min = v.number(); }),
+      train_only(flag("lr-power", FlagType::number, "1", Topic::optimisation, "poly schedule: power", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.power = v.number(); }),
+      train_only(flag("accum-steps", FlagType::integer, "1", Topic::optimisation,
+                      "micro-batches per optimizer step (gradient accumulation)", {},
+                      at_least(1, "a positive integer (micro-batches per step)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.accum_steps = v.integer(); }),
+      train_only(flag("skip-nonfinite", FlagType::boolean, "false", Topic::optimisation,
+                      "skip steps whose loss, gradients or updated weights are NaN/Inf (the step leaves the weights "
+                      "and optimizer state as they were) instead of stopping. On CUDA it reads the loss on the host "
+                      "every step (without it, the loss stays on the device and a NaN/Inf is found at the next "
+                      "--print-freq step or checkpoint)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.skip_nonfinite = v.boolean(); }),
+      both(flag("seed", FlagType::integer, "0", Topic::optimisation,
+                "seed of initialisation, data order, augmentation and synthetic data", {}, {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.seed = uint64_t(v.integer()); }),
+  };
+}
+
+std::vector<FlagRow> device_rows() {
+  return {
+      both(flag("device", FlagType::string, "auto", Topic::device,
+                "cpu, cuda or cuda:N; auto = cuda:0 when a GPU is present, else cpu"),
+           [](const FlagValue& v, CommonConfig& c) {
+             c.compute.device = v.str() == "auto" ? std::nullopt : std::optional<Device>(Device::parse(v.str()));
+           }),
+      both(flag("precision", FlagType::string, "auto", Topic::device,
+                "what convolutions, linear layers and activations compute in; bf16/fp16 keep fp32 master weights, "
+                "batch norm and loss (fp16 adds loss scaling), tf32 = fp32 with TF32 tensor cores; auto = bf16 on a "
+                "GPU of compute capability 8.0+, else fp32",
+                {"auto", "fp32", "tf32", "bf16", "fp16"}, {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.compute.precision = parse_precision(v.str()); }),
+      both(flag("memory-format", FlagType::string, "auto", Topic::device,
+                "activation and weight layout; auto = channels_last (the faster one on CPU and GPU)",
+                names_of(kMemoryFormats), {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) { c.model.memory_format = choice(v, kMemoryFormats); }),
+      // Part of the trajectory (bit-exact resume depends on it) but not compared across ranks:
+      // each rank's CPU math is its own computation whatever its thread count.
+      both(flag("threads", FlagType::integer, "0", Topic::device, "CPU threads for the math (0 = all cores)", {},
+                within(0, kMaxThreads, bounds(0, kMaxThreads) + " (0 = all cores)"), kTrajectory),
+           [](const FlagValue& v, CommonConfig& c) { c.compute.threads = int(v.integer()); }),
+      train_only(flag("cudnn-benchmark", FlagType::boolean, "false", Topic::device,
+                      "CUDA: time cuDNN's candidate algorithms per convolution shape and keep the fastest (ignored "
+                      "on the CPU)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.compute.cudnn_benchmark = v.boolean(); }),
+      train_only(flag("cudnn-benchmark-runtime-compiled", FlagType::boolean, "false", Topic::device,
+                      "with --cudnn-benchmark: also time the engines cuDNN compiles at run time (each compiles when "
+                      "first tried, which can take seconds per shape; without this flag they are skipped unless "
+                      "nothing else fits)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.compute.cudnn_benchmark_runtime_compiled = v.boolean(); }),
+  };
+}
+
+std::vector<FlagRow> distributed_rows() {
+  return {
+      train_only(flag("nproc-per-node", FlagType::integer, "1", Topic::distributed,
+                      "start this many training processes on this machine (one per GPU; on the CPU, processes "
+                      "sharing the cores) with torchrun's environment, and supervise them; 1 = train in this process",
+                      {}, within(1, 1024, "in [1, 1024] (processes on this machine)"), kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.nproc_per_node = int(v.integer()); }),
+      train_only(flag("nnodes", FlagType::integer, "1", Topic::distributed,
+                      "machines taking part (run the same command on each, with --node-rank)", {},
+                      within(1, 65536, "in [1, 65536] (machines)"), kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.nnodes = int(v.integer()); }),
+      train_only(flag("node-rank", FlagType::integer, "0", Topic::distributed, "this machine's index among --nnodes",
+                      {}, {}, kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.node_rank = int(v.integer()); }),
+      train_only(flag("master-addr", FlagType::string, "127.0.0.1", Topic::distributed,
+                      "the address of the machine with --node-rank 0", {}, {}, kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.master_addr = v.str(); }),
+      train_only(flag("master-port", FlagType::integer, "0", Topic::distributed,
+                      "rank 0's rendezvous port (0 = a free one; needed with --nnodes > 1)", {},
+                      within(0, 65535, "in [0, 65535] (0 = a free port)"), kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.master_port = int(v.integer()); }),
+      train_only(flag("allreduce", FlagType::string, "library", Topic::distributed,
+                      "gradient all-reduce: the backend's own, or ringtape's ring or tree", {"library", "ring", "tree"},
+                      {}, kSameOnEveryRank),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.allreduce = dist::parse_allreduce_algo(v.str()); }),
+      // A bucket holds at least one byte: 1e-30 MiB passed once and failed in every worker.
+      train_only(flag("bucket-cap-mb", FlagType::number, "25", Topic::distributed,
+                      "gradient bucket size in MiB (the first bucket: at most 1 MiB)", {},
+                      within(1e-6, 1 << 20, "in [0.000001, 1048576] (MiB; a bucket holds a byte at least)"),
+                      kSameOnEveryRank),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.bucket_cap_mb = v.number(); }),
+      train_only(flag("find-unused-parameters", FlagType::boolean, "false", Topic::distributed,
+                      "reduce zeros for parameters that got no gradient (else that is an error naming them)", {}, {},
+                      kSameOnEveryRank),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.find_unused_parameters = v.boolean(); }),
+      train_only(flag("timeout", FlagType::number, "300", Topic::distributed,
+                      "seconds any collective or the rendezvous may take before the run stops naming the lost rank",
+                      {}, Range{0, 1e7, true, "in (0, 10000000] seconds"}),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.timeout_s = v.number(); }),
+      train_only(flag("comm-timeline", FlagType::boolean, "false", Topic::distributed,
+                      "rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and phase "
+                      "times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py"),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.comm_timeline = v.boolean(); }),
+      train_only(flag("grad-reduce-dtype", FlagType::string, "fp32", Topic::distributed,
+                      "the dtype the gradient all-reduce carries: fp32, or bf16 for half the bytes (NCCL only; the "
+                      "average then carries bf16's rounding; the optimizer still reads f32)",
+                      names_of(kReduceDtypes), {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.grad_reduce_dtype = choice(v, kReduceDtypes); }),
+      train_only(flag("sync-bn", FlagType::boolean, "false", Topic::distributed,
+                      "batch-norm statistics and their gradients over every process's batch (PyTorch's "
+                      "SyncBatchNorm), so N processes x --batch-size B train like one process with batch N*B; two "
+                      "small blocking collectives per batch norm and step, on a communicator of their own (Gloo on "
+                      "CPU processes, NCCL on GPUs). A no-op in one process", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.sync_bn = v.boolean(); }),
+  };
+}
+
+std::vector<FlagRow> output_rows() {
+  return {
+      train_only(flag("output-dir", FlagType::string, "", Topic::output,
+                      "where checkpoints, weights and metrics go (default: the --resume checkpoint's directory, else "
+                      "runs/<dataset>-<model>-<time>)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.output_dir = v.str(); }),
+      train_only(flag("resume", FlagType::string, "", Topic::output, "continue from this checkpoint (bit-exact on CPU)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.resume = v.str(); }),
+      train_only(flag("checkpoint-every", FlagType::integer, "0", Topic::output,
+                      "also checkpoint every N optimizer steps (0 = per epoch)", {},
+                      at_least(0, "an integer >= 0 (0 = once per epoch)")),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.checkpoint_every = v.integer(); }),
+      train_only(flag("print-freq", FlagType::integer, "50", Topic::output, "log every N optimizer steps", {},
+                      at_least(1, "a positive integer (log every N steps)")),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.print_freq = v.integer(); }),
+      train_only(flag("no-progress", FlagType::boolean, "false", Topic::output,
+                      "print the --print-freq lines instead of the progress bar drawn when stdout is a terminal"),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.progress_bar = !v.boolean(); }),
+      train_only(flag("tensorboard", FlagType::boolean, "false", Topic::output,
+                      "write TensorBoard scalars (training loss, lr, img/s; evaluation loss, top-1, top-5) to "
+                      "--tensorboard-dir"),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.tensorboard = v.boolean(); }),
+      train_only(flag("tensorboard-dir", FlagType::string, "", Topic::output,
+                      "with --tensorboard: the events' directory (default <output-dir>/tensorboard)"),
+                 [](const FlagValue& v, TrainConfig& c) { c.output.tensorboard_dir = v.str(); }),
+  };
+}
+
+std::vector<FlagRow> profiling_rows() {
+  return {
+      both(flag("profile-steps", FlagType::string, "", Topic::profiling,
+                "profile steps A..B-1 (A:B, 1-based like the log lines; eval: batches): print the table, write "
+                "profile.json and trace.json (Chrome trace: Perfetto, chrome://tracing), then go on unprofiled"),
+           [](const FlagValue& v, CommonConfig& c) {
+             try {
+               c.profile = prof::parse_profile_steps(v.str(), v.flags.str("profile-group"));
+             } catch (const Error& e) {
+               throw UsageError(e.what());
+             }
+           }),
+      both(flag("profile-group", FlagType::string, "op", Topic::profiling, "the profile table's rows",
+                {"op", "layer", "kernel"}),
+           nullptr),  // read with --profile-steps
+      both(flag("profile-dir", FlagType::string, "", Topic::profiling,
+                "where profile.json and trace.json go (default: train: the output directory; eval: the current one)"),
+           [](const FlagValue& v, CommonConfig& c) { c.profile_dir = v.str(); }),
+  };
+}
+
+// "--name must be <rule>, got <value>".
+[[noreturn]] void bad_value(const Flags& f, const std::string& name, const std::string& rule) {
+  throw UsageError("--" + name + " must be " + rule + ", got " + f.str(name));
+}
+
+void check_schedule(const Flags& f) {
+  if (f.str("optimizer") == "sgd" && f.boolean("nesterov") && f.number("momentum") <= 0)
+    throw UsageError("--nesterov needs --momentum > 0 (PyTorch's SGD refuses it too), got --momentum " +
+                          f.str("momentum"));
+  const int64_t epochs = f.integer("epochs"), warmup = f.integer("lr-warmup-epochs");
+  if (warmup < 0 || warmup > epochs)
+    bad_value(f, "lr-warmup-epochs", "in [0, --epochs] = [0, " + std::to_string(epochs) + "]");
+  const std::string kind = f.str("lr-scheduler");
+  if (kind == "step" && f.integer("lr-step-size") < 1) bad_value(f, "lr-step-size", "at least 1 (epochs)");
+  if ((kind == "step" || kind == "multistep") && f.number("lr-gamma") < 0) bad_value(f, "lr-gamma", "a number >= 0");
+  if (kind == "multistep") {
+    std::vector<int64_t> m;
+    try {
+      m = optim::parse_milestones(f.str("lr-milestones"));
+    } catch (const Error&) {
+      m.clear();
+    }
+    bool ok = !m.empty();
+    for (size_t i = 0; i < m.size(); ++i) ok = ok && m[i] >= 1 && (i == 0 || m[i] > m[i - 1]);
+    if (!ok) bad_value(f, "lr-milestones", "increasing epoch numbers >= 1 separated by commas, e.g. 30,60,80");
+  }
+  if (kind == "cosine" && (f.number("lr-min") < 0 || f.number("lr-min") > f.number("lr")))
+    bad_value(f, "lr-min", "in [0, --lr] = [0, " + f.str("lr") + "]");
+  if (kind == "poly" && f.number("lr-power") <= 0) bad_value(f, "lr-power", "a number > 0");
+}
+
+}  // namespace
+
+const std::vector<FlagRow>& flag_rows() {
+  static const std::vector<FlagRow> rows = [] {
+    std::vector<FlagRow> all;
+    for (auto part : {model_rows, data_rows, optimisation_rows, device_rows, distributed_rows, output_rows,
+                      profiling_rows})
+      for (FlagRow& r : part()) all.push_back(std::move(r));
+    return all;
+  }();
+  return rows;
+}
+
+std::vector<Flag> train_flags() {
+  std::vector<Flag> v;
+  for (const FlagRow& r : flag_rows())
+    if (!r.eval_only) v.push_back(r.flag);
+  return v;
+}
+
+std::vector<Flag> eval_flags() {
+  std::vector<Flag> v;
+  for (const FlagRow& r : flag_rows())
+    if (!r.train_only) v.push_back(r.flag);
+  return v;
+}
+
+std::set<std::string> train_flags_with(FlagRole role) {
+  std::set<std::string> names;
+  for (const FlagRow& r : flag_rows())
+    if (!r.eval_only && (r.flag.roles & role)) names.insert(r.flag.name);
+  return names;
+}
+
+std::optional<std::array<int64_t, 4>> parse_synthetic_size(const std::string& text) {
+  std::array<int64_t, 4> v{};
+  int used = 0;
+  if (std::sscanf(text.c_str(), "%ldx%ldx%ldx%ld%n", &v[0], &v[1], &v[2], &v[3], &used) != 4 ||
+      size_t(used) != text.size())
+    return std::nullopt;
+  int64_t elements = 1;
+  for (int64_t d : v)
+    if (d <= 0 || __builtin_mul_overflow(elements, d, &elements)) return std::nullopt;
+  return v;
+}
+
+void check_combinations(const Flags& f) {
+  if (f.has("lr")) check_schedule(f);
+  if (f.has("node-rank") && (f.integer("node-rank") < 0 || f.integer("node-rank") >= f.integer("nnodes")))
+    bad_value(f, "node-rank", "in [0, --nnodes) = [0, " + f.str("nnodes") + ")");
+  if (f.has("nnodes") && f.integer("nnodes") > 1 && f.integer("master-port") == 0)
+    throw UsageError("--nnodes " + f.str("nnodes") +
+                          " needs --master-port (the same on every machine, e.g. --master-port 29500)");
+  const std::string width = f.str("width");
+  if (width != "auto") {
+    char* end = nullptr;
+    errno = 0;
+    const long long w = std::strtoll(width.c_str(), &end, 10);
+    if (width.empty() || *end != '\0' || errno != 0 || w <= 0 || w > kMaxWidth)
+      bad_value(f, "width", "auto or an integer in [1, " + std::to_string(kMaxWidth) + "]");
+  }
+  if ((f.str("dataset") == "synthetic" || f.given("synthetic-size")) && !parse_synthetic_size(f.str("synthetic-size")))
+    bad_value(f, "synthetic-size",
+              "N x C x H x W with four positive integers whose product fits in int64, e.g. 1024x3x32x32");
+  if (f.str("stem-stride") == "2" && f.str("small-stem") == "false")
+    throw UsageError("--stem-stride 2 needs the small stem; drop --small-stem false or --stem-stride 2");
+
+  // Where the weights come from.
+  if (f.has("resume") && !f.str("resume").empty() && !f.str("init-weights").empty())
+    throw UsageError("--init-weights and --resume both give the weights (the checkpoint's would replace the "
+                          "initial ones); pass one of them");
+  if (f.has("checkpoint") && !f.str("checkpoint").empty() && !f.str("init-weights").empty())
+    throw UsageError("--checkpoint and --init-weights both give the weights to evaluate; pass one of them");
+  if (f.boolean("init-weights-non-strict") && f.str("init-weights").empty())
+    throw UsageError("--init-weights-non-strict applies to --init-weights, which is not given");
+  if (f.has("cudnn-benchmark-runtime-compiled") && f.boolean("cudnn-benchmark-runtime-compiled") &&
+      !f.boolean("cudnn-benchmark"))
+    throw UsageError("--cudnn-benchmark-runtime-compiled applies to --cudnn-benchmark, which is not given");
+  if (f.has("tensorboard-dir") && !f.str("tensorboard-dir").empty() && !f.boolean("tensorboard"))
+    throw UsageError("--tensorboard-dir applies to --tensorboard, which is not given");
+}
+
+// Each row's setter puts its flag's value into its field (Note [One row per flag]); the
+// checks ran first (Flags::parse: types, choices, ranges; check_combinations: the rest), so
+// nothing here re-checks a value.
+TrainConfig parse_train_config(const Flags& f) {
+  check_combinations(f);
+  TrainConfig c;
+  for (const FlagRow& r : flag_rows()) {
+    const FlagValue v{f, r.flag.name};
+    if (r.common) r.common(v, c);
+    if (r.train) r.train(v, c);
+  }
+  c.recorded_flags = f.effective();
+  c.trajectory_flags = train_flags_with(kTrajectory);
+  c.same_on_every_rank_flags = train_flags_with(kSameOnEveryRank);
+  return c;
+}
+
+EvalConfig parse_eval_config(const Flags& f) {
+  check_combinations(f);
+  if (f.str("checkpoint").empty() && f.str("init-weights").empty())
+    throw UsageError("ringtape eval needs weights: --init-weights FILE.safetensors or --checkpoint FILE");
+  EvalConfig c;
+  for (const FlagRow& r : flag_rows()) {
+    const FlagValue v{f, r.flag.name};
+    if (r.common) r.common(v, c);
+    if (r.eval) r.eval(v, c);
+  }
+  return c;
+}
+
+}  // namespace rt::cli

@@ -1,0 +1,214 @@
+#include "distributed/local_launcher.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <map>
+
+#include "distributed/net_util.h"
+#include "base/error.h"
+
+namespace rt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+// The signal the launcher received (0: none), set by its handler, read by the loop.
+std::atomic<int> g_signal{0};
+void on_signal(int sig) { g_signal.store(sig); }
+
+struct Worker {
+  int rank = 0, local_rank = 0;
+  pid_t pid = -1;
+  int out = -1;  // read end of its output pipe; -1 for the worker writing to the console
+  bool running = false;
+  int status = 0;  // waitpid status once ended
+  std::string tail;
+};
+
+std::string exit_text(int status) {
+  if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
+  if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
+  return "status " + std::to_string(status);
+}
+
+bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0); }
+
+// In the child, before exec: its own group, death with the launcher, the environment,
+// output to the pipe (or the console).
+[[noreturn]] void exec_worker(const LocalLaunchOptions& o, const std::map<std::string, std::string>& env, pid_t launcher,
+                              int out_fd) {
+  setpgid(0, 0);
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != launcher) _exit(111);  // the launcher died before prctl took effect
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  if (out_fd >= 0) {
+    dup2(out_fd, STDOUT_FILENO);
+    dup2(out_fd, STDERR_FILENO);
+    close(out_fd);
+  }
+  for (const auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);
+  std::vector<char*> argv;
+  for (const std::string& a : o.command) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  execv(argv[0], argv.data());
+  std::fprintf(stderr, "cannot start worker %s: %s\n", o.command[0].c_str(), std::strerror(errno));
+  _exit(127);
+}
+
+void check_options(const LocalLaunchOptions& o) {
+  RT_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got ", o.nproc_per_node);
+  RT_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got ", o.nnodes);
+  RT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank must be in [0, ", o.nnodes, "), got ",
+           o.node_rank);
+  RT_CHECK(o.master_port >= 0 && o.master_port <= 65535, "--master-port must be in [0, 65535], got ",
+           o.master_port);
+  RT_CHECK(o.master_port != 0 || o.nnodes == 1,
+           "--master-port is needed with --nnodes > 1 (every node must use the same one, e.g. 29500)");
+  RT_CHECK(!o.command.empty(), "run_local_launcher: no worker command");
+}
+
+}  // namespace
+
+std::string last_lines(const std::string& text, int lines) {
+  size_t end = text.size();
+  while (end > 0 && text[end - 1] == '\n') --end;
+  size_t pos = end;
+  for (int k = 0; k < lines && pos > 0; ++k) {
+    const size_t nl = text.rfind('\n', pos - 1);
+    if (nl == std::string::npos) {
+      pos = 0;
+      break;
+    }
+    pos = k + 1 < lines ? nl : nl + 1;
+  }
+  return text.substr(pos, end - pos);
+}
+
+int run_local_launcher(const LocalLaunchOptions& o) {
+  check_options(o);
+  const int world = o.nproc_per_node * o.nnodes;
+  // A free port for a single node: bind port 0, read it, close (the workers' rank 0 binds it
+  // next; torchrun does the same).
+  const int port = o.master_port ? o.master_port : net::local_port(net::listen_tcp(o.master_addr, 0).get());
+  std::fprintf(o.console, "ringtape launcher: %d worker(s) on this node (ranks %d-%d of %d), master %s\n",
+               o.nproc_per_node, o.node_rank * o.nproc_per_node, (o.node_rank + 1) * o.nproc_per_node - 1, world,
+               net::endpoint(o.master_addr, port).c_str());
+  std::fflush(nullptr);
+
+  g_signal.store(0);
+  struct sigaction sa{}, old_int{}, old_term{};
+  sa.sa_handler = on_signal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGINT, &sa, &old_int);
+  sigaction(SIGTERM, &sa, &old_term);
+
+  std::vector<Worker> workers(size_t(o.nproc_per_node));
+  const pid_t self = getpid();
+  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
+    Worker& w = workers[size_t(lr)];
+    w.local_rank = lr;
+    w.rank = o.node_rank * o.nproc_per_node + lr;
+    const std::map<std::string, std::string> env = {
+        {"MASTER_ADDR", o.master_addr},          {"MASTER_PORT", std::to_string(port)},
+        {"RANK", std::to_string(w.rank)},        {"WORLD_SIZE", std::to_string(world)},
+        {"LOCAL_RANK", std::to_string(lr)},      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
+        {"GROUP_RANK", std::to_string(o.node_rank)}};
+    int fds[2] = {-1, -1};
+    const bool console = w.rank == 0;
+    if (!console) RT_CHECK(pipe2(fds, O_CLOEXEC) == 0, "launcher: pipe: ", std::strerror(errno));
+    const pid_t pid = fork();
+    RT_CHECK(pid >= 0, "launcher: fork: ", std::strerror(errno));
+    if (pid == 0) {
+      if (fds[0] >= 0) close(fds[0]);
+      exec_worker(o, env, self, fds[1]);
+    }
+    setpgid(pid, pid);
+    if (fds[1] >= 0) close(fds[1]);
+    if (fds[0] >= 0) fcntl(fds[0], F_SETFL, O_NONBLOCK);
+    w.pid = pid;
+    w.out = fds[0];
+    w.running = true;
+  }
+
+  int first_failed = -1;  // index into workers
+  int forwarded = 0;      // the signal forwarded to the workers
+  Clock::time_point kill_at = Clock::time_point::max();
+  // A stopped worker (SIGSTOP, a debugger) acts on SIGTERM only once continued: without the
+  // SIGCONT it kept the launcher waiting the whole grace period before SIGKILL.
+  auto signal_all = [&](int sig) {
+    for (Worker& w : workers)
+      if (w.running) {
+        kill(-w.pid, sig);
+        if (sig == SIGTERM || sig == SIGINT) kill(-w.pid, SIGCONT);
+      }
+  };
+  for (;;) {
+    std::vector<pollfd> fds;
+    for (Worker& w : workers)
+      if (w.out >= 0) fds.push_back({w.out, POLLIN, 0});
+    poll(fds.data(), fds.size(), 50);  // exits are not pollable: 50 ms slices
+    for (Worker& w : workers) {
+      if (w.out < 0) continue;
+      char buf[16384];
+      ssize_t k;
+      while ((k = read(w.out, buf, sizeof buf)) > 0) w.tail.append(buf, size_t(k));
+      if (w.tail.size() > kTailBytes) w.tail.erase(0, w.tail.size() - kTailBytes);
+    }
+    if (const int sig = g_signal.exchange(0); sig != 0) {
+      if (!forwarded) std::fprintf(o.console, "ringtape launcher: %s: stopping the workers\n", strsignal(sig));
+      forwarded = sig;
+      signal_all(sig);
+      kill_at = std::min(kill_at, Clock::now() + o.grace);
+    }
+    bool any = false;
+    for (size_t i = 0; i < workers.size(); ++i) {
+      Worker& w = workers[i];
+      if (!w.running) continue;
+      siginfo_t info{};
+      if (waitid(P_PID, w.pid, &info, WEXITED | WNOWAIT | WNOHANG) == 0 && info.si_pid != 0) {
+        kill(-w.pid, SIGKILL);  // what it left behind; the group id cannot be reused yet (zombie)
+        waitpid(w.pid, &w.status, 0);
+        w.running = false;
+        if (failed(w.status) && first_failed < 0 && !forwarded) {
+          first_failed = int(i);
+          std::fprintf(o.console, "ringtape launcher: rank %d failed (%s); stopping the other workers\n", w.rank,
+                       exit_text(w.status).c_str());
+          signal_all(SIGTERM);
+          kill_at = Clock::now() + o.grace;
+        }
+      }
+      any |= w.running;
+    }
+    if (!any) break;
+    if (Clock::now() >= kill_at) {
+      signal_all(SIGKILL);
+      kill_at = Clock::time_point::max();
+    }
+  }
+  for (Worker& w : workers)
+    if (w.out >= 0) close(w.out);
+  sigaction(SIGINT, &old_int, nullptr);
+  sigaction(SIGTERM, &old_term, nullptr);
+
+  if (forwarded) return 128 + forwarded;
+  if (first_failed < 0) return 0;
+  const Worker& f = workers[size_t(first_failed)];
+  std::fprintf(o.console, "ringtape launcher: rank %d (local rank %d, pid %d) ended with %s", f.rank, f.local_rank,
+               int(f.pid), exit_text(f.status).c_str());
+  if (!f.tail.empty())
+    std::fprintf(o.console, "; its last lines:\n%s\n", last_lines(f.tail, 20).c_str());
+  else
+    std::fprintf(o.console, "%s\n", f.rank == 0 ? " (its output is above)" : " (no output)");
+  return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 128 + WTERMSIG(f.status);
+}
+
+}  // namespace rt::dist
