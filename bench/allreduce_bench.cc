@@ -20,11 +20,15 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <limits>
 #include <memory>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "base/usage_error.h"
 #include "bench/bench_util.h"
+#include "cli/flags.h"
 #include "distributed/communicator.h"
 #include "distributed/gloo_communicator.h"
 #include "distributed/launch_env.h"
@@ -38,70 +42,81 @@ namespace {
 
 using dist::AllReduceAlgo;
 
+// From the command line; the defaults are flag_table()'s.
 struct Args {
-  std::string backend = "gloo";  // gloo (CPU tensors) or nccl (CUDA tensors)
-  int nproc = 0;                 // > 0: fork this many local ranks
-  int64_t min_bytes = 4 << 10, max_bytes = int64_t(256) << 20;
-  int rounds = 3;
-  double round_s = 0.2;  // target time per round (at least 2 calls)
+  std::string backend;  // gloo (CPU tensors) or nccl (CUDA tensors)
+  int nproc = 0;        // > 0: fork this many local ranks
+  int64_t min_bytes = 0, max_bytes = 0;
+  int rounds = 0;
+  double round_s = 0;      // target time per round (at least 2 calls)
   size_t slice_bytes = 0;  // 0: CommOptions' default
-  std::vector<AllReduceAlgo> algos = {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree};
+  std::vector<AllReduceAlgo> algos;
   bool json = false;
 };
 
 const char* kUsage =
-    "usage: allreduce_bench [--backend gloo|nccl] [--nproc N] [--min-bytes B] [--max-bytes B]\n"
-    "                       [--rounds R] [--round-seconds S] [--slice-bytes B]\n"
-    "                       [--algos library,ring,tree] [--json]\n"
-    "  --nproc N: start N local ranks on 127.0.0.1 (NCCL: rank i on GPU i); without it, run as\n"
-    "             one rank of a torchrun/srun job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...).\n"
-    "  sizes run from --min-bytes (4096) to --max-bytes (268435456) by factors of 4.\n";
+    "usage: allreduce_bench [--backend gloo|nccl] [--nproc N] [--min-bytes B] [--max-bytes B] [--rounds R] "
+    "[--round-seconds S] [--slice-bytes B] [--algos library,ring,tree] [--json]";
 
-int64_t parse_bytes(const std::string& flag, const std::string& v) {
-  size_t used = 0;
-  long long r = 0;
-  try {
-    r = std::stoll(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || r < 4) throw UsageError(flag + " wants a byte count >= 4, got '" + v + "'");
-  return r;
+// Byte counts: at least one f32 value, at most 1 TiB (the sizes grow by factors of 4 up to
+// --max-bytes, which must not overflow).
+constexpr int64_t kMaxBytes = int64_t(1) << 40;
+cli::Range byte_range() {
+  return cli::Range{4, double(kMaxBytes), false, "a byte count in [4, " + std::to_string(kMaxBytes) + "]"};
+}
+
+std::vector<cli::Flag> flag_table() {
+  using cli::FlagType;
+  using cli::Topic;
+  return {
+      {"backend", FlagType::string, "gloo", "the communicator; gloo: CPU tensors, nccl: CUDA tensors",
+       {"gloo", "nccl"}},
+      {"nproc", FlagType::integer, "",
+       "start N local ranks on 127.0.0.1 (NCCL: rank i on GPU i); without it, run as one rank of a torchrun/srun "
+       "job (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, ...)",
+       {}, Topic::output, int_at_least(1)},
+      {"min-bytes", FlagType::integer, "4096",
+       "the smallest size, a multiple of 4 (f32 values); sizes run from it to --max-bytes by factors of 4", {},
+       Topic::output, byte_range()},
+      {"max-bytes", FlagType::integer, "268435456", "the largest size", {}, Topic::output, byte_range()},
+      {"rounds", FlagType::integer, "3", "timed rounds per cell; the best round's mean time per call is reported", {},
+       Topic::output, int_at_least(1)},
+      {"round-seconds", FlagType::number, "0.2", "target time per round (at least 2 calls)", {}, Topic::output,
+       cli::Range{0, std::numeric_limits<double>::infinity(), true, "positive"}},
+      {"slice-bytes", FlagType::integer, "", "the pipeline's slice (else CommOptions' default)", {}, Topic::output,
+       byte_range()},
+      {"algos", FlagType::string, "library,ring,tree", "the algorithms to time, comma-separated: library, ring, tree"},
+      {"json", FlagType::boolean, "false", "also print one JSON line per cell"},
+  };
 }
 
 Args parse(int argc, char** argv) {
+  const cli::Flags f = parse_flags(argc, argv, flag_table(), kUsage);
   Args a;
-  for (int i = 1; i < argc; ++i) {
-    const std::string f = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw UsageError(f + " needs a value");
-      return argv[++i];
-    };
-    if (f == "--backend") {
-      a.backend = value();
-      if (a.backend != "gloo" && a.backend != "nccl")
-        throw UsageError("--backend is gloo or nccl, got '" + a.backend + "'");
-    } else if (f == "--nproc") a.nproc = parse_int(f, value(), 1);
-    else if (f == "--min-bytes") a.min_bytes = parse_bytes(f, value());
-    else if (f == "--max-bytes") a.max_bytes = parse_bytes(f, value());
-    else if (f == "--rounds") a.rounds = parse_int(f, value(), 1);
-    else if (f == "--round-seconds") a.round_s = std::stod(value());
-    else if (f == "--slice-bytes") a.slice_bytes = size_t(parse_bytes(f, value()));
-    else if (f == "--json") a.json = true;
-    else if (f == "--algos") {
-      a.algos.clear();
-      std::string list = value();
-      for (size_t b = 0; b <= list.size();) {
-        const size_t e = std::min(list.find(',', b), list.size());
-        a.algos.push_back(dist::parse_allreduce_algo(list.substr(b, e - b)));
-        b = e + 1;
-      }
-    } else if (f == "-h" || f == "--help") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else {
-      throw UsageError("unknown argument '" + f + "'");
-    }
+  a.backend = f.str("backend");
+  a.nproc = f.given("nproc") ? int(f.integer("nproc")) : 0;
+  a.min_bytes = f.integer("min-bytes");
+  a.max_bytes = f.integer("max-bytes");
+  // What the rows cannot say: whole f32 values, and at least one size to run.
+  if (a.min_bytes % 4 != 0)
+    throw UsageError("--min-bytes must be a multiple of 4 (whole f32 values), got " + f.str("min-bytes"));
+  if (a.min_bytes > a.max_bytes)
+    throw UsageError("--min-bytes (" + f.str("min-bytes") + ") is above --max-bytes (" + f.str("max-bytes") +
+                     "): no size to run");
+  a.rounds = int(f.integer("rounds"));
+  a.round_s = f.number("round-seconds");
+  a.slice_bytes = f.given("slice-bytes") ? size_t(f.integer("slice-bytes")) : 0;
+  a.json = f.boolean("json");
+  const std::string list = f.str("algos");
+  for (size_t b = 0; b <= list.size();) {
+    const size_t e = std::min(list.find(',', b), list.size());
+    const std::string name = list.substr(b, e - b);
+    bool known = false;
+    for (AllReduceAlgo algo : {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree})
+      if (name == dist::algo_name(algo)) a.algos.push_back(algo), known = true;
+    if (!known)
+      throw UsageError("--algos takes a comma-separated list of library, ring and tree, got '" + list + "'");
+    b = e + 1;
   }
   return a;
 }
@@ -256,9 +271,8 @@ int main(int argc, char** argv) {
   try {
     const Args a = parse(argc, argv);
     return a.nproc > 0 ? spawn(a) : run_rank(a);
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "allreduce_bench: %s\n%s", e.what(), kUsage);
-    return 2;
+  } catch (const rt::UsageError& e) {
+    return usage_failure("allreduce_bench", e, flag_table(), kUsage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "allreduce_bench: %s\n", e.what());
     return 1;

@@ -1,5 +1,5 @@
-// Helpers shared by the CPU benchmarks (conv_bench, jpeg_pipeline_bench): argument parsing,
-// medians, JSON output, and how busy the machine was apart from the benchmark itself.
+// Helpers shared by the benchmarks: command-line flags (a table of cli/flags.h rows), medians,
+// JSON output, and how busy the machine was apart from the benchmark itself.
 #pragma once
 
 #include <sys/resource.h>
@@ -7,21 +7,20 @@
 
 #include <algorithm>
 #include <chrono>
+#include <climits>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
 #include <fstream>
-#include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
-namespace rt::bench {
+#include "base/usage_error.h"
+#include "cli/flags.h"
 
-// A bad command line: main() prints it with the usage and exits 2.
-class UsageError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
+namespace rt::bench {
 
 // Under `bazel run` the working directory is the runfiles tree; paths the user typed are
 // relative to where they typed them.
@@ -31,17 +30,35 @@ inline std::string user_path(const std::string& p) {
   return wd ? std::string(wd) + "/" + p : p;
 }
 
-inline int parse_int(const std::string& flag, const std::string& v, int lo) {
-  size_t used = 0;
-  int r = 0;
-  try {
-    r = std::stoi(v, &used);
-  } catch (const std::exception&) {
-    used = 0;
-  }
-  if (used != v.size() || v.empty() || r < lo)
-    throw UsageError(flag + " wants an integer >= " + std::to_string(lo) + ", got '" + v + "'");
-  return r;
+// The values of an integer flag that is read into an int: lo .. INT_MAX.
+inline rt::cli::Range int_at_least(int lo) {
+  return rt::cli::Range{double(lo), double(INT_MAX), false,
+                        "in [" + std::to_string(lo) + ", " + std::to_string(INT_MAX) + "]"};
+}
+
+// A benchmark's flags: argv[1..] parsed against `table` ("--name value", "--name=value", a
+// bare "--name" for a boolean). --help or -h anywhere prints the table's help under
+// `usage_line` to stdout and exits 0. A bad command line (an unknown flag, a value of the
+// wrong type, outside its range or not among its choices) throws rt::UsageError naming the flag.
+inline rt::cli::Flags parse_flags(int argc, char** argv, std::vector<rt::cli::Flag> table,
+                                  const std::string& usage_line) {
+  rt::cli::Flags flags(std::move(table));
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\n", flags.help(usage_line).c_str());
+      std::exit(0);
+    }
+  flags.parse(args);
+  return flags;
+}
+
+// What main() does with a UsageError: "<binary>: <message>" and the help of `table` on
+// stderr. Returns the exit status of a bad command line, 2.
+inline int usage_failure(const char* binary, const std::exception& e, std::vector<rt::cli::Flag> table,
+                         const std::string& usage_line) {
+  std::fprintf(stderr, "%s: %s\n%s\n", binary, e.what(), rt::cli::Flags(std::move(table)).help(usage_line).c_str());
+  return 2;
 }
 
 inline double median(std::vector<double> v) {

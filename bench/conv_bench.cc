@@ -34,7 +34,9 @@
 #include "engine/random.h"
 #include "engine/tensor.h"
 
+#include "base/usage_error.h"
 #include "bench/bench_util.h"
+#include "cli/flags.h"
 
 namespace {
 
@@ -47,10 +49,11 @@ struct ConvShape {
   int64_t count = 0;
 };
 
+// From the command line; the defaults are flag_table()'s.
 struct Options {
-  std::string shapes_path = "bench/conv_shapes.txt";
-  int repeats = 3;
-  int warmup = 1;
+  std::string shapes_path;
+  int repeats = 0;
+  int warmup = 0;
   bool channels_last = false;
   std::string json_path;
   std::string only;
@@ -66,51 +69,33 @@ struct Result {
   double gflops() const { return flops / (ms * 1e6); }
 };
 
-const char* kUsage =
-    "usage: conv_bench [--repeats N] [--warmup N] [--channels-last] [--json FILE]\n"
-    "                  [--only SUBSTRING] [--shapes FILE]\n"
-    "  --repeats N       timed repetitions per shape; the median is reported (default 3)\n"
-    "  --warmup N        untimed repetitions first (default 1)\n"
-    "  --channels-last   NHWC input, weight and gradients (default NCHW)\n"
-    "  --json FILE       also write the results as JSON\n"
-    "  --only SUBSTRING  only the shapes whose name contains SUBSTRING\n"
-    "  --shapes FILE     the shape list (default bench/conv_shapes.txt)\n";
+const char* kUsage = "usage: conv_bench [--repeats N] [--warmup N] [--channels-last] [--json FILE] [--only SUBSTRING] "
+                     "[--shapes FILE]";
+
+std::vector<rt::cli::Flag> flag_table() {
+  using rt::cli::FlagType;
+  using rt::cli::Topic;
+  return {
+      {"repeats", FlagType::integer, "3", "timed repetitions per shape; the median is reported", {}, Topic::output,
+       int_at_least(1)},
+      {"warmup", FlagType::integer, "1", "untimed repetitions first", {}, Topic::output, int_at_least(0)},
+      {"channels-last", FlagType::boolean, "false", "NHWC input, weight and gradients (else NCHW)"},
+      {"json", FlagType::string, "", "also write the results as JSON to this file"},
+      {"only", FlagType::string, "", "only the shapes whose name contains this substring"},
+      {"shapes", FlagType::string, "bench/conv_shapes.txt", "the shape list"},
+  };
+}
 
 Options parse_args(int argc, char** argv) {
+  const rt::cli::Flags f = parse_flags(argc, argv, flag_table(), kUsage);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw UsageError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--repeats") {
-      o.repeats = parse_int(a, next(), 1);
-    } else if (a == "--warmup") {
-      o.warmup = parse_int(a, next(), 0);
-    } else if (a == "--channels-last" && !has_value) {
-      o.channels_last = true;
-    } else if (a == "--json") {
-      o.json_path = user_path(next());
-    } else if (a == "--only") {
-      o.only = next();
-    } else if (a == "--shapes") {
-      o.shapes_path = user_path(next());
-    } else {
-      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
-    }
-  }
+  o.repeats = int(f.integer("repeats"));
+  o.warmup = int(f.integer("warmup"));
+  o.channels_last = f.boolean("channels-last");
+  o.json_path = user_path(f.str("json"));
+  o.only = f.str("only");
+  // The default is relative to the workspace root (the runfiles tree under bazel run).
+  o.shapes_path = f.given("shapes") ? user_path(f.str("shapes")) : f.str("shapes");
   return o;
 }
 
@@ -238,7 +223,7 @@ int run(const Options& opt) {
   std::vector<ConvShape> shapes = read_shapes(opt.shapes_path);
   if (!opt.only.empty()) {
     std::erase_if(shapes, [&](const ConvShape& s) { return s.name.find(opt.only) == std::string::npos; });
-    if (shapes.empty()) throw UsageError("no shape name contains '" + opt.only + "'");
+    if (shapes.empty()) throw rt::UsageError("no shape name contains '" + opt.only + "'");
   }
   int threads = 1;
 #ifdef _OPENMP
@@ -275,9 +260,8 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   try {
     return run(parse_args(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "conv_bench: %s\n%s", e.what(), kUsage);
-    return 2;
+  } catch (const rt::UsageError& e) {
+    return usage_failure("conv_bench", e, flag_table(), kUsage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "conv_bench: %s\n", e.what());
     return 1;

@@ -35,10 +35,14 @@
 #include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <limits>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "base/usage_error.h"
+#include "bench/bench_util.h"
+#include "cli/flags.h"
 #include "engine/autograd.h"
 #include "engine/io/json.h"
 #include "engine/ops.h"
@@ -69,37 +73,37 @@ const Shape kPixels = {256, 224, 224, 3}; // a loader batch: u8 (N, H, W, C)
 const Shape kInput = {256, 3, 224, 224};  // the normalised input
 constexpr int64_t kClasses = 1000;
 
+// From the command line; the defaults are flag_table()'s.
 struct Options {
   std::string json, only;
-  int trials = 5;
-  double trial_ms = 3.0;
+  int trials = 0;
+  double trial_ms = 0;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr,
-               "cuda_kernel_bench: %s\nusage: cuda_kernel_bench [--json PATH] [--only SUBSTR] [--trials N] "
-               "[--trial-ms MS] [--quick]\n",
-               why.c_str());
-  std::exit(2);
+const char* kUsage = "usage: cuda_kernel_bench [--json PATH] [--only SUBSTR] [--trials N] [--trial-ms MS] [--quick]";
+
+std::vector<cli::Flag> flag_table() {
+  using cli::FlagType;
+  using cli::Topic;
+  return {
+      {"json", FlagType::string, "", "also write the results as JSON to this file"},
+      {"only", FlagType::string, "", "only the cases whose name contains this substring"},
+      {"trials", FlagType::integer, "5", "timed trials per case; the row is their median", {}, Topic::output,
+       bench::int_at_least(1)},
+      {"trial-ms", FlagType::number, "3", "about how long one trial lasts, in milliseconds", {}, Topic::output,
+       cli::Range{0, std::numeric_limits<double>::infinity(), true, "positive"}},
+      {"quick", FlagType::boolean, "false", "fewer, shorter trials: --trials 3 --trial-ms 1.5 where not given"},
+  };
 }
 
 Options parse(int argc, char** argv) {
+  const cli::Flags f = bench::parse_flags(argc, argv, flag_table(), kUsage);
+  const bool quick = f.boolean("quick");
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage("missing value after " + a);
-      return argv[++i];
-    };
-    if (a == "--json") o.json = next();
-    else if (a == "--only") o.only = next();
-    else if (a == "--trials") o.trials = std::atoi(next().c_str());
-    else if (a == "--trial-ms") o.trial_ms = std::atof(next().c_str());
-    else if (a == "--quick") o.trials = 3, o.trial_ms = 1.5;
-    else if (a == "--help" || a == "-h") usage("help");
-    else usage("unknown argument " + a);
-  }
-  if (o.trials < 1 || !(o.trial_ms > 0)) usage("--trials and --trial-ms must be positive");
+  o.json = f.str("json");
+  o.only = f.str("only");
+  o.trials = quick && !f.given("trials") ? 3 : int(f.integer("trials"));
+  o.trial_ms = quick && !f.given("trial-ms") ? 1.5 : f.number("trial-ms");
   return o;
 }
 
@@ -742,7 +746,12 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+  Options o;
+  try {
+    o = parse(argc, argv);
+  } catch (const rt::UsageError& e) {
+    return rt::bench::usage_failure("cuda_kernel_bench", e, flag_table(), kUsage);
+  }
   std::string why;
   if (rt::cuda::device_count(&why) == 0) {
     std::printf("SKIPPED: no CUDA device (%s): cuda_kernel_bench\n", why.c_str());

@@ -29,8 +29,11 @@
 #include <string>
 #include <vector>
 
-#include "data/image_folder.h"
 #include "base/error.h"
+#include "base/usage_error.h"
+#include "bench/bench_util.h"
+#include "cli/flags.h"
+#include "data/image_folder.h"
 
 namespace {
 
@@ -38,38 +41,35 @@ namespace fs = std::filesystem;
 using rt::data::ImageFolderIndex;
 using rt::data::IndexOptions;
 
+// From the command line; the defaults are flag_table()'s.
 struct Options {
-  int classes = 1000, per_class = 100, repeats = 5;
+  int classes = 0, per_class = 0, repeats = 0;
   std::string dir;
 };
 
-[[noreturn]] void usage(const std::string& why) {
-  std::fprintf(stderr, "index_bench: %s\nusage: index_bench [--classes N] [--per-class M] [--repeats R] [--dir DIR]\n",
-               why.c_str());
-  std::exit(2);
+const char* kUsage = "usage: index_bench [--classes N] [--per-class M] [--repeats R] [--dir DIR]";
+
+std::vector<rt::cli::Flag> flag_table() {
+  using rt::cli::FlagType;
+  using rt::cli::Topic;
+  using rt::bench::int_at_least;
+  return {
+      {"classes", FlagType::integer, "1000", "class folders to generate", {}, Topic::output, int_at_least(1)},
+      {"per-class", FlagType::integer, "100", "empty files per class folder", {}, Topic::output, int_at_least(1)},
+      {"repeats", FlagType::integer, "5", "runs of each timing; the median is reported", {}, Topic::output,
+       int_at_least(1)},
+      {"dir", FlagType::string, "",
+       "generate into this folder, which must not exist, and keep it (else a temporary folder, removed at the end)"},
+  };
 }
 
 Options parse(int argc, char** argv) {
+  const rt::cli::Flags f = rt::bench::parse_flags(argc, argv, flag_table(), kUsage);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    if (i + 1 >= argc) usage("flag " + a + " needs a value");
-    const std::string v = argv[++i];
-    if (a == "--dir") {
-      o.dir = v;
-      continue;
-    }
-    const int n = std::atoi(v.c_str());
-    if (n <= 0) usage(a + " needs a positive integer, got '" + v + "'");
-    if (a == "--classes")
-      o.classes = n;
-    else if (a == "--per-class")
-      o.per_class = n;
-    else if (a == "--repeats")
-      o.repeats = n;
-    else
-      usage("unknown flag " + a);
-  }
+  o.classes = int(f.integer("classes"));
+  o.per_class = int(f.integer("per-class"));
+  o.repeats = int(f.integer("repeats"));
+  o.dir = f.str("dir");
   return o;
 }
 
@@ -181,6 +181,8 @@ int run(const Options& o) {
 int main(int argc, char** argv) {
   try {
     return run(parse(argc, argv));
+  } catch (const rt::UsageError& e) {
+    return rt::bench::usage_failure("index_bench", e, flag_table(), kUsage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "index_bench: %s\n", e.what());
     return 1;

@@ -54,7 +54,9 @@
 #include "base/error.h"
 #include "engine/random.h"
 
+#include "base/usage_error.h"
 #include "bench/bench_util.h"
+#include "cli/flags.h"
 
 namespace {
 
@@ -71,13 +73,14 @@ const char* kJpegLib = "libjpeg-turbo " RT_BENCH_STR(LIBJPEG_TURBO_VERSION);
 const char* kJpegLib = "libjpeg " RT_BENCH_STR(JPEG_LIB_VERSION);
 #endif
 
+// From the command line; the defaults are flag_table()'s.
 struct Options {
   std::string files_dir;
-  int threads = 1;
-  int batch = 256;
-  int rounds = 5;
-  int warmup = 1;
-  int size = 224;
+  int threads = 0;
+  int batch = 0;
+  int rounds = 0;
+  int warmup = 0;
+  int size = 0;
   uint64_t seed = 0;
   DecodeMode mode = DecodeMode::region_scaled;
   bool breakdown = false;
@@ -85,70 +88,42 @@ struct Options {
 };
 
 const char* kUsage =
-    "usage: jpeg_pipeline_bench --files DIR [--threads N] [--batch B] [--rounds R] [--warmup W]\n"
-    "                           [--mode region|full] [--size S] [--seed N] [--breakdown] [--json FILE]\n"
-    "  --files DIR        the JPEGs (*.jpg, *.jpeg), in name order\n"
-    "  --threads N        worker threads (default 1)\n"
-    "  --batch B          images per batch buffer (default 256)\n"
-    "  --rounds R         timed passes over all files; the median is reported (default 5)\n"
-    "  --warmup W         untimed passes first (default 1)\n"
-    "  --mode region|full decode only the crop, DCT-scaled (default), or the whole image\n"
-    "  --size S           output side (default 224)\n"
-    "  --seed N           augmentation seed (default 0)\n"
-    "  --breakdown        also time read / decode / whole transform per image, one thread\n"
-    "  --json FILE        also write the results as JSON\n";
+    "usage: jpeg_pipeline_bench --files DIR [--threads N] [--batch B] [--rounds R] [--warmup W] [--mode region|full] "
+    "[--size S] [--seed N] [--breakdown] [--json FILE]";
+
+std::vector<rt::cli::Flag> flag_table() {
+  using rt::cli::FlagType;
+  using rt::cli::Topic;
+  return {
+      {"files", FlagType::string, "", "the folder of JPEGs (*.jpg, *.jpeg), in name order; required"},
+      {"threads", FlagType::integer, "1", "worker threads", {}, Topic::output, int_at_least(1)},
+      {"batch", FlagType::integer, "256", "images per batch buffer", {}, Topic::output, int_at_least(1)},
+      {"rounds", FlagType::integer, "5", "timed passes over all files; the median is reported", {}, Topic::output,
+       int_at_least(1)},
+      {"warmup", FlagType::integer, "1", "untimed passes first", {}, Topic::output, int_at_least(0)},
+      {"mode", FlagType::string, "region", "region: decode only the crop, DCT-scaled; full: the whole image",
+       {"region", "full"}},
+      {"size", FlagType::integer, "224", "output side", {}, Topic::output, int_at_least(1)},
+      {"seed", FlagType::integer, "0", "augmentation seed", {}, Topic::output, int_at_least(0)},
+      {"breakdown", FlagType::boolean, "false", "also time read / decode / whole transform per image, one thread"},
+      {"json", FlagType::string, "", "also write the results as JSON to this file"},
+  };
+}
 
 Options parse_args(int argc, char** argv) {
+  const rt::cli::Flags f = parse_flags(argc, argv, flag_table(), kUsage);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    std::string value;
-    bool has_value = false;
-    if (auto eq = a.find('='); a.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    auto next = [&]() -> std::string {
-      if (has_value) return value;
-      if (i + 1 >= argc) throw UsageError(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stdout);
-      std::exit(0);
-    } else if (a == "--files") {
-      o.files_dir = user_path(next());
-    } else if (a == "--threads") {
-      o.threads = parse_int(a, next(), 1);
-    } else if (a == "--batch") {
-      o.batch = parse_int(a, next(), 1);
-    } else if (a == "--rounds") {
-      o.rounds = parse_int(a, next(), 1);
-    } else if (a == "--warmup") {
-      o.warmup = parse_int(a, next(), 0);
-    } else if (a == "--size") {
-      o.size = parse_int(a, next(), 1);
-    } else if (a == "--seed") {
-      o.seed = uint64_t(parse_int(a, next(), 0));
-    } else if (a == "--mode") {
-      const std::string m = next();
-      if (m == "region") {
-        o.mode = DecodeMode::region_scaled;
-      } else if (m == "full") {
-        o.mode = DecodeMode::full;
-      } else {
-        throw UsageError("--mode wants 'region' or 'full', got '" + m + "'");
-      }
-    } else if (a == "--breakdown" && !has_value) {
-      o.breakdown = true;
-    } else if (a == "--json") {
-      o.json_path = user_path(next());
-    } else {
-      throw UsageError("unknown argument '" + std::string(argv[i]) + "'");
-    }
-  }
-  if (o.files_dir.empty()) throw UsageError("--files DIR is required");
+  o.files_dir = user_path(f.str("files"));
+  if (o.files_dir.empty()) throw rt::UsageError("--files DIR is required");
+  o.threads = int(f.integer("threads"));
+  o.batch = int(f.integer("batch"));
+  o.rounds = int(f.integer("rounds"));
+  o.warmup = int(f.integer("warmup"));
+  o.size = int(f.integer("size"));
+  o.seed = uint64_t(f.integer("seed"));
+  o.mode = f.str("mode") == "full" ? DecodeMode::full : DecodeMode::region_scaled;
+  o.breakdown = f.boolean("breakdown");
+  o.json_path = user_path(f.str("json"));
   return o;
 }
 
@@ -526,9 +501,8 @@ int run(const Options& opt) {
 int main(int argc, char** argv) {
   try {
     return run(parse_args(argc, argv));
-  } catch (const UsageError& e) {
-    std::fprintf(stderr, "jpeg_pipeline_bench: %s\n%s", e.what(), kUsage);
-    return 2;
+  } catch (const rt::UsageError& e) {
+    return usage_failure("jpeg_pipeline_bench", e, flag_table(), kUsage);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "jpeg_pipeline_bench: %s\n", e.what());
     return 1;

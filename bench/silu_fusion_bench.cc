@@ -8,10 +8,11 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
+#include "base/usage_error.h"
+#include "bench/bench_util.h"
+#include "cli/flags.h"
 #include "engine/ops.h"
 #include "engine/random.h"
 
@@ -42,12 +43,23 @@ double time_ms(F&& f, const Tensor& x0, const Tensor& g, int steps) {
   return ms[ms.size() / 2];
 }
 
+const char* kUsage = "usage: silu_fusion_bench [--steps N]";
+
+std::vector<rt::cli::Flag> flag_table() {
+  return {{"steps", rt::cli::FlagType::integer, "20",
+           "timed steps of each version, after two warm-up steps; the median is reported", {}, rt::cli::Topic::output,
+           rt::bench::int_at_least(1)}};
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  int steps = 20;
-  for (int i = 1; i + 1 < argc; ++i)
-    if (!std::strcmp(argv[i], "--steps")) steps = std::atoi(argv[i + 1]);
+  int steps = 0;
+  try {
+    steps = int(rt::bench::parse_flags(argc, argv, flag_table(), kUsage).integer("steps"));
+  } catch (const rt::UsageError& e) {
+    return rt::bench::usage_failure("silu_fusion_bench", e, flag_table(), kUsage);
+  }
   rt::Generator gen(1);
   const auto fmt = rt::MemoryFormat::channels_last;
   const Tensor x0 = rt::randn({8, 64, 56, 56}, gen, rt::DType::f32, rt::Device::cpu(), fmt);

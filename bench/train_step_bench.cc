@@ -32,6 +32,10 @@
 
 #include <omp.h>
 
+#include "base/error.h"
+#include "base/usage_error.h"
+#include "bench/bench_util.h"
+#include "cli/flags.h"
 #include "engine/autograd.h"
 #include "engine/nn/module.h"
 #include "engine/ops.h"
@@ -45,63 +49,92 @@
 
 namespace {
 
+// From the command line; the defaults are flag_table()'s.
 struct Options {
-  std::string model = "resnet50";
-  int64_t batch = 8, C = 3, H = 224, W = 224, classes = 1000, width = 64;
+  std::string model;
+  int64_t batch = 0, C = 0, H = 0, W = 0, classes = 0, width = 0;
   bool small_stem = false, channels_last = false, cudnn_benchmark = false;
-  int stem_stride = 1;
-  std::string device = "cpu", precision = "fp32";
-  int steps = 5, warmup = 2;
-  std::string profile_steps, profile_group = "op", profile_dir = ".";
+  int stem_stride = 0;
+  std::string device, precision;
+  int steps = 0, warmup = 0;
+  std::string profile_steps, profile_group, profile_dir;
   rt::cpu::ConvAlgo cpu_conv = rt::cpu::ConvAlgo::onednn;
   bool inference = false;  // eval-mode forward passes without autograd instead of training steps
 };
 
-[[noreturn]] void usage(const char* why) {
-  std::fprintf(stderr,
-               "train_step_bench: %s\nusage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] "
-               "[--classes K] [--width W] [--small-stem] [--stem-stride S] [--channels-last] [--device D] "
-               "[--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] [--steps N] [--warmup N] "
-               "[--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] [--cpu-conv onednn|im2col] [--inference]\n",
-               why);
-  std::exit(2);
+const char* kUsage =
+    "usage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] [--classes K] [--width W] [--small-stem] "
+    "[--stem-stride S] [--channels-last] [--device D] [--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] "
+    "[--steps N] [--warmup N] [--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] "
+    "[--cpu-conv onednn|im2col] [--inference]";
+
+std::vector<rt::cli::Flag> flag_table() {
+  using rt::bench::int_at_least;
+  using rt::cli::FlagType;
+  using rt::cli::Topic;
+  return {
+      {"model", FlagType::string, "resnet50", "the model", rt::models::model_names()},
+      {"batch", FlagType::integer, "8", "images per step", {}, Topic::output, int_at_least(1)},
+      {"size", FlagType::string, "3x224x224", "an image's channels, height and width: CxHxW"},
+      {"classes", FlagType::integer, "1000", "output classes", {}, Topic::output, int_at_least(1)},
+      {"width", FlagType::integer, "64", "channels of the first stage", {}, Topic::output, int_at_least(1)},
+      {"small-stem", FlagType::boolean, "false", "3x3 stem without max-pool, for 28x28 / 32x32 images"},
+      {"stem-stride", FlagType::integer, "1", "the small stem's stride; 2 needs --small-stem", {"1", "2"}},
+      {"channels-last", FlagType::boolean, "false", "NHWC activations and weights (else NCHW)"},
+      {"device", FlagType::string, "cpu", "cpu, cuda or cuda:N"},
+      {"precision", FlagType::string, "fp32",
+       "the training precision (train/precision.h); auto: bf16 where the device has it, else fp32",
+       {"fp32", "tf32", "bf16", "fp16", "auto"}},
+      {"cudnn-benchmark", FlagType::boolean, "false", "cuDNN's benchmark mode (CUDA)"},
+      {"steps", FlagType::integer, "5", "timed steps; the median is reported", {}, Topic::output, int_at_least(1)},
+      {"warmup", FlagType::integer, "2", "untimed steps first", {}, Topic::output, int_at_least(0)},
+      {"profile-steps", FlagType::string, "",
+       "A:B: record steps A..B-1 (1-based, counting the warm-up steps) with the profiler"},
+      {"profile-group", FlagType::string, "op", "the profile table's rows", {"op", "layer", "kernel"}},
+      {"profile-dir", FlagType::string, ".", "where profile.json and trace.json go"},
+      {"cpu-conv", FlagType::string, "onednn", "the CPU convolutions: oneDNN's, or im2col + GEMM",
+       {"onednn", "im2col"}},
+      {"inference", FlagType::boolean, "false",
+       "eval-mode forward passes without autograd instead of training steps"},
+  };
 }
 
 Options parse(int argc, char** argv) {
+  const rt::cli::Flags f = rt::bench::parse_flags(argc, argv, flag_table(), kUsage);
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto next = [&]() -> std::string {
-      if (i + 1 >= argc) usage(("missing value after " + a).c_str());
-      return argv[++i];
-    };
-    if (a == "--model") o.model = next();
-    else if (a == "--batch") o.batch = std::atol(next().c_str());
-    else if (a == "--size") {
-      const std::string s = next();
-      if (std::sscanf(s.c_str(), "%ldx%ldx%ld", &o.C, &o.H, &o.W) != 3) usage("--size takes CxHxW");
-    } else if (a == "--classes") o.classes = std::atol(next().c_str());
-    else if (a == "--width") o.width = std::atol(next().c_str());
-    else if (a == "--small-stem") o.small_stem = true;
-    else if (a == "--stem-stride") o.stem_stride = std::atoi(next().c_str());
-    else if (a == "--device") o.device = next();
-    else if (a == "--precision") o.precision = next();
-    else if (a == "--cudnn-benchmark") o.cudnn_benchmark = true;
-    else if (a == "--channels-last") o.channels_last = true;
-    else if (a == "--steps") o.steps = std::atoi(next().c_str());
-    else if (a == "--warmup") o.warmup = std::atoi(next().c_str());
-    else if (a == "--profile-steps") o.profile_steps = next();
-    else if (a == "--profile-group") o.profile_group = next();
-    else if (a == "--profile-dir") o.profile_dir = next();
-    else if (a == "--inference") o.inference = true;
-    else if (a == "--cpu-conv") {
-      const std::string v = next();
-      if (v == "onednn") o.cpu_conv = rt::cpu::ConvAlgo::onednn;
-      else if (v == "im2col") o.cpu_conv = rt::cpu::ConvAlgo::im2col;
-      else usage("--cpu-conv takes onednn or im2col");
-    } else usage(("unknown argument " + a).c_str());
+  o.model = f.str("model");
+  o.batch = f.integer("batch");
+  const std::string size = f.str("size");
+  int used = 0;
+  if (std::sscanf(size.c_str(), "%ldx%ldx%ld%n", &o.C, &o.H, &o.W, &used) != 3 || size_t(used) != size.size() ||
+      o.C < 1 || o.H < 1 || o.W < 1)
+    throw rt::UsageError("--size takes CxHxW (three positive integers), got '" + size + "'");
+  o.classes = f.integer("classes");
+  o.width = f.integer("width");
+  o.small_stem = f.boolean("small-stem");
+  o.stem_stride = int(f.integer("stem-stride"));
+  o.channels_last = f.boolean("channels-last");
+  o.device = f.str("device");
+  o.precision = f.str("precision");
+  o.cudnn_benchmark = f.boolean("cudnn-benchmark");
+  o.steps = int(f.integer("steps"));
+  o.warmup = int(f.integer("warmup"));
+  o.profile_steps = f.str("profile-steps");
+  o.profile_group = f.str("profile-group");
+  o.profile_dir = f.str("profile-dir");
+  o.cpu_conv = f.str("cpu-conv") == "im2col" ? rt::cpu::ConvAlgo::im2col : rt::cpu::ConvAlgo::onednn;
+  o.inference = f.boolean("inference");
+  // Values whose form the rows cannot check: refused here, before the model is built.
+  try {
+    rt::Device::parse(o.device);
+  } catch (const rt::Error& e) {
+    throw rt::UsageError(std::string("--device: ") + e.what());
   }
-  if (o.batch < 1 || o.steps < 1 || o.warmup < 0) usage("--batch and --steps must be positive");
+  try {
+    rt::prof::parse_profile_steps(o.profile_steps, o.profile_group);
+  } catch (const rt::Error& e) {
+    throw rt::UsageError(e.what());
+  }
   return o;
 }
 
@@ -110,9 +143,10 @@ Options parse(int argc, char** argv) {
 int run(const Options& o);
 
 int main(int argc, char** argv) {
-  const Options o = parse(argc, argv);
   try {
-    return run(o);
+    return run(parse(argc, argv));
+  } catch (const rt::UsageError& e) {
+    return rt::bench::usage_failure("train_step_bench", e, flag_table(), kUsage);
   } catch (const rt::Error& e) {
     std::fprintf(stderr, "train_step_bench: %s\n", e.what());
     return 1;

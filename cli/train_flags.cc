@@ -369,7 +369,7 @@ std::vector<FlagRow> profiling_rows() {
              try {
                c.profile = prof::parse_profile_steps(v.str(), v.flags.str("profile-group"));
              } catch (const Error& e) {
-               throw UsageError(e.what());
+               throw UsageError("--profile-steps: " + std::string(e.what()));
              }
            }),
       both(flag("profile-group", FlagType::string, "op", Topic::profiling, "the profile table's rows",

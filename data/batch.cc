@@ -23,7 +23,7 @@ Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t 
     throw OutOfMemory(detail::cat(e.without_hint(), "; it was for a batch of ", n, n == 1 ? " example" : " examples",
                                   " of dataset ", ds.name(), ", each ", dtype_name(ds.pixel_dtype()), shape_str(chw),
                                   " (", bytes, " bytes)"),
-                      n > 1 ? "Use a smaller --batch-size." : "Even one example does not fit: use smaller images.");
+                      n > 1 ? "Use a smaller batch size." : "Even one example does not fit: use smaller images.");
   }
   b.labels = opt.pin_memory ? Tensor::empty_pinned({n}, DType::i64) : Tensor::empty({n}, DType::i64);
   auto* images = static_cast<uint8_t*>(b.images.raw_data());
@@ -36,11 +36,12 @@ Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t 
         ds.get(i, epoch, images + k * bytes, &labels[k]);
         break;
       } catch (const BadExample& e) {
-        RT_CHECK(!opt.strict, e.what(), " (--strict-images: unreadable images are errors; drop the flag to skip them)");
+        RT_CHECK(!opt.strict, e.what(),
+                 " (strict_images is set: unreadable images are errors; unset, they are skipped and replaced)");
         b.skipped.push_back({i, e.source(), e.what()});
         RT_CHECK(attempt + 1 < opt.max_replacements && attempt + 1 < size, "dataset ", ds.name(), ": ", attempt + 1,
                  " unreadable examples in a row, the last ", e.source(), ": ", e.what(),
-                 "; the dataset looks damaged: check --data-path");
+                 "; the dataset looks damaged: check its path");
       }
     }
   }

@@ -44,7 +44,7 @@ std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::str
     const std::string path = (dir / name).string();
     RT_CHECK(fs::is_regular_file(path, ec), "cifar10: '", path, "' not found; expected '", dir.string(),
              "' to hold data_batch_1.bin .. data_batch_5.bin and test_batch.bin (the binary version, ",
-             "cifar-10-binary.tar.gz, unpacked); pass --data-path <folder>/cifar-10-batches-bin");
+             "cifar-10-binary.tar.gz, unpacked); its path is <folder>/cifar-10-batches-bin");
     const uintmax_t bytes = fs::file_size(path, ec);
     RT_CHECK(!ec && bytes > 0 && bytes % kRecordBytes == 0, "cifar10: '", path, "' is ", ec ? 0 : bytes,
              " bytes; expected a positive multiple of ", kRecordBytes,

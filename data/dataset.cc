@@ -23,7 +23,7 @@ void check_labels(const Dataset& d, int64_t num_classes) {
     const int64_t y = d.label(i);
     RT_CHECK(y >= 0 && y < num_classes, "dataset ", d.name(), where, ": label ", y, " of example ", i,
              " is outside [0, ", num_classes, "), the model's classes (the dataset has ", d.num_classes(),
-             "); raise --num-classes or fix the labels");
+             "); raise the number of classes or fix the labels");
   }
 }
 
@@ -37,16 +37,16 @@ std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string
   if (name == "synthetic") return make_synthetic(opt.synthetic, split, augment);
   if (name == "cifar10") {
     RT_CHECK(!path.empty(), "dataset cifar10 has no default location: download the binary version ",
-             "(cifar-10-binary.tar.gz), unpack it and pass --data-path <folder>/cifar-10-batches-bin");
+             "(cifar-10-binary.tar.gz), unpack it and give the path <folder>/cifar-10-batches-bin");
     return open_cifar10(path, split, augment);
   }
   if (name == "imagenet") {
-    RT_CHECK(!path.empty(), "dataset imagenet needs --data-path DIR: ImageNet-1k in the ImageFolder layout, ",
+    RT_CHECK(!path.empty(), "dataset imagenet needs a path DIR: ImageNet-1k in the ImageFolder layout, ",
              "DIR/train/<wnid>/*.JPEG and DIR/val/<wnid>/*.JPEG (or DIR/val/*.JPEG with DIR/LOC_val_solution.csv)");
     return open_image_folder(path, split, opt.image_folder);
   }
   if (name == "tensors") {
-    RT_CHECK(!path.empty(), "dataset tensors needs --data-path: a .safetensors file with \"images\" (N,C,H,W) ",
+    RT_CHECK(!path.empty(), "dataset tensors needs a path: a .safetensors file with \"images\" (N,C,H,W) ",
              "and \"labels\" (N), or a folder holding train.safetensors and test.safetensors");
     return open_tensors(path, split, opt);
   }

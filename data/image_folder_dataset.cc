@@ -121,14 +121,14 @@ bool has_class_folders(const fs::path& dir) {
 std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
                                            const ImageFolderOptions& opt) {
   std::error_code ec;
-  RT_CHECK(fs::is_directory(root, ec), "imagenet: --data-path '", root, "' is not a folder; ", kLayout);
+  RT_CHECK(fs::is_directory(root, ec), "imagenet: '", root, "' is not a folder; ", kLayout);
   RT_CHECK(opt.train_crop_size > 0 && opt.val_crop_size > 0 && opt.val_resize_size >= opt.val_crop_size,
-           "imagenet: sizes --train-crop-size ", opt.train_crop_size, ", --val-resize-size ", opt.val_resize_size,
-           ", --val-crop-size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
+           "imagenet: sizes train_crop_size ", opt.train_crop_size, ", val_resize_size ", opt.val_resize_size,
+           ", val_crop_size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
   for (const int px : {opt.train_crop_size, opt.val_resize_size})
     RT_CHECK(uint64_t(px) * uint64_t(px) <= kMaxImagePixels, "imagenet: a size of ", px, " px makes images of ",
              uint64_t(px) * uint64_t(px), " pixels, more than the ", kMaxImagePixels,
-             " (2^28) the decoders accept; use --train-crop-size / --val-resize-size of at most 16384");
+             " (2^28) the decoders accept; use crop and resize sizes of at most 16384");
   IndexOptions io;
   io.cache_dir = opt.cache_dir;
   io.use_cache = opt.use_cache;

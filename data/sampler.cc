@@ -10,7 +10,7 @@ namespace rt::data {
 
 Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions& opt)
     : dataset_size_(dataset_size), batch_size_(batch_size), opt_(opt) {
-  RT_CHECK(dataset_size > 0, "sampler: the dataset is empty (", dataset_size, " examples); check --data-path");
+  RT_CHECK(dataset_size > 0, "sampler: the dataset is empty (", dataset_size, " examples); check the dataset's path");
   RT_CHECK(batch_size > 0, "sampler: batch size ", batch_size, " must be positive");
   RT_CHECK(opt.world_size >= 1, "sampler: world size ", opt.world_size, " must be >= 1");
   RT_CHECK(opt.rank >= 0 && opt.rank < opt.world_size, "sampler: rank ", opt.rank, " must be in [0, ",
@@ -21,7 +21,7 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
   num_samples_ = opt.drop_last ? num_batches_ * batch_size : per_rank_;
   RT_CHECK(num_batches_ > 0, "sampler: with drop_last, ", per_rank_, " examples per rank (", dataset_size,
            " over ", opt.world_size, " ranks) do not fill one batch of ", batch_size,
-           "; lower --batch-size or the number of processes (training batches are always full: the short "
+           "; lower the batch size or the number of processes (training batches are always full: the short "
            "last one is dropped)");
 }
 

@@ -50,13 +50,13 @@ class F32Dataset final : public Dataset {
 int64_t class_count(const std::vector<int64_t>& y, int64_t given, const std::string& path) {
   const std::string what = "tensors dataset '" + path + "'";
   if (given > 0) {
-    check_label_range(y, given, what, detail::cat(", the ", given, " classes given (--num-classes)"));
+    check_label_range(y, given, what, detail::cat(", the ", given, " classes given"));
     return given;
   }
   check_label_range(y, kMaxDerivedClasses, what,
                     detail::cat(": labels are class indices 0..K-1 and, with no class count given, K is the ",
                                 "largest label + 1, at most ", kMaxDerivedClasses,
-                                " (a larger label is a corrupt file, or pass --num-classes)"));
+                                " (a larger label is a corrupt file, or give the number of classes)"));
   return *std::max_element(y.begin(), y.end()) + 1;
 }
 
@@ -67,7 +67,7 @@ std::string resolve(const std::string& path, const std::string& split) {
   if (fs::is_directory(path, ec)) {
     const std::string file = (fs::path(path) / (split + ".safetensors")).string();
     RT_CHECK(fs::is_regular_file(file, ec), "tensors dataset: '", file, "' not found; expected the folder '", path,
-             "' to hold train.safetensors and test.safetensors, or pass the file itself as --data-path");
+             "' to hold train.safetensors and test.safetensors, or give the file itself as the path");
     return file;
   }
   RT_CHECK(fs::is_regular_file(path, ec), "tensors dataset: '", path, "' not found; expected a .safetensors ",

@@ -65,14 +65,14 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
 }
 
 void check_options(const LocalLaunchOptions& o) {
-  RT_CHECK(o.nproc_per_node >= 1, "--nproc-per-node must be at least 1, got ", o.nproc_per_node);
-  RT_CHECK(o.nnodes >= 1, "--nnodes must be at least 1, got ", o.nnodes);
-  RT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "--node-rank must be in [0, ", o.nnodes, "), got ",
+  RT_CHECK(o.nproc_per_node >= 1, "local launcher: nproc_per_node must be at least 1, got ", o.nproc_per_node);
+  RT_CHECK(o.nnodes >= 1, "local launcher: nnodes must be at least 1, got ", o.nnodes);
+  RT_CHECK(o.node_rank >= 0 && o.node_rank < o.nnodes, "local launcher: node_rank must be in [0, ", o.nnodes, "), got ",
            o.node_rank);
-  RT_CHECK(o.master_port >= 0 && o.master_port <= 65535, "--master-port must be in [0, 65535], got ",
+  RT_CHECK(o.master_port >= 0 && o.master_port <= 65535, "local launcher: master_port must be in [0, 65535], got ",
            o.master_port);
   RT_CHECK(o.master_port != 0 || o.nnodes == 1,
-           "--master-port is needed with --nnodes > 1 (every node must use the same one, e.g. 29500)");
+           "local launcher: master_port is needed with nnodes > 1 (every node must use the same one, e.g. 29500)");
   RT_CHECK(!o.command.empty(), "run_local_launcher: no worker command");
 }
 

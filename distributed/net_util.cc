@@ -99,8 +99,8 @@ std::string in_use_message(const std::string& host, int port) {
                      holder.empty() ? " (which process holds it is not visible here; `ss -ltnp 'sport = :" +
                                           std::to_string(port) + "'`, as root for other users' processes, names it)"
                                     : " by " + holder,
-                     ". Stop that process, or give this job another port: --master-port <n> (MASTER_PORT=<n> "
-                     "when torchrun or srun starts the ranks) with a port no other job uses");
+                     ". Stop that process, or give this job another master port (MASTER_PORT=<n> when torchrun or "
+                     "srun starts the ranks) that no other job uses");
 }
 
 // A socket bound to `addr` and listening; throws on failure. EADDRINUSE can come from

@@ -59,8 +59,7 @@ void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& pa
   for (int r = 0; r < W; ++r)
     RT_CHECK(counts[size_t(r)] == counts[0], "data parallel: rank ", r, " has ", counts[size_t(r)],
              " parameters, rank 0 has ", counts[0],
-             ": every rank must build the same model (same --model, "
-             "--num-classes and model flags)");
+             ": every rank must build the same model (the same model, number of classes and model options)");
   std::vector<int64_t> mine;
   for (const auto& p : params) mine.push_back(fingerprint(describe(p)));
   const std::vector<int64_t> all = gather(comm, mine, timeout);
@@ -69,8 +68,7 @@ void check_same_params(Communicator& comm, const std::vector<Reducer::Param>& pa
       RT_CHECK(all[size_t(r) * params.size() + i] == all[i], "data parallel: parameter ", i,
                " differs between rank 0 and rank ", r,
                comm.rank() == 0 || comm.rank() == r ? " (here: " + describe(params[i]) + ")" : std::string(),
-               ": every rank must build the same model (same --model, "
-               "--num-classes and model flags)");
+               ": every rank must build the same model (the same model, number of classes and model options)");
 }
 
 }  // namespace
@@ -222,7 +220,7 @@ void Reducer::end_backward() {
       for (size_t i = 0; i < unused.size() && i < 8; ++i) m << (i ? ", " : "") << unused[i];
       if (unused.size() > 8) m << ", ...";
       m << ". Their buckets would never be all-reduced; if the model leaves parameters unused on purpose, "
-           "pass --find-unused-parameters (their gradients are then reduced as zeros)";
+           "set find_unused_parameters (their gradients are then reduced as zeros)";
       RT_FAIL(m.str());
     }
     // Zeros in their place (another rank may have used them), then the buckets in order.

@@ -111,7 +111,7 @@ void claim_rank(Store& store, int rank, const std::string& where) {
   } catch (const Error&) {
   }
   RT_FAIL("rendezvous: rank ", rank, " of the job whose store is at ", where, " is already taken (by ", who,
-          "): another job runs with this MASTER_ADDR:MASTER_PORT (give this one another --master-port, or "
+          "): another job runs with this MASTER_ADDR:MASTER_PORT (give this one another master port: "
           "MASTER_PORT under torchrun or srun), or two processes were started with RANK=", rank,
           " (start each rank once)");
 }

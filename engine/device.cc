@@ -242,7 +242,7 @@ Allocator& allocator_for(Device d) {
   }
   const int n = cuda_device_count();
   RT_CHECK(d.index < n, "device ", d.str(), " is not available: ", n, " CUDA device(s) present",
-           n == 0 ? " (no GPU or no driver); use --device cpu" : "");
+           n == 0 ? " (no GPU or no driver); use the CPU" : "");
   // Leaked on purpose: tensors freed during static destruction must still find it.
   static std::vector<Allocator*>* per_device = [n] {
     auto* v = new std::vector<Allocator*>();

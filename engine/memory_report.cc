@@ -87,9 +87,9 @@ OutOfMemory out_of_memory_error(const OutOfMemoryFacts& f) {
       format_bytes(f.stats.current_bytes), by_tag, "; the largest free block in the allocator's cache is ",
       format_bytes(f.largest_cached_free), " (of ", format_bytes(f.stats.reserved_bytes), " reserved)");
   return OutOfMemory(std::move(account),
-                     "To use less memory: a smaller --batch-size with --accum-steps K keeps the global batch "
-                     "(batch size x K images per optimizer step); --precision bf16 stores activations in half the "
-                     "bytes; --memory-format channels_last if the run uses contiguous.");
+                     "To use less memory: a smaller batch with K steps of gradient accumulation keeps the global "
+                     "batch (batch size x K images per optimizer step); bf16 precision stores activations in half "
+                     "the bytes; the channels_last memory format if the run uses contiguous.");
 }
 
 }  // namespace rt

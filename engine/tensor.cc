@@ -454,7 +454,7 @@ void check_same_dtype(const Tensor& a, const Tensor& b, const char* op) {
 }
 void check_cpu_only(const Tensor& t, const char* op) {
   RT_CHECK(t.device().is_cpu(), op, " has no CUDA kernel yet (tensor ", t.str(),
-           "); run it on the CPU (--device cpu)");
+           "); run it on the CPU");
 }
 
 void copy_async(const Tensor& dst, const Tensor& src, const Stream& s) {

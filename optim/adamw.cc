@@ -48,59 +48,49 @@ class AdamW final : public Optimizer {
 
   void step() override {
     // p, g, both moments read; p and both moments written; ~12 flops (decay, moments, sqrt, step).
-    prof::OpScope scope("adamw_step");
-    if (scope.active()) scope.describe({}, update_cost(params_, 12, 7));
-    NoGradGuard no_grad;
-    const std::vector<Tensor> grads = grads_for_step(params_, lr_, kWho);
-
-    // CUDA parameters are gathered per dtype and updated by one fused launch per list.
-    std::vector<cuda::AdamWTensor> on_cuda[2];  // f32, f64
-    const Tensor* cuda_param = nullptr;         // picks the stream (one GPU per process)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
-      const Tensor& p = params_[i].second;
-      Slot& st = slots_[i];
-      if (!st.exp_avg.defined()) {
-        st.exp_avg = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
-        st.exp_avg_sq = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
-      }
-      st.step += 1;
-      cpu::AdamWScalars s;
-      s.lr = lr_;
-      s.beta1 = opt_.beta1;
-      s.beta2 = opt_.beta2;
-      s.eps = opt_.eps;
-      s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
-      s.step = st.step;
-      const int64_t n = p.numel();
-      if (p.device().is_cuda()) {
-        cuda::AdamWTensor e;
-        e.p = p.raw_data();
-        e.g = grads[i].raw_data();
-        e.exp_avg = st.exp_avg.raw_data();
-        e.exp_avg_sq = st.exp_avg_sq.raw_data();
-        e.n = n;
-        e.weight_decay = s.weight_decay;
-        e.step = s.step;
-        on_cuda[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
-        cuda_param = &p;
-      } else if (p.dtype() == DType::f32) {
-        cpu::adamw_update<float>(p.data<float>(), grads[i].data<float>(), st.exp_avg.data<float>(),
-                                 st.exp_avg_sq.data<float>(), n, s);
-      } else {
-        cpu::adamw_update<double>(p.data<double>(), grads[i].data<double>(), st.exp_avg.data<double>(),
-                                  st.exp_avg_sq.data<double>(), n, s);
-      }
-    }
-    if (cuda_param == nullptr) return;
-    cuda::AdamWHyper h;
-    h.lr = lr_;
-    h.beta1 = opt_.beta1;
-    h.beta2 = opt_.beta2;
-    h.eps = opt_.eps;
-    const auto stream = static_cast<cudaStream_t>(Stream::current(cuda_param->device()).handle());
-    cuda::adamw_update(DType::f32, on_cuda[0], h, stream);
-    cuda::adamw_update(DType::f64, on_cuda[1], h, stream);
+    run_step<cuda::AdamWTensor>(
+        "adamw_step", params_, lr_, kWho, 12, 7,
+        [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::AdamWTensor>& on_cuda) {
+          Slot& st = slots_[i];
+          if (!st.exp_avg.defined()) {
+            st.exp_avg = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+            st.exp_avg_sq = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+          }
+          st.step += 1;
+          cpu::AdamWScalars s;
+          s.lr = lr_;
+          s.beta1 = opt_.beta1;
+          s.beta2 = opt_.beta2;
+          s.eps = opt_.eps;
+          s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+          s.step = st.step;
+          const int64_t n = p.numel();
+          if (p.device().is_cuda()) {
+            cuda::AdamWTensor e;
+            e.p = p.raw_data();
+            e.g = g.raw_data();
+            e.exp_avg = st.exp_avg.raw_data();
+            e.exp_avg_sq = st.exp_avg_sq.raw_data();
+            e.n = n;
+            e.weight_decay = s.weight_decay;
+            e.step = s.step;
+            on_cuda.add(p, e);
+          } else if (p.dtype() == DType::f32) {
+            cpu::adamw_update<float>(p.data<float>(), g.data<float>(), st.exp_avg.data<float>(),
+                                     st.exp_avg_sq.data<float>(), n, s);
+          } else {
+            cpu::adamw_update<double>(p.data<double>(), g.data<double>(), st.exp_avg.data<double>(),
+                                      st.exp_avg_sq.data<double>(), n, s);
+          }
+        },
+        [&](DType t, const std::vector<cuda::AdamWTensor>& list, cudaStream_t stream) {
+          cuda::AdamWHyper h;
+          h.lr = lr_;
+          h.beta1 = opt_.beta1;
+          h.beta2 = opt_.beta2;
+          h.eps = opt_.eps;
+          cuda::adamw_update(t, list, h, stream);
+        });
   }
 
   std::map<std::string, Tensor> state() const override {

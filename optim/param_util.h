@@ -1,14 +1,18 @@
-// Checks and lookups shared by the optimizers: the parameter list, the gradient a step
-// applies, and the "<kind>.<param name>" keys of their saved state.
+// What the optimizers share: the parameter list's checks, the skeleton of a step (run_step),
+// the gradient a step applies, and the "<kind>.<param name>" keys of their saved state.
 #pragma once
 
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/autograd.h"
 #include "engine/nn/module.h"
 #include "engine/profiler.h"
+#include "engine/stream.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/stream.cuh"
 
 namespace rt::optim {
 
@@ -29,6 +33,39 @@ std::vector<Tensor> grads_for_step(const nn::NamedTensors& params, double lr, co
 // The profiler's cost of one update over every parameter: `flops` per element and
 // `tensors` parameter-sized tensors read or written per element (Note [Profiler scopes]).
 prof::OpCost update_cost(const nn::NamedTensors& params, double flops, int tensors);
+
+// The CUDA parameters of one step, gathered per dtype for one fused launch per list.
+template <typename Entry>
+struct CudaUpdates {
+  std::vector<Entry> f32, f64;
+  const Tensor* any = nullptr;  // picks the stream (one GPU per process)
+  void add(const Tensor& p, const Entry& e) {
+    (p.dtype() == DType::f32 ? f32 : f64).push_back(e);
+    any = &p;
+  }
+};
+
+// The skeleton of every optimizer's step(): its profiler scope (`flops` and `tensors` per
+// element, update_cost), no autograd, every gradient checked before any parameter changes
+// (grads_for_step), then for each parameter with a gradient (PyTorch skips those whose grad
+// is None) `update(i, param, grad, cuda)`, which updates a CPU parameter at once and adds a
+// CUDA one to `cuda`; last `launch(dtype, entries, stream)` for the f32 and the f64 lists,
+// when there are CUDA parameters.
+template <typename Entry, typename Update, typename Launch>
+void run_step(const char* scope_name, const nn::NamedTensors& params, double lr, const char* who, double flops,
+              int tensors, Update&& update, Launch&& launch) {
+  prof::OpScope scope(scope_name);
+  if (scope.active()) scope.describe({}, update_cost(params, flops, tensors));
+  NoGradGuard no_grad;
+  const std::vector<Tensor> grads = grads_for_step(params, lr, who);
+  CudaUpdates<Entry> cuda;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (grads[i].defined()) update(i, params[i].second, grads[i], cuda);
+  if (cuda.any == nullptr) return;
+  const auto stream = static_cast<cudaStream_t>(Stream::current(cuda.any->device()).handle());
+  launch(DType::f32, cuda.f32, stream);
+  launch(DType::f64, cuda.f64, stream);
+}
 
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
 void check_non_negative(double value, const char* what, const char* who);

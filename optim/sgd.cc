@@ -32,53 +32,44 @@ class Sgd final : public Optimizer {
 
   void step() override {
     // p, g, momentum read; p, momentum written; ~5 flops (decay, momentum, step).
-    prof::OpScope scope("sgd_step");
-    if (scope.active()) scope.describe({}, update_cost(params_, 5, 5));
-    NoGradGuard no_grad;
-    const std::vector<Tensor> grads = grads_for_step(params_, lr_, kWho);
-
-    // CUDA parameters are gathered per dtype and updated by one fused launch per list.
-    std::vector<cuda::SgdTensor> on_cuda[2];  // f32, f64
-    const Tensor* cuda_param = nullptr;       // picks the stream (one GPU per process)
-    for (size_t i = 0; i < params_.size(); ++i) {
-      if (!grads[i].defined()) continue;  // PyTorch skips parameters whose grad is None
-      const Tensor& p = params_[i].second;
-      cpu::SgdScalars s;
-      s.lr = lr_;
-      s.momentum = opt_.momentum;
-      s.dampening = opt_.dampening;
-      s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
-      s.nesterov = opt_.nesterov;
-      const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
-      if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
-      const int64_t n = p.numel();
-      if (p.device().is_cuda()) {
-        cuda::SgdTensor e;
-        e.p = p.raw_data();
-        e.g = grads[i].raw_data();
-        e.buf = buffers_[i].defined() ? buffers_[i].raw_data() : nullptr;
-        e.n = n;
-        e.weight_decay = s.weight_decay;
-        e.first_step = first;
-        on_cuda[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
-        cuda_param = &p;
-      } else if (p.dtype() == DType::f32) {
-        cpu::sgd_update<float>(p.data<float>(), grads[i].data<float>(),
-                               buffers_[i].defined() ? buffers_[i].data<float>() : nullptr, first, n, s);
-      } else {
-        cpu::sgd_update<double>(p.data<double>(), grads[i].data<double>(),
-                                buffers_[i].defined() ? buffers_[i].data<double>() : nullptr, first, n, s);
-      }
-    }
-    if (cuda_param == nullptr) return;
-    cuda::SgdHyper h;
-    h.lr = lr_;
-    h.momentum = opt_.momentum;
-    h.dampening = opt_.dampening;
-    h.nesterov = opt_.nesterov;
-    const auto stream = static_cast<cudaStream_t>(Stream::current(cuda_param->device()).handle());
-    cuda::sgd_update(DType::f32, on_cuda[0], h, stream);
-    cuda::sgd_update(DType::f64, on_cuda[1], h, stream);
+    run_step<cuda::SgdTensor>(
+        "sgd_step", params_, lr_, kWho, 5, 5,
+        [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::SgdTensor>& on_cuda) {
+          cpu::SgdScalars s;
+          s.lr = lr_;
+          s.momentum = opt_.momentum;
+          s.dampening = opt_.dampening;
+          s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+          s.nesterov = opt_.nesterov;
+          const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
+          if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
+          const Tensor& buf = buffers_[i];
+          const int64_t n = p.numel();
+          if (p.device().is_cuda()) {
+            cuda::SgdTensor e;
+            e.p = p.raw_data();
+            e.g = g.raw_data();
+            e.buf = buf.defined() ? buf.raw_data() : nullptr;
+            e.n = n;
+            e.weight_decay = s.weight_decay;
+            e.first_step = first;
+            on_cuda.add(p, e);
+          } else if (p.dtype() == DType::f32) {
+            cpu::sgd_update<float>(p.data<float>(), g.data<float>(), buf.defined() ? buf.data<float>() : nullptr,
+                                   first, n, s);
+          } else {
+            cpu::sgd_update<double>(p.data<double>(), g.data<double>(), buf.defined() ? buf.data<double>() : nullptr,
+                                    first, n, s);
+          }
+        },
+        [&](DType t, const std::vector<cuda::SgdTensor>& list, cudaStream_t stream) {
+          cuda::SgdHyper h;
+          h.lr = lr_;
+          h.momentum = opt_.momentum;
+          h.dampening = opt_.dampening;
+          h.nesterov = opt_.nesterov;
+          cuda::sgd_update(t, list, h, stream);
+        });
   }
 
   std::map<std::string, Tensor> state() const override {

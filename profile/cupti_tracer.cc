@@ -18,7 +18,7 @@
       cuptiGetResultString(rt_cupti_r_, &rt_cupti_s_);                                       \
       RT_FAIL(#call, " failed at ", __FILE__, ":", __LINE__, ": ", rt_cupti_s_,              \
               " (profiling a GPU needs CUPTI from the CUDA toolkit and a driver that allows " \
-              "it; without --profile-steps nothing uses it)");                               \
+              "it; nothing uses it unless a profile is recorded)");                           \
     }                                                                                        \
   } while (0)
 

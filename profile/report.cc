@@ -119,7 +119,7 @@ Group parse_group(const std::string& s) {
   if (s == "op") return Group::op;
   if (s == "layer") return Group::layer;
   if (s == "kernel") return Group::kernel;
-  RT_FAIL("--profile-group must be op, layer or kernel, got '", s, "'");
+  RT_FAIL("profile group must be op, layer or kernel, got '", s, "'");
 }
 
 const std::vector<Row>& Profile::rows(Group g) const {

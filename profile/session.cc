@@ -21,7 +21,7 @@ int64_t parse_step(const std::string& s, const std::string& spec) {
   } catch (const std::exception&) {
     used = 0;
   }
-  RT_CHECK(used == s.size() && !s.empty() && v >= 1, "--profile-steps must be A:B with 1 <= A < B (steps A..B-1, ",
+  RT_CHECK(used == s.size() && !s.empty() && v >= 1, "profiled steps must be A:B with 1 <= A < B (steps A..B-1, ",
            "1-based, like the log lines), got '", spec, "'");
   return int64_t(v);
 }
@@ -37,9 +37,9 @@ ProfileConfig parse_profile_steps(const std::string& spec, const std::string& gr
   c.group = parse_group(group);
   if (spec.empty()) return c;
   const size_t colon = spec.find(':');
-  RT_CHECK(colon != std::string::npos, "--profile-steps must be A:B (steps A..B-1, 1-based), got '", spec, "'");
+  RT_CHECK(colon != std::string::npos, "profiled steps must be A:B (steps A..B-1, 1-based), got '", spec, "'");
   const int64_t a = parse_step(spec.substr(0, colon), spec), b = parse_step(spec.substr(colon + 1), spec);
-  RT_CHECK(a < b, "--profile-steps A:B needs A < B (B is the first step not profiled), got '", spec, "'");
+  RT_CHECK(a < b, "profiled steps A:B need A < B (B is the first step not profiled), got '", spec, "'");
   c.first = a - 1;
   c.end = b - 1;
   return c;

@@ -372,8 +372,8 @@ TEST_CASE("out of memory: the cache is emptied and the request retried, then a c
     CHECK(m.find("(of 8.0 MiB reserved)") != std::string::npos);
     CHECK(m.find("tensors hold 8.0 MiB") != std::string::npos);
     CHECK(m.find("the device has 0 B of 8.0 MiB free") != std::string::npos);
-    CHECK(m.find("--batch-size") != std::string::npos);
-    CHECK(m.find("--accum-steps") != std::string::npos);
+    CHECK(m.find("a smaller batch") != std::string::npos);
+    CHECK(m.find("gradient accumulation") != std::string::npos);
   }
   CHECK(f.a.stats().current_bytes == int64_t(8 * kMiB));  // the failure changed nothing
   f.a.deallocate(b, 0);
@@ -406,9 +406,9 @@ TEST_CASE("out of memory names the request, the state by tag, the largest cached
           "parameters 3.0 MiB); the largest free block in the allocator's cache is 1.0 MiB (of 8.0 MiB reserved)");
     const std::string m = e.what();
     INFO(m);
-    for (const char* flag : {"--batch-size", "--accum-steps K", "--precision bf16", "--memory-format channels_last"})
+    for (const char* flag : {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
       CHECK(m.find(flag) != std::string::npos);
-    CHECK(e.without_hint().find("--") == std::string::npos);
+    CHECK(e.without_hint().find("smaller batch") == std::string::npos);
   }
   // A device that cannot say what it has free: the message says so instead.
   f.dev.mem_info_fails = true;
@@ -618,7 +618,7 @@ TEST_CASE("the CUDA allocator caches, is per stream, and fails clearly") {
   // Out of memory after the retry: the request and the remedy in the message.
   CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 50}, DType::u8, d), doctest::Contains("1125899906842624"),
                        Error);
-  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 50}, DType::u8, d), doctest::Contains("--batch-size"), Error);
+  CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 50}, DType::u8, d), doctest::Contains("a smaller batch"), Error);
   CHECK(a->stats().current_bytes == s0.current_bytes);
 }
 

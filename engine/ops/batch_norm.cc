@@ -16,6 +16,9 @@
 #include "engine/ops/op_util.h"
 
 namespace rt {
+
+using ops::data_or_null;
+using ops::raw_or_null;
 namespace {
 
 // r = (1 - momentum) * r + momentum * v, in r's own dtype.
@@ -48,8 +51,6 @@ std::vector<Tensor> grad_buffers(const Saved& sv, int64_t C, const std::vector<b
           needs[2] ? Tensor::empty({C}, sv.x.dtype(), sv.x.device()) : Tensor(),
           needs[3] ? ops::empty_like(sv.x) : Tensor()};
 }
-
-void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
 
 // SyncBN on the CPU (Note [Synchronised batch norm]): every process's moments merged into
 // `mean` and `m2` in process order; returns the global count.
@@ -91,7 +92,7 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
     // With sync the global count is on the device only: every process's own batch must
     // already have more than one value per channel (the sampler gives them equal batches).
     RT_CHECK(g.N * g.S > 1, op, ": training needs more than one value per channel, got input ", x.str(),
-             sync ? " on this process (with --sync-bn on CUDA each process's batch must)" : "",
+             sync ? " on this process (synchronised on CUDA, each process's batch must)" : "",
              " (use a batch size above 1, or eval mode)");
     const bool run = running_mean.defined();
     // The reduction's per-row-block partials (kernels/cuda/channel_reduce.cuh), bytes.
@@ -205,10 +206,10 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
   Tensor y = ops::empty_like(x);
   ops::dispatch_float(x.dtype(), op, [&](auto z) {
     using T = decltype(z);
-    const T* w = weight.defined() ? weight.data<T>() : nullptr;
-    const T* b = bias.defined() ? bias.data<T>() : nullptr;
+    const T* w = data_or_null<T>(weight);
+    const T* b = data_or_null<T>(bias);
     if (tail.relu)
-      cpu::batch_norm_apply_relu<T>(g, x.data<T>(), tail.residual_x.defined() ? tail.residual_x.data<T>() : nullptr,
+      cpu::batch_norm_apply_relu<T>(g, x.data<T>(), data_or_null<T>(tail.residual_x),
                                     mean->data(), invstd->data(), w, b, y.data<T>());
     else
       cpu::batch_norm_apply<T>(g, x.data<T>(), mean->data(), invstd->data(), w, b, y.data<T>());
@@ -222,19 +223,19 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
            std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
            ops::dispatch_float(sv.x.dtype(), "batch_norm backward", [&](auto z) {
              using T = decltype(z);
-             auto ptr = [](const Tensor& t) { return t.defined() ? t.data<T>() : nullptr; };
              // Pass 1 (dweight and dbias from this process's sums), the sums combined, pass 2.
              std::vector<double> sum_dz(size_t(g.C)), sum_dz_xmu(size_t(g.C));
-             cpu::batch_norm_grad_sums<T>(g, sv.x.data<T>(), ptr(sv.y), dy.data<T>(), mean->data(), invstd->data(),
-                                          sum_dz.data(), sum_dz_xmu.data(), ptr(d[1]), ptr(d[2]), ptr(d[3]));
+             cpu::batch_norm_grad_sums<T>(g, sv.x.data<T>(), data_or_null<T>(sv.y), dy.data<T>(), mean->data(),
+                                          invstd->data(), sum_dz.data(), sum_dz_xmu.data(), data_or_null<T>(d[1]),
+                                          data_or_null<T>(d[2]), data_or_null<T>(d[3]));
              if (sync) sync_grad_sums(*sync, g.C, sum_dz.data(), sum_dz_xmu.data());
              if (!d[0].defined()) return;
              // The residual's gradient is dz itself: pass 2 reads it instead of dy and y.
              const bool dz_written = sv.y.defined() && d[3].defined();
-             cpu::batch_norm_backward_dx<T>(g, sv.x.data<T>(), dz_written ? nullptr : ptr(sv.y),
-                                            dz_written ? ptr(d[3]) : dy.data<T>(), mean->data(), invstd->data(),
-                                            ptr(sv.w), sv.training, count, sum_dz.data(), sum_dz_xmu.data(),
-                                            ptr(d[0]));
+             cpu::batch_norm_backward_dx<T>(g, sv.x.data<T>(), dz_written ? nullptr : data_or_null<T>(sv.y),
+                                            dz_written ? data_or_null<T>(d[3]) : dy.data<T>(), mean->data(),
+                                            invstd->data(), data_or_null<T>(sv.w), sv.training, count, sum_dz.data(),
+                                            sum_dz_xmu.data(), data_or_null<T>(d[0]));
            });
            return d;
          });

@@ -11,6 +11,9 @@
 #include "engine/ops/op_util.h"
 
 namespace rt {
+
+using ops::data_or_null;
+using ops::raw_or_null;
 namespace {
 
 // Note [Conv workspace]
@@ -112,7 +115,7 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
   } else {
     ops::dispatch_float(x.dtype(), op, [&](auto z) {
       using T = decltype(z);
-      cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr, y.data<T>());
+      cpu::conv2d_forward<T>(g, x.data<T>(), weight.data<T>(), data_or_null<T>(bias), y.data<T>());
     });
   }
 
@@ -141,10 +144,10 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
     }
     ops::dispatch_float(dy.dtype(), "conv2d backward", [&](auto z) {
       using T = decltype(z);
-      cpu::conv2d_backward<T>(g, saved_x.defined() ? saved_x.data<T>() : nullptr,
-                              saved_w.defined() ? saved_w.data<T>() : nullptr, dy.data<T>(),
-                              dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
-                              db.defined() ? db.data<T>() : nullptr);
+      cpu::conv2d_backward<T>(g, data_or_null<T>(saved_x),
+                              data_or_null<T>(saved_w), dy.data<T>(),
+                              data_or_null<T>(dx), data_or_null<T>(dw),
+                              data_or_null<T>(db));
     });
     return std::vector<Tensor>{dx, dw, db};
   });

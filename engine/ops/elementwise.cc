@@ -15,16 +15,13 @@
 #include "engine/ops/op_util.h"
 
 namespace rt {
+
+using ops::data_or_null;
+using ops::raw_or_null;
 namespace {
 
 using ew::Binary;
 using ew::Unary;
-
-const void* ptr(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
-template <typename T>
-T* ptr_of(const Tensor& t) {
-  return t.defined() ? t.data<T>() : nullptr;
-}
 
 // ---- unary -----------------------------------------------------------------------------
 
@@ -49,13 +46,13 @@ Tensor unary_grad(Unary kind, double p, const Tensor& x, const Tensor& y, const 
   const Tensor gg = ops::in_format(g, like.format());
   Tensor dx = ops::empty_like(like);
   if (gg.device().is_cuda()) {
-    cuda::unary_backward(kind, gg.dtype(), gg.numel(), ptr(x), ptr(y), gg.raw_data(), dx.raw_data(), p,
+    cuda::unary_backward(kind, gg.dtype(), gg.numel(), raw_or_null(x), raw_or_null(y), gg.raw_data(), dx.raw_data(), p,
                          ops::stream_of(gg));
     return dx;
   }
   ops::dispatch_float(gg.dtype(), ew::name(kind), [&](auto z) {
     using T = decltype(z);
-    cpu::unary_backward<T>(kind, gg.numel(), ptr_of<T>(x), ptr_of<T>(y), gg.data<T>(), dx.data<T>(), p);
+    cpu::unary_backward<T>(kind, gg.numel(), data_or_null<T>(x), data_or_null<T>(y), gg.data<T>(), dx.data<T>(), p);
   });
   return dx;
 }
@@ -106,13 +103,14 @@ std::vector<Tensor> binary_grads(const BinarySaved& s, const Tensor& g, const st
   if (run_b) gb = ops::empty_like(gg);
   if ((run_a || run_b) && gg.numel() > 0) {
     if (gg.device().is_cuda()) {
-      cuda::binary_backward(s.kind, gg.dtype(), s.plan, ptr(s.a), ptr(s.b), ptr(s.y), gg.raw_data(),
-                            run_a ? ga.raw_data() : nullptr, run_b ? gb.raw_data() : nullptr, ops::stream_of(gg));
+      cuda::binary_backward(s.kind, gg.dtype(), s.plan, raw_or_null(s.a), raw_or_null(s.b), raw_or_null(s.y),
+                            gg.raw_data(), run_a ? ga.raw_data() : nullptr, run_b ? gb.raw_data() : nullptr,
+                            ops::stream_of(gg));
     } else {
       ops::dispatch_float(gg.dtype(), ew::name(s.kind), [&](auto z) {
         using T = decltype(z);
-        cpu::binary_backward<T>(s.kind, s.plan, ptr_of<T>(s.a), ptr_of<T>(s.b), ptr_of<T>(s.y), gg.data<T>(),
-                                run_a ? ga.data<T>() : nullptr, run_b ? gb.data<T>() : nullptr);
+        cpu::binary_backward<T>(s.kind, s.plan, data_or_null<T>(s.a), data_or_null<T>(s.b), data_or_null<T>(s.y),
+                                gg.data<T>(), run_a ? ga.data<T>() : nullptr, run_b ? gb.data<T>() : nullptr);
       });
     }
   }

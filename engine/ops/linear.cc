@@ -8,6 +8,9 @@
 
 namespace rt {
 
+using ops::data_or_null;
+using ops::raw_or_null;
+
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   const char* op = "linear";
   check_ndim(x, 2, op, "input");
@@ -38,11 +41,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   Tensor y = Tensor::empty({N, out}, x.dtype(), x.device());
   if (x.device().is_cuda()) {
     cuda::linear_forward(x.dtype(), N, in, out, x.raw_data(), weight.raw_data(),
-                         bias.defined() ? bias.raw_data() : nullptr, y.raw_data(), ops::stream_of(x));
+                         raw_or_null(bias), y.raw_data(), ops::stream_of(x));
   } else {
     ops::dispatch_float(x.dtype(), op, [&](auto z) {
       using T = decltype(z);
-      cpu::linear_forward<T>(N, in, out, x.data<T>(), weight.data<T>(), bias.defined() ? bias.data<T>() : nullptr,
+      cpu::linear_forward<T>(N, in, out, x.data<T>(), weight.data<T>(), data_or_null<T>(bias),
                              y.data<T>());
     });
   }
@@ -53,18 +56,18 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
     Tensor dw = needs[1] ? Tensor::empty({out, in}, dy.dtype(), dy.device()) : Tensor();
     Tensor db = needs[2] ? Tensor::empty({out}, dy.dtype(), dy.device()) : Tensor();
     if (dy.device().is_cuda()) {
-      cuda::linear_backward(dy.dtype(), N, in, out, saved_x.defined() ? saved_x.raw_data() : nullptr,
-                            saved_w.defined() ? saved_w.raw_data() : nullptr, dy.raw_data(),
-                            dx.defined() ? dx.raw_data() : nullptr, dw.defined() ? dw.raw_data() : nullptr,
-                            db.defined() ? db.raw_data() : nullptr, ops::stream_of(dy));
+      cuda::linear_backward(dy.dtype(), N, in, out, raw_or_null(saved_x),
+                            raw_or_null(saved_w), dy.raw_data(),
+                            raw_or_null(dx), raw_or_null(dw),
+                            raw_or_null(db), ops::stream_of(dy));
       return std::vector<Tensor>{dx, dw, db};
     }
     ops::dispatch_float(dy.dtype(), "linear backward", [&](auto z) {
       using T = decltype(z);
-      cpu::linear_backward<T>(N, in, out, saved_x.defined() ? saved_x.data<T>() : nullptr,
-                              saved_w.defined() ? saved_w.data<T>() : nullptr, dy.data<T>(),
-                              dx.defined() ? dx.data<T>() : nullptr, dw.defined() ? dw.data<T>() : nullptr,
-                              db.defined() ? db.data<T>() : nullptr);
+      cpu::linear_backward<T>(N, in, out, data_or_null<T>(saved_x),
+                              data_or_null<T>(saved_w), dy.data<T>(),
+                              data_or_null<T>(dx), data_or_null<T>(dw),
+                              data_or_null<T>(db));
     });
     return std::vector<Tensor>{dx, dw, db};
   });

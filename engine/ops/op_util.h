@@ -26,6 +26,14 @@ inline cudaStream_t stream_of(const Tensor& t) {
   return static_cast<cudaStream_t>(Stream::current(t.device()).handle());
 }
 
+// An optional operand's pointer for a kernel: null when the tensor is undefined (no bias, a
+// gradient nobody needs); the kernels take null as "absent".
+inline void* raw_or_null(const Tensor& t) { return t.defined() ? t.raw_data() : nullptr; }
+template <typename T>
+T* data_or_null(const Tensor& t) {
+  return t.defined() ? t.data<T>() : nullptr;
+}
+
 // A new tensor shaped like t (same dtype, device, format).
 inline Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.dtype(), t.device(), t.format()); }
 

@@ -70,4 +70,30 @@ int blas_int(int64_t v, const char* op, const char* what) {
   return int(v);
 }
 
+void gemm(DType t, const char* op, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+          const void* A, int64_t lda, const void* B, int64_t ldb, void* C, cudaStream_t s, GemmBatch batch) {
+  const GemmTypes g = gemm_types(t, op);
+  if (batch.count == 0 || m == 0 || n == 0) return;
+  if (k == 0) {
+    CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(batch.count) * size_t(m) * size_t(n) * dtype_size(t), s));
+    return;
+  }
+  cublasHandle_t h = blas_handle_for(s);
+  const double one_d = 1.0, zero_d = 0.0;
+  const float one_f = 1.0f, zero_f = 0.0f;
+  const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;
+  const void* beta = g.double_scalars ? static_cast<const void*>(&zero_d) : &zero_f;
+  const int im = blas_int(m, op, "m"), in = blas_int(n, op, "n"), ik = blas_int(k, op, "k");
+  const int ilda = blas_int(lda, op, "lda"), ildb = blas_int(ldb, op, "ldb");
+  if (batch.count == 1) {
+    CUBLAS_CHECK(cublasGemmEx(h, ta, tb, im, in, ik, alpha, A, g.data, ilda, B, g.data, ildb, beta, C, g.data, im,
+                              g.compute, CUBLAS_GEMM_DEFAULT));
+    return;
+  }
+  CUBLAS_CHECK(cublasGemmStridedBatchedEx(h, ta, tb, im, in, ik, alpha, A, g.data, ilda, (long long)batch.stride_a, B,
+                                          g.data, ildb, (long long)batch.stride_b, beta, C, g.data, im,
+                                          (long long)(m * n), blas_int(batch.count, op, "batch"), g.compute,
+                                          CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace rt::cuda

@@ -34,4 +34,17 @@ GemmTypes gemm_types(DType t, const char* op);
 // v as cuBLAS's int; refused, naming `op` and `what`, when it does not fit.
 int blas_int(int64_t v, const char* op, const char* what);
 
+// A strided batch of GEMMs: count of them, operand i at A + i * stride_a (and B), result i
+// at C + i * m * n elements.
+struct GemmBatch {
+  int64_t count = 1, stride_a = 0, stride_b = 0;
+};
+
+// Column-major C (m x n, leading dimension m) = op(A) op(B) with alpha = 1, beta = 0, in
+// dtype t (gemm_types): cublasGemmEx for one, cublasGemmStridedBatchedEx for a batch. An
+// empty sum (k == 0) writes zeros (cuBLAS's quick return would leave C untouched). Errors
+// name the calling op `op`.
+void gemm(DType t, const char* op, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k,
+          const void* A, int64_t lda, const void* B, int64_t ldb, void* C, cudaStream_t s, GemmBatch batch = {});
+
 }  // namespace rt::cuda

@@ -63,31 +63,9 @@ struct WriteColumn {
   __device__ void operator()(int64_t c, const detail::SumState<acc_t<T>>& st) const { db[c] = from_acc<T>(st.a); }
 };
 
-
 // ---- launchers -------------------------------------------------------------------------
 
 constexpr int kThreads = 256;
-
-
-// Column-major C (m x n, ldc) = op(A) op(B), beta = 0.
-void gemm(DType t, cublasOperation_t ta, cublasOperation_t tb, int64_t m, int64_t n, int64_t k, const void* A,
-          int64_t lda, const void* B, int64_t ldb, void* C, int64_t ldc, cudaStream_t s) {
-  const GemmTypes g = gemm_types(t, "linear");
-  if (m == 0 || n == 0) return;
-  if (k == 0) {  // an empty sum: C = 0 (cuBLAS's quick return would leave C untouched)
-    CUDA_CHECK(cudaMemsetAsync(C, 0, size_t(m) * size_t(n) * dtype_size(t), s));
-    return;
-  }
-  cublasHandle_t h = blas_handle_for(s);
-  const double one_d = 1.0, zero_d = 0.0;
-  const float one_f = 1.0f, zero_f = 0.0f;
-  const void* alpha = g.double_scalars ? static_cast<const void*>(&one_d) : &one_f;
-  const void* beta = g.double_scalars ? static_cast<const void*>(&zero_d) : &zero_f;
-  CUBLAS_CHECK(cublasGemmEx(h, ta, tb, blas_int(m, "linear", "m"), blas_int(n, "linear", "n"),
-                            blas_int(k, "linear", "k"), alpha, A, g.data, blas_int(lda, "linear", "lda"), B, g.data,
-                            blas_int(ldb, "linear", "ldb"), beta, C, g.data, blas_int(ldc, "linear", "ldc"),
-                            g.compute, CUBLAS_GEMM_DEFAULT));
-}
 
 void check_sizes(int64_t N, int64_t in, int64_t out, const char* op) {
   RT_CHECK(N >= 0 && in >= 0 && out >= 0, op, ": negative size (N ", N, ", in ", in, ", out ", out, ")");
@@ -105,7 +83,7 @@ void linear_forward(DType t, int64_t N, int64_t in, int64_t out, const void* x, 
   if (N == 0 || out == 0) return;
   RT_CHECK(y != nullptr && (in == 0 || (x != nullptr && w != nullptr)), "linear_forward: null pointer");
   // y^T (out x N) = op_T(w) x^T; Note [Row-major through column-major cuBLAS].
-  gemm(t, CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, w, in, x, in, y, out, s);
+  gemm(t, "linear", CUBLAS_OP_T, CUBLAS_OP_N, out, N, in, w, in, x, in, y, s);
   if (b == nullptr) return;
   detail::dispatch_floating(t, "linear_forward", [&](auto z) {
     using T = decltype(z);
@@ -122,11 +100,11 @@ void linear_backward(DType t, int64_t N, int64_t in, int64_t out, const void* x,
   RT_CHECK(dy != nullptr || N * out == 0, "linear_backward: null dy");
   if (dx != nullptr) {
     RT_CHECK(w != nullptr || in * out == 0, "linear_backward: dx needs w");
-    gemm(t, CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, w, in, dy, out, dx, in, s);
+    gemm(t, "linear", CUBLAS_OP_N, CUBLAS_OP_N, in, N, out, w, in, dy, out, dx, s);
   }
   if (dw != nullptr) {
     RT_CHECK(x != nullptr || N * in == 0, "linear_backward: dw needs x");
-    gemm(t, CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, dy, out, dw, in, s);
+    gemm(t, "linear", CUBLAS_OP_N, CUBLAS_OP_T, in, out, N, x, in, dy, out, dw, s);
   }
   if (db != nullptr && out > 0) {
     detail::dispatch_floating(t, "linear_backward", [&](auto z) {

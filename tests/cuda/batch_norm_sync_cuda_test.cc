@@ -122,7 +122,7 @@ TEST_CASE("CUDA synchronised batch norm: a world of one equals no sync; one valu
     FAIL("expected an error");
   } catch (const Error& e) {
     CHECK(std::string(e.what()).find("more than one value per channel") != std::string::npos);
-    CHECK(std::string(e.what()).find("--sync-bn") != std::string::npos);
+    CHECK(std::string(e.what()).find("synchronised on CUDA") != std::string::npos);
   }
 }
 

@@ -188,6 +188,8 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
       const double terms = double(std::max<int64_t>(1, yr.numel())) / double(std::max<int64_t>(1, ref[i].numel()));
       const double scale = opt.grad_scale ? opt.grad_scale(i, yr, ref[i]) : std::sqrt(std::max(1.0, terms));
       check_on_gpu(dev[i].grad(), ref[i].grad(), tol, what + " grad " + std::to_string(i), scale);
+      if (dev[i].grad().defined() && ref[i].grad().defined())
+        CHECK_MESSAGE(dev[i].grad().format() == ref[i].grad().format(), what, ": grad ", i, "'s formats differ");
     }
   }
 }

@@ -80,11 +80,13 @@ std::vector<Case> cases(bool single_dim) {
   return cs;
 }
 
-std::string what(const char* op, DType t, const Case& k) {
-  std::string dims;
+std::string dims_of(const Case& k) {
+  std::string dims = " dims";
   for (int d : k.dims) dims += " " + std::to_string(d);
-  return label(op, t, k.shape, k.format) + " dims" + dims + (k.keepdim ? " keepdim" : "");
+  return dims + (k.keepdim ? " keepdim" : "");
 }
+
+std::string what(const char* op, DType t, const Case& k) { return label(op, t, k.shape, k.format) + dims_of(k); }
 
 int64_t terms(const Case& k) {
   int64_t n = 1;
@@ -95,28 +97,18 @@ int64_t terms(const Case& k) {
 TEST_CASE("sum and mean over dims on CUDA match the CPU: forward and backward, every dtype") {
   if (!have_gpu("sum and mean over dims")) return;
   uint64_t seed = 100;
-  for (DType t : kFloatTypes)
-    for (const Case& k : cases(false))
-      for (bool is_mean : {false, true}) {
-        const std::string w = what(is_mean ? "mean" : "sum", t, k);
-        CAPTURE(w);
-        const Tensor x64 = rnd(k.shape, ++seed);
-        poison_allocator(x64.numel());
-        Tensor xd = to_gpu(x64, t, k.format).set_requires_grad(true);
-        Tensor xr = to_ref(x64, t, k.format).set_requires_grad(true);
-        const Tensor yd = is_mean ? mean(xd, k.dims, k.keepdim) : sum(xd, k.dims, k.keepdim);
-        const Tensor yr = is_mean ? mean(xr, k.dims, k.keepdim) : sum(xr, k.dims, k.keepdim);
-        CHECK(yd.format() == yr.format());
-        // Sums: rounding grows like sqrt(terms); a mean's absolute error is the sum's / terms.
-        const double sq = std::sqrt(double(terms(k)));
-        check_on_gpu(yd, yr, gpu_tol_for(t), w + " y", is_mean ? 1.0 : sq);
-        const Tensor g64 = rnd(yr.shape(), ++seed);
-        poison_allocator(x64.numel());
-        yd.backward(to_gpu(g64, t, yr.format()));
-        yr.backward(to_ref(g64, t, yr.format()));
-        CHECK(xd.grad().format() == k.format);
-        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), w + " dx");
-      }
+  for (const Case& k : cases(false))
+    for (bool is_mean : {false, true}) {
+      const OpFn f = [&k, is_mean](const std::vector<Tensor>& in) {
+        return is_mean ? mean(in[0], k.dims, k.keepdim) : sum(in[0], k.dims, k.keepdim);
+      };
+      // Sums: rounding grows like sqrt(terms); a mean's absolute error is the sum's / terms.
+      const double sq = is_mean ? 1.0 : std::sqrt(double(terms(k)));
+      check_matches_cpu(std::string(is_mean ? "mean" : "sum") + dims_of(k), f, {k.shape},
+                        {DType::f32, DType::f64, DType::bf16, DType::f16},
+                        MatchOptions().with_formats({k.format}).with_seed(++seed).with_forward_scale(
+                            [sq](const Tensor&, const std::vector<Tensor>&) { return sq; }));
+    }
 }
 
 TEST_CASE("max and argmax over a dim on CUDA match the CPU exactly; the gradient to the same index") {

@@ -76,7 +76,7 @@ TEST_CASE("missing path: names the folder, the expected files and the fix") {
   const std::string dir = fresh_dir("fm_missing") + "/nowhere";
   check_error([&] { open_dataset("fashion-mnist", dir, "train"); },
               {dir, "train-images-idx3-ubyte.gz", "t10k-labels-idx1-ubyte.gz",
-               "apt-get install dataset-fashion-mnist", "--data-path"});
+               "apt-get install dataset-fashion-mnist", "give the path of its files"});
 }
 
 TEST_CASE("folder without the split's files: names the missing file") {
@@ -159,8 +159,8 @@ TEST_CASE("open_dataset: fashion-mnist is the default path; unknown names and sp
   CHECK(default_data_path("fashion-mnist") == "/usr/share/datasets/fashion-mnist");
   check_error([] { open_dataset("mnist", "", "train"); }, {"unknown dataset 'mnist'", "fashion-mnist, cifar10, imagenet"});
   check_error([] { open_dataset("synthetic", "", "val"); }, {"split 'val'", "\"train\" or \"test\""});
-  check_error([] { open_dataset("cifar10", "", "train"); }, {"cifar10", "--data-path"});
-  check_error([] { open_dataset("tensors", "", "train"); }, {"tensors", "--data-path"});
+  check_error([] { open_dataset("cifar10", "", "train"); }, {"cifar10", "give the path <folder>/cifar-10-batches-bin"});
+  check_error([] { open_dataset("tensors", "", "train"); }, {"tensors", "needs a path"});
 }
 
 TEST_CASE("example index out of range") {

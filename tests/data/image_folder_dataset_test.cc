@@ -232,7 +232,7 @@ TEST_CASE("imagenet: layout errors name the path and the expected layout") {
   // Sizes that cannot work name the flags.
   DatasetOptions bad = o;
   bad.image_folder.val_resize_size = kValCrop - 1;
-  check_error([&] { open(t, "test", bad); }, {"--val-resize-size", "--val-crop-size"});
+  check_error([&] { open(t, "test", bad); }, {"val_resize_size", "val_crop_size"});
   // Crops beyond any decodable image (and whose byte counts would overflow int64).
   bad = o;
   bad.image_folder.train_crop_size = 2'000'000'000;
@@ -240,8 +240,8 @@ TEST_CASE("imagenet: layout errors name the path and the expected layout") {
               {"imagenet: a size of 2000000000 px makes images of 4000000000000000000 pixels", "(2^28)"});
   bad = o;
   bad.image_folder.val_resize_size = 16385;
-  check_error([&] { open(t, "test", bad); }, {"a size of 16385 px", "--val-resize-size"});
-  check_error([&] { open_dataset("imagenet", "", "train", o); }, {"--data-path"});
+  check_error([&] { open(t, "test", bad); }, {"a size of 16385 px", "crop and resize sizes of at most 16384"});
+  check_error([&] { open_dataset("imagenet", "", "train", o); }, {"needs a path DIR"});
 }
 
 TEST_CASE("imagenet: the flat validation layout with LOC_val_solution.csv") {

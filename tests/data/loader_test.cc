@@ -227,7 +227,7 @@ TEST_CASE("unreadable examples are replaced by the next ones in the order, the s
   strict.strict = true;
   Loader loader(ds, Sampler(40, 8, so), strict);
   loader.start_epoch(0);
-  check_error([&] { loader.next(); }, {"f3.JPEG", "truncated", "--strict-images"});
+  check_error([&] { loader.next(); }, {"f3.JPEG", "truncated", "strict_images"});
 }
 
 TEST_CASE("a run of unreadable examples is an error, not an endless search") {
@@ -236,7 +236,7 @@ TEST_CASE("a run of unreadable examples is an error, not an endless search") {
   FailingDataset ds(-1, all);
   Loader loader(ds, Sampler(40, 8), with_workers(0));
   loader.start_epoch(0);
-  check_error([&] { loader.next(); }, {"unreadable examples in a row", "check --data-path"});
+  check_error([&] { loader.next(); }, {"unreadable examples in a row", "check its path"});
 }
 
 TEST_CASE("bad options") {
@@ -266,7 +266,7 @@ TEST_CASE("a batch that cannot be allocated says what it was for") {
     CHECK(m.find("out of host memory: tried to allocate 422212465065984 bytes (") != std::string::npos);
     CHECK(m.find(" reserved); it was for a batch") != std::string::npos);
     CHECK(m.find("for a batch of 2 examples of dataset synthetic, each u8[3, 8388608, 8388608] (211106232532992 "
-                 "bytes). Use a smaller --batch-size.") != std::string::npos);
+                 "bytes). Use a smaller batch size.") != std::string::npos);
   }
   check_error([&] { assemble_batch(*ds, order, 0, 1, 0, 0); },
               {"a batch of 1 example of", "Even one example does not fit: use smaller images."});

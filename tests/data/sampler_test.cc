@@ -80,7 +80,7 @@ TEST_CASE("drop_last drops the short final batch") {
   const auto k = keep.epoch_indices(1), d = drop.epoch_indices(1);
   CHECK(d == std::vector<int64_t>(k.begin(), k.begin() + 8));
   CHECK(Sampler(12, 4, opt(true, 1, true)).num_samples() == 12);  // nothing to drop
-  check_error([] { Sampler(3, 4, opt(true, 1, true)); }, {"drop_last", "one batch of 4", "lower --batch-size"});
+  check_error([] { Sampler(3, 4, opt(true, 1, true)); }, {"drop_last", "one batch of 4", "lower the batch size"});
 }
 
 TEST_CASE("distributed: equal counts, shards disjoint except the padding, union complete") {

@@ -120,11 +120,11 @@ TEST_CASE("tensors: a label of 2^62 is refused at open time, not turned into 2^6
   const std::string path = write(dir, "d.safetensors", {{"images", u8_images()}, {"labels", labels({0, 1, huge, 3})}});
   check_error([&] { open_dataset("tensors", path, "train"); },
               {"tensors dataset '" + path + "'", "label 4611686018427387904 of example 2 is outside [0, 16777216)",
-               "largest label + 1", "--num-classes"});
+               "largest label + 1", "give the number of classes"});
   DatasetOptions o;
   o.num_classes = 10;
   check_error([&] { open_dataset("tensors", path, "train", o); },
-              {path, "label 4611686018427387904 of example 2 is outside [0, 10)", "(--num-classes)"});
+              {path, "label 4611686018427387904 of example 2 is outside [0, 10)", "the 10 classes given"});
   // f32 images go through the same check.
   const std::string f32 = write(dir, "f.safetensors",
                                 {{"images", u8_images().to(DType::f32)}, {"labels", labels({0, huge, 1, 2})}});
@@ -150,7 +150,7 @@ TEST_CASE("tensors: label 5000 against 10 classes fails before training, naming 
   CHECK(ds->location() == path);
   CHECK(ds->label(2) == 5000);
   check_error([&] { check_labels(*ds, 10); },
-              {"dataset tensors ('" + path + "')", "label 5000 of example 2 is outside [0, 10)", "--num-classes"});
+              {"dataset tensors ('" + path + "')", "label 5000 of example 2 is outside [0, 10)", "raise the number of classes"});
   check_labels(*ds, 5001);
   check_labels(*ds, 100000);
   check_error([&] { check_labels(*ds, 0); }, {"must be positive"});

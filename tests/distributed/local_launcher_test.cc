@@ -103,11 +103,11 @@ TEST_CASE("launcher: a worker that cannot start is a failed worker") {
 TEST_CASE("launcher: option checks") {
   LocalLaunchOptions o = sh(2, "true");
   o.nnodes = 2;
-  CHECK(testing::error_of([&] { run_local_launcher(o); }).find("--master-port is needed with --nnodes > 1") !=
+  CHECK(testing::error_of([&] { run_local_launcher(o); }).find("master_port is needed with nnodes > 1") !=
         std::string::npos);
   o.nnodes = 1;
   o.node_rank = 1;
-  CHECK(testing::error_of([&] { run_local_launcher(o); }).find("--node-rank must be in [0, 1)") != std::string::npos);
+  CHECK(testing::error_of([&] { run_local_launcher(o); }).find("node_rank must be in [0, 1)") != std::string::npos);
   CHECK(last_lines("a\nb\nc\n", 2) == "b\nc");
   CHECK(last_lines("only", 3) == "only");
 }

@@ -110,8 +110,8 @@ TEST_CASE("store: a port in use names the port, the holding process and the fix"
   CHECK(msg.find("port " + std::to_string(port) + " is already in use") != std::string::npos);
   CHECK(msg.find("pid " + std::to_string(getpid()) + " (") != std::string::npos);
   CHECK(msg.find("MASTER_PORT=<n>") != std::string::npos);
-  // ringtape's own flag, not torchrun's (the hint once named "torchrun --master-port").
-  CHECK(msg.find("another port: --master-port <n>") != std::string::npos);
+  // Not torchrun's flag (the hint once named "torchrun --master-port").
+  CHECK(msg.find("another master port (MASTER_PORT=<n>") != std::string::npos);
   CHECK(msg.find("torchrun --master-port") == std::string::npos);
   // Every interface includes 127.0.0.1: the same answer.
   CHECK(error_of([&] { TcpStoreServer("", port); }).find("pid " + std::to_string(getpid())) != std::string::npos);

@@ -365,7 +365,7 @@ TEST_CASE("safetensors: a duplicate megabyte-long key is clipped in the JSON err
 // the kernel's default overcommit heuristics (and under ASan, whose limit is 1 TiB); with
 // vm.overcommit_memory=1 it could succeed and the read would take hours, so the case is
 // skipped there, as on filesystems without files that large.
-TEST_CASE("safetensors: a tensor larger than memory is blamed on the file, not on --batch-size") {
+TEST_CASE("safetensors: a tensor larger than memory is blamed on the file, not on the batch size") {
   const std::string dir = fresh_dir("huge_declared");
   std::ifstream overcommit("/proc/sys/vm/overcommit_memory");
   int mode = 0;
@@ -388,7 +388,7 @@ TEST_CASE("safetensors: a tensor larger than memory is blamed on the file, not o
   CHECK(msg.find(path) != std::string::npos);
   CHECK(msg.find("tensor 'big': the file declares u8[8796093022208] (8796093022208 bytes), more than this machine "
                  "can allocate") != std::string::npos);
-  CHECK(msg.find("--batch-size") == std::string::npos);
+  CHECK(msg.find("a smaller batch") == std::string::npos);
   fs::remove(path);
 }
 

@@ -9,9 +9,9 @@
 #include "engine/nn/module.h"
 #include "engine/ops.h"
 #include "engine/profiler.h"
-#include "models/registry.h"
 #include "tests/profile/nvtx_injection.h"
 #include "tests/test_util.h"
+#include "tests/models/tiny_resnet.h"
 
 namespace rt {
 namespace {
@@ -19,12 +19,7 @@ namespace {
 bool has(const std::vector<std::string>& v, const std::string& s) { return std::find(v.begin(), v.end(), s) != v.end(); }
 
 TEST_CASE("steps, phases, layers and ops push balanced NVTX ranges") {
-  models::ModelOptions o;
-  o.num_classes = 10;
-  o.in_channels = 1;
-  o.width = 8;
-  o.small_stem = true;
-  auto m = models::make_model("resnet18", o);
+  auto m = test::tiny_resnet18({.classes = 10, .width = 8});
   nn::name_modules_for_profiling(*m);
   CHECK_FALSE(prof::recording());
   {

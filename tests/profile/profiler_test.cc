@@ -15,11 +15,11 @@
 #include "engine/nn/module.h"
 #include "engine/ops.h"
 #include "engine/profiler.h"
-#include "models/registry.h"
 #include "profile/report.h"
 #include "profile/session.h"
 #include "profile/trace.h"
 #include "tests/test_util.h"
+#include "tests/models/tiny_resnet.h"
 
 namespace rt {
 namespace {
@@ -27,13 +27,7 @@ namespace {
 namespace fs = std::filesystem;
 
 std::shared_ptr<nn::Module> small_resnet() {
-  models::ModelOptions o;
-  o.num_classes = 10;
-  o.in_channels = 1;
-  o.width = 8;
-  o.small_stem = true;
-  o.stem_stride = 2;
-  auto m = models::make_model("resnet18", o);
+  auto m = test::tiny_resnet18({.classes = 10, .width = 8, .stem_stride = 2});
   nn::name_modules_for_profiling(*m);
   return m;
 }
@@ -263,14 +257,14 @@ TEST_CASE("a session records steps A..B-1 only and writes profile.json and trace
   ::unsetenv("RINGTAPE_CACHE_DIR");
 }
 
-TEST_CASE("--profile-steps and --profile-group: bad values are clear errors") {
+TEST_CASE("profiled steps and profile group: bad values are clear errors") {
   CHECK(prof::parse_profile_steps("").enabled() == false);
   const prof::ProfileConfig c = prof::parse_profile_steps("10:12", "layer");
   CHECK(c.first == 9);
   CHECK(c.end == 11);
   CHECK(c.group == prof::Group::layer);
   for (const char* bad : {"10", "0:3", "5:5", "7:3", "a:b", "3:x", ":4"})
-    CHECK_THROWS_WITH(prof::parse_profile_steps(bad), doctest::Contains("--profile-steps"));
+    CHECK_THROWS_WITH(prof::parse_profile_steps(bad), doctest::Contains("profiled steps"));
   CHECK_THROWS_WITH(prof::parse_profile_steps("1:2", "ops"), doctest::Contains("op, layer or kernel"));
 }
 

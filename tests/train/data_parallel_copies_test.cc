@@ -14,10 +14,10 @@
 #include "distributed/launch_env.h"
 #include "engine/ops.h"
 #include "engine/random.h"
-#include "models/registry.h"
 #include "tests/distributed/launch.h"
 #include "train/data_parallel.h"
 #include "train/precision.h"
+#include "tests/models/tiny_resnet.h"
 
 namespace rt {
 namespace {
@@ -25,14 +25,7 @@ namespace {
 using namespace std::chrono_literals;
 
 std::shared_ptr<nn::Module> tiny_model() {  // a width-4 ResNet18 for 1x8x8 images, f64 masters
-  models::ModelOptions o;
-  o.num_classes = 4;
-  o.in_channels = 1;
-  o.width = 4;
-  o.small_stem = true;
-  o.stem_stride = 1;
-  o.seed = 7;
-  auto m = models::make_model("resnet18", o);
+  auto m = test::tiny_resnet18({.seed = 7});
   m->to(DType::f64);
   m->to(Device::cpu(), MemoryFormat::channels_last);
   return m;

@@ -114,7 +114,7 @@ TEST_CASE("imagenet: --strict-images stops at the first damaged file, naming it"
     msg = e.what();
   }
   CHECK_MESSAGE(msg.find(first) != std::string::npos, msg);
-  CHECK_MESSAGE(msg.find("--strict-images") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("strict_images is set") != std::string::npos, msg);
 }
 
 }  // namespace

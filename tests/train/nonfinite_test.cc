@@ -15,7 +15,6 @@
 #include "cli/flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
-#include "models/registry.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/metrics.h"
@@ -23,6 +22,7 @@
 #include "cli/train_command.h"
 #include "cli/train_flags.h"
 #include "train/trainer.h"
+#include "tests/models/tiny_resnet.h"
 
 namespace rt {
 namespace {
@@ -141,15 +141,7 @@ TEST_CASE("save_checkpoint and save_weights refuse NaN/Inf, naming tensor and st
   REQUIRE(train(tiny(data, a), {"--steps", "2"}) == 0);
   const std::string ckpt = a + "/checkpoint.safetensors", weights = a + "/model.safetensors";
   const std::string ckpt_before = read(ckpt), weights_before = read(weights);
-  auto model = models::make_model("resnet18", [] {
-    models::ModelOptions o;
-    o.num_classes = 4;
-    o.in_channels = 1;
-    o.width = 4;
-    o.small_stem = true;
-    o.stem_stride = 2;
-    return o;
-  }());
+  auto model = test::tiny_resnet18({.stem_stride = 2});
   auto opt = optim::make_sgd(model->named_parameters(), optim::SgdOptions{});
   for (auto& [k, t] : model->state_dict())
     if (k == "layer2.0.bn1.running_var") t.fill_(std::numeric_limits<double>::infinity());

@@ -13,9 +13,9 @@
 #include "engine/nn/compute_copies.h"
 #include "engine/ops.h"
 #include "engine/random.h"
-#include "models/registry.h"
 #include "optim/optimizer.h"
 #include "train/precision.h"
+#include "tests/models/tiny_resnet.h"
 
 namespace rt {
 namespace {
@@ -26,14 +26,7 @@ using train::MixedPrecisionOptions;
 // A width-4 ResNet18 with the small stem for 1x8x8 images, 4 classes, in `dtype`: every
 // BasicBlock, downsample and batch norm of the real thing, small enough for a unit test.
 std::shared_ptr<nn::Module> tiny_model(DType dtype) {
-  models::ModelOptions o;
-  o.num_classes = 4;
-  o.in_channels = 1;
-  o.width = 4;
-  o.small_stem = true;
-  o.stem_stride = 1;
-  o.seed = 7;
-  auto m = models::make_model("resnet18", o);
+  auto m = test::tiny_resnet18({.seed = 7});
   m->to(dtype);
   m->to(Device::cpu(), MemoryFormat::channels_last);
   return m;
