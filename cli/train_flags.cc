@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
+#include <sstream>
 #include <utility>
 
 #include "distributed/communicator_ops.h"
@@ -33,6 +34,12 @@ constexpr unsigned kCourse = kTrajectory | kSameOnEveryRank;
 
 Range at_least(double lo, std::string rule) { return Range{lo, kInf, false, std::move(rule)}; }
 Range within(double lo, double hi, std::string rule) { return Range{lo, hi, false, std::move(rule)}; }
+// A default written as it would be typed: 25, 0.5.
+std::string as_typed(double v) {
+  std::ostringstream o;
+  o << v;
+  return o.str();
+}
 std::string bounds(int64_t lo, int64_t hi) { return "in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]"; }
 
 Flag flag(std::string name, FlagType type, std::string default_value, Topic topic, std::string help,
@@ -301,8 +308,10 @@ std::vector<FlagRow> distributed_rows() {
                       {}, kSameOnEveryRank),
                  [](const FlagValue& v, TrainConfig& c) { c.parallel.allreduce = dist::parse_allreduce_algo(v.str()); }),
       // A bucket holds at least one byte: 1e-30 MiB passed once and failed in every worker.
-      train_only(flag("bucket-cap-mb", FlagType::number, "25", Topic::distributed,
-                      "gradient bucket size in MiB (the first bucket: at most 1 MiB)", {},
+      train_only(flag("bucket-cap-mb", FlagType::number, as_typed(ParallelConfig{}.bucket_cap_mb), Topic::distributed,
+                      "gradient bucket size in MiB (the first bucket: at most " +
+                          as_typed(double(dist::ReducerOptions{}.first_bucket_bytes) / double(1 << 20)) + " MiB)",
+                      {},
                       within(1e-6, 1 << 20, "in [0.000001, 1048576] (MiB; a bucket holds a byte at least)"),
                       kSameOnEveryRank),
                  [](const FlagValue& v, TrainConfig& c) { c.parallel.bucket_cap_mb = v.number(); }),

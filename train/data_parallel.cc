@@ -92,7 +92,7 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
   dist::broadcast_from_rank0(*comm_, state, timeout_of(cfg_));
   dist::ReducerOptions ro;
   ro.bucket_bytes = size_t(cfg_.bucket_cap_mb * double(1 << 20));
-  ro.first_bucket_bytes = std::min(ro.bucket_bytes, size_t(1) << 20);
+  ro.first_bucket_bytes = std::min(ro.bucket_bytes, ro.first_bucket_bytes);  // the reducer's, or less
   ro.algo = cfg_.allreduce;
   ro.find_unused = cfg_.find_unused_parameters;
   ro.timeout = timeout_of(cfg_);

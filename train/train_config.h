@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "distributed/communicator_ops.h"
+#include "distributed/reducer.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
 #include "optim/schedule.h"
@@ -142,7 +143,8 @@ struct ParallelConfig {
   std::string master_addr = "127.0.0.1";  // where rank 0 hosts the rendezvous store
   int master_port = 0;                // 0 = a free port (one machine only)
   dist::AllReduceAlgo allreduce = dist::AllReduceAlgo::library;
-  double bucket_cap_mb = 25;          // gradient bucket size (the first bucket: at most 1 MiB)
+  // The gradient buckets' size in MiB: the reducer's (its first bucket is smaller).
+  double bucket_cap_mb = double(dist::ReducerOptions{}.bucket_bytes) / double(1 << 20);
   bool find_unused_parameters = false;
   double timeout_s = 300;             // every collective and the rendezvous
   bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl

@@ -47,31 +47,22 @@ double scale_for(int64_t k) { return 4.0 * std::sqrt(double(std::max<int64_t>(k,
 TEST_CASE("linear on CUDA matches the CPU: forward and backward, every dtype, with and without bias") {
   if (!have_gpu("linear forward/backward")) return;
   uint64_t seed = 100;
-  for (DType t : kFloatTypes) {
-    for (const Case& c : kCases) {
-      for (bool with_bias : {true, false}) {
-        const std::string what = label(std::string("linear") + (with_bias ? "+bias" : ""), t, {c.N, c.in, c.out});
-        CAPTURE(what);
-        const Tensor x64 = rnd({c.N, c.in}, ++seed), w64 = rnd({c.out, c.in}, ++seed), b64 = rnd({c.out}, ++seed);
-        const Tensor dy64 = rnd({c.N, c.out}, ++seed);
-        poison_allocator(c.N * c.out + c.in * c.out + c.N * c.in);
-
-        Tensor xg = to_gpu(x64, t).set_requires_grad(true), wg = to_gpu(w64, t).set_requires_grad(true);
-        Tensor bg = with_bias ? to_gpu(b64, t).set_requires_grad(true) : Tensor();
-        Tensor yg = linear(xg, wg, bg);
-        yg.backward(to_gpu(dy64, t));
-
-        Tensor xr = to_ref(x64, t).set_requires_grad(true), wr = to_ref(w64, t).set_requires_grad(true);
-        Tensor br = with_bias ? to_ref(b64, t).set_requires_grad(true) : Tensor();
-        Tensor yr = linear(xr, wr, br);
-        yr.backward(to_ref(dy64, t));
-
-        const Tol tol = gpu_tol_for(t);
-        check_on_gpu(yg, yr, tol, what + " y", scale_for(c.in));
-        check_on_gpu(xg.grad(), xr.grad(), tol, what + " dx", scale_for(c.out));
-        check_on_gpu(wg.grad(), wr.grad(), tol, what + " dw", scale_for(c.N));
-        if (with_bias) check_on_gpu(bg.grad(), br.grad(), tol, what + " db", scale_for(c.N));
-      }
+  for (const Case& c : kCases) {
+    for (bool with_bias : {true, false}) {
+      const OpFn f = [with_bias](const std::vector<Tensor>& in) {
+        return linear(in[0], in[1], with_bias ? in[2] : Tensor());
+      };
+      std::vector<Shape> shapes = {{c.N, c.in}, {c.out, c.in}};
+      if (with_bias) shapes.push_back({c.out});
+      // y sums over in; dx over out; dw and db over the batch.
+      const double sy = scale_for(c.in), sx = scale_for(c.out), sn = scale_for(c.N);
+      check_matches_cpu(
+          std::string("linear") + (with_bias ? "+bias" : ""), f, shapes,
+          {DType::f32, DType::f64, DType::bf16, DType::f16},
+          MatchOptions()
+              .with_seed(++seed)
+              .with_forward_scale([sy](const Tensor&, const std::vector<Tensor>&) { return sy; })
+              .with_grad_scale([sx, sn](size_t i, const Tensor&, const Tensor&) { return i == 0 ? sx : sn; }));
     }
   }
 }
