@@ -12,7 +12,6 @@
 #include <set>
 #include <sstream>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include <omp.h>
@@ -20,7 +19,6 @@
 
 #include "base/usage_error.h"
 #include "engine/profiler.h"
-#include "kernels/cuda/runtime.h"
 #include "profile/session.h"
 #include "train/data_parallel.h"
 #include "train/evaluate.h"
