@@ -83,6 +83,8 @@ constexpr std::pair<const char*, MemoryFormat> kMemoryFormats[] = {{"auto", Memo
 constexpr std::pair<const char*, std::optional<bool>> kSmallStem[] = {
     {"auto", std::nullopt}, {"true", true}, {"false", false}};
 constexpr std::pair<const char*, int> kStemStride[] = {{"auto", 0}, {"1", 1}, {"2", 2}};
+constexpr std::pair<const char*, optim::WarmupMethod> kWarmupMethods[] = {{"linear", optim::WarmupMethod::linear},
+                                                                          {"constant", optim::WarmupMethod::constant}};
 
 std::vector<FlagRow> model_rows() {
   return {
@@ -207,9 +209,15 @@ std::vector<FlagRow> optimisation_rows() {
                       kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.kind = optim::parse_lr_schedule(v.str()); }),
       train_only(flag("lr-warmup-epochs", FlagType::integer, "0", Topic::optimisation,
-                      "linear warmup length in epochs", {}, {}, kCourse),
+                      "warmup length in epochs", {}, {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_epochs = v.integer(); }),
-      train_only(flag("lr-warmup-decay", FlagType::number, "0.01", Topic::optimisation, "warmup starts at lr * this",
+      train_only(flag("lr-warmup-method", FlagType::string, "linear", Topic::optimisation,
+                      "warmup: linear from lr * --lr-warmup-decay up to lr (torchvision's LinearLR), or constant at "
+                      "lr * --lr-warmup-decay (ConstantLR)",
+                      names_of(kWarmupMethods), {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_method = choice(v, kWarmupMethods); }),
+      train_only(flag("lr-warmup-decay", FlagType::number, "0.01", Topic::optimisation,
+                      "the warmup's factor of lr (linear: at its first step)",
                       // LinearLR's rule: a start factor of 0 would make the first step a no-op.
                       {}, Range{0, 1, true, "in (0, 1]"}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_decay = v.number(); }),

@@ -105,6 +105,7 @@ double LrSchedule::lr_at(int64_t step) const {
   RT_CHECK(step >= 0, "LR schedule: step must be >= 0, got ", step);
   const int64_t warmup = warmup_steps();
   if (step < warmup) {
+    if (opt_.warmup_method == WarmupMethod::constant) return base_lr_ * opt_.warmup_decay;
     const double f = opt_.warmup_decay + (1.0 - opt_.warmup_decay) * double(step) / double(warmup);
     return base_lr_ * f;
   }
@@ -145,8 +146,8 @@ std::string LrSchedule::describe() const {
     case LrScheduleKind::poly: os << " down to 0, power " << opt_.power; break;
   }
   if (opt_.warmup_epochs > 0)
-    os << " (counted from the end of " << opt_.warmup_epochs << " warmup epochs from lr x " << opt_.warmup_decay
-       << ")";
+    os << " (counted from the end of " << opt_.warmup_epochs << " warmup epochs "
+       << (opt_.warmup_method == WarmupMethod::constant ? "at" : "from") << " lr x " << opt_.warmup_decay << ")";
   os << "; " << epochs_ << " epochs of " << steps_per_epoch_ << " steps";
   return os.str();
 }

@@ -1,9 +1,9 @@
-// Learning-rate schedules, evaluated per optimizer step: an optional linear warmup, then
-// one main schedule. Set the optimizer's lr to lr_at(step) before each step().
+// Learning-rate schedules, evaluated per optimizer step: an optional warmup, then one main
+// schedule. Set the optimizer's lr to lr_at(step) before each step().
 //
-// The warmup is torchvision's (--lr-warmup-method linear): LinearLR from
+// The warmup is torchvision's --lr-warmup-method: linear is LinearLR from
 // lr * warmup_decay up to lr over warmup_epochs, but interpolated per step rather than
-// per epoch. The main schedule then starts its own clock at the end of the warmup, as
+// per epoch; constant is ConstantLR, lr * warmup_decay for warmup_epochs. The main schedule then starts its own clock at the end of the warmup, as
 // torchvision's SequentialLR restarts the main scheduler there: with 5 warmup epochs, a
 // step schedule of step_size 30 decays at epochs 35, 65, ..., multistep milestones
 // {30, 60} at epochs 35 and 65, and cosine / poly anneal over the remaining epochs.
@@ -24,10 +24,13 @@ const char* lr_schedule_name(LrScheduleKind kind);
 // "30,60,80" -> {30, 60, 80} (the CLI's --lr-milestones); errors name the bad part.
 std::vector<int64_t> parse_milestones(const std::string& text);
 
+enum class WarmupMethod { linear, constant };
+
 struct LrScheduleOptions {
   LrScheduleKind kind = LrScheduleKind::constant;
   int64_t warmup_epochs = 0;
-  double warmup_decay = 0.01;       // first warmup step's factor (torchvision's --lr-warmup-decay)
+  WarmupMethod warmup_method = WarmupMethod::linear;
+  double warmup_decay = 0.01;       // the warmup's (first) factor (torchvision's --lr-warmup-decay)
   int64_t step_size = 30;           // step: epochs between decays
   double gamma = 0.1;               // step, multistep: factor per decay
   std::vector<int64_t> milestones;  // multistep: epochs after the warmup, increasing

@@ -12,6 +12,7 @@
 using rt::optim::LrSchedule;
 using rt::optim::LrScheduleKind;
 using rt::optim::LrScheduleOptions;
+using rt::optim::WarmupMethod;
 
 namespace {
 
@@ -82,6 +83,22 @@ TEST_CASE("linear warmup: from lr * warmup_decay to lr over warmup_epochs * step
   none.warmup_decay = 1.0;  // a factor of 1: no warmup effect
   const LrSchedule flat(0.4, 100, 10, none);
   for (int64_t step : {0, 50, 199, 200}) check_lr(flat, step, 0.4);
+}
+
+TEST_CASE("constant warmup: lr * warmup_decay for warmup_epochs, then the main schedule from its start") {
+  LrScheduleOptions o = opts(LrScheduleKind::cosine, 2);
+  o.warmup_method = WarmupMethod::constant;
+  o.warmup_decay = 0.1;
+  const LrSchedule s(0.4, 10, 6, o);  // 20 warmup steps, then 40 cosine steps
+  for (int64_t step : {0, 1, 10, 19}) check_lr(s, step, 0.04);
+  // At each epoch's start, torchvision's per-epoch ConstantLR(factor 0.1, total_iters 2)
+  // then CosineAnnealingLR(T_max 4) under SequentialLR(milestones [2]): 0.04, 0.04, then
+  // 0.4 * (1 + cos(pi k / 4)) / 2 for k = 0..3.
+  const double want[] = {0.04, 0.04, 0.4, 0.2 * (1 + std::cos(std::numbers::pi / 4)), 0.2,
+                         0.2 * (1 + std::cos(3 * std::numbers::pi / 4))};
+  for (int64_t e = 0; e < 6; ++e) check_lr(s, e * 10, want[e]);
+  const std::string d = s.describe();
+  CHECK_MESSAGE(d.find("2 warmup epochs at lr x 0.1") != std::string::npos, d);
 }
 
 TEST_CASE("step: gamma every step_size epochs, counted from the end of the warmup") {

@@ -44,6 +44,7 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(s.kind == w.kind);
   CHECK(s.warmup_epochs == w.warmup_epochs);
   CHECK(s.warmup_decay == w.warmup_decay);
+  CHECK(s.warmup_method == w.warmup_method);
   CHECK(s.step_size == w.step_size);
   CHECK(s.gamma == w.gamma);
   CHECK(s.milestones == w.milestones);
@@ -97,6 +98,8 @@ TEST_CASE("choices become enums; auto becomes nullopt or 0") {
     CHECK(parse_train({"--dataset", train::dataset_name(d)}).data.dataset == d);
   CHECK(std::string(train::dataset_name(DatasetKind::fashion_mnist)) == "fashion-mnist");
   CHECK(parse_train({"--optimizer", "adamw"}).optimizer.kind == OptimizerKind::adamw);
+  CHECK(parse_train({}).lr_schedule.warmup_method == optim::WarmupMethod::linear);
+  CHECK(parse_train({"--lr-warmup-method", "constant"}).lr_schedule.warmup_method == optim::WarmupMethod::constant);
 
   CHECK_FALSE(parse_train({"--precision", "auto"}).compute.precision);
   for (Precision p : {Precision::fp32, Precision::tf32, Precision::bf16, Precision::fp16})
