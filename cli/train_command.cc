@@ -71,7 +71,7 @@ int run_train(const Flags& flags, const std::vector<std::string>& args) {
   if (cfg.parallel.grad_reduce_dtype == DType::bf16 &&
       !(cfg.compute.device ? *cfg.compute.device : default_device()).is_cuda())
     throw UsageError("--grad-reduce-dtype bf16 needs GPUs (NCCL); on the CPU gradients are reduced in fp32: drop "
-                          "the flag");
+                     "the flag");
   const dist::LaunchEnv env = dist::launch_env_from_process();
   const train::ParallelConfig& pc = cfg.parallel;
   if (pc.nproc_per_node > 1 || pc.nnodes > 1) {

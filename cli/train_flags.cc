@@ -481,7 +481,7 @@ void check_combinations(const Flags& f) {
     bad_value(f, "node-rank", "in [0, --nnodes) = [0, " + f.str("nnodes") + ")");
   if (f.has("nnodes") && f.integer("nnodes") > 1 && f.integer("master-port") == 0)
     throw UsageError("--nnodes " + f.str("nnodes") +
-                          " needs --master-port (the same on every machine, e.g. --master-port 29500)");
+                     " needs --master-port (the same on every machine, e.g. --master-port 29500)");
   const std::string width = f.str("width");
   if (width != "auto") {
     char* end = nullptr;
@@ -499,7 +499,7 @@ void check_combinations(const Flags& f) {
   // Where the weights come from.
   if (f.has("resume") && !f.str("resume").empty() && !f.str("init-weights").empty())
     throw UsageError("--init-weights and --resume both give the weights (the checkpoint's would replace the "
-                          "initial ones); pass one of them");
+                     "initial ones); pass one of them");
   if (f.has("checkpoint") && !f.str("checkpoint").empty() && !f.str("init-weights").empty())
     throw UsageError("--checkpoint and --init-weights both give the weights to evaluate; pass one of them");
   if (f.boolean("init-weights-non-strict") && f.str("init-weights").empty())

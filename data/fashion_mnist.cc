@@ -20,7 +20,8 @@ constexpr double kMean = 0.2860;
 constexpr double kStd = 0.3530;
 
 constexpr const char* kInstallHint =
-    "install Debian's package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or give the path of its files";
+    "install Debian's package dataset-fashion-mnist (apt-get install dataset-fashion-mnist) or give the path of its "
+    "files";
 
 // "<dir>/<base>.gz" if present, else "<dir>/<base>".
 std::string find_file(const std::string& dir, const std::string& prefix) {

@@ -3,10 +3,11 @@
 //
 // The warmup is torchvision's --lr-warmup-method: linear is LinearLR from
 // lr * warmup_decay up to lr over warmup_epochs, but interpolated per step rather than
-// per epoch; constant is ConstantLR, lr * warmup_decay for warmup_epochs. The main schedule then starts its own clock at the end of the warmup, as
-// torchvision's SequentialLR restarts the main scheduler there: with 5 warmup epochs, a
-// step schedule of step_size 30 decays at epochs 35, 65, ..., multistep milestones
-// {30, 60} at epochs 35 and 65, and cosine / poly anneal over the remaining epochs.
+// per epoch; constant is ConstantLR, lr * warmup_decay for warmup_epochs. The main
+// schedule then starts its own clock at the end of the warmup, as torchvision's
+// SequentialLR restarts the main scheduler there: with 5 warmup epochs, a step schedule of
+// step_size 30 decays at epochs 35, 65, ..., multistep milestones {30, 60} at epochs 35 and
+// 65, and cosine / poly anneal over the remaining epochs.
 #pragma once
 
 #include <cstdint>

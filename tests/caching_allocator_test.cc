@@ -406,7 +406,8 @@ TEST_CASE("out of memory names the request, the state by tag, the largest cached
           "parameters 3.0 MiB); the largest free block in the allocator's cache is 1.0 MiB (of 8.0 MiB reserved)");
     const std::string m = e.what();
     INFO(m);
-    for (const char* flag : {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
+    for (const char* flag :
+         {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
       CHECK(m.find(flag) != std::string::npos);
     CHECK(e.without_hint().find("smaller batch") == std::string::npos);
   }

@@ -170,7 +170,8 @@ TEST_CASE("a host allocation the machine cannot satisfy says what holds memory a
                  format_bytes(before.reserved_bytes) + " reserved)") != std::string::npos);
     CHECK(m.size() >= 9);
     CHECK(m.substr(m.size() - 9) == "reserved)");  // data/batch.cc appends to it
-    for (const char* flag : {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
+    for (const char* flag :
+         {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
       CHECK(what.find(flag) != std::string::npos);
   }
   CHECK(a.stats().tag_bytes == before.tag_bytes);

@@ -51,8 +51,8 @@ void load_model_state(const std::string& what, const std::map<std::string, Tenso
   const nn::Module::LoadReport r = model.match_state_dict(state);
   if (!r.wrong_kind.empty())
     throw UsageError(what + " does not fit the model: " + r.problems() +
-                          "; a floating-point tensor does not load into an integer one or back (is the file damaged "
-                          "or written by another program?)");
+                     "; a floating-point tensor does not load into an integer one or back (is the file damaged "
+                     "or written by another program?)");
   if (strict && !r.exact()) throw UsageError(what + " does not match the model: " + r.problems() + "; " + hint);
   model.load_state_dict(state, strict);
   if (!r.exact()) {
@@ -92,7 +92,7 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
     throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
-                          "'); to start from weights only, use --init-weights " + path);
+                     "'); to start from weights only, use --init-weights " + path);
   std::map<std::string, Tensor> opt_state, scaler_state;
   for (const auto& [k, t] : all) {
     if (k.rfind("model.", 0) == 0) continue;
@@ -126,7 +126,7 @@ void load_checkpoint_model(const std::string& path, nn::Module& model) {
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
     throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
-                          "'): it looks like a weights file; evaluate it with --init-weights " + path);
+                     "'): it looks like a weights file; evaluate it with --init-weights " + path);
   load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
                    "was it written with another --model, --width or --num-classes?");
 }

@@ -81,8 +81,8 @@ OutputDirLock::OutputDirLock(const fs::path& dir) {
     fd_ = -1;
     RT_CHECK(err == EWOULDBLOCK, "cannot lock ", path.string(), ": ", std::strerror(err));
     throw UsageError("--output-dir '" + dir.string() + "' is in use by a run that is still going (" + who +
-                          "): two runs writing one directory would interleave its files. Wait for that run to "
-                          "end (or stop it: it saves a checkpoint), or choose another --output-dir");
+                     "): two runs writing one directory would interleave its files. Wait for that run to "
+                     "end (or stop it: it saves a checkpoint), or choose another --output-dir");
   }
   const std::string me = "pid " + std::to_string(getpid()) + " on " + dist::net::host_name() + "\n";
   if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, me.data(), me.size(), 0) != ssize_t(me.size()))
@@ -115,8 +115,8 @@ OutputDirLock prepare_output_dir(const std::string& dir_arg, const std::string& 
     if (existing.empty() && fs::exists(dir / f, ec)) existing = (dir / f).string();
   if (!existing.empty() && resume.empty())
     throw UsageError("--output-dir '" + dir.string() + "' already holds a checkpoint of another run (" + existing +
-                          "): pass --resume " + (dir / "checkpoint.safetensors").string() +
-                          " to continue it, or choose another --output-dir (nothing is overwritten)");
+                     "): pass --resume " + (dir / "checkpoint.safetensors").string() +
+                     " to continue it, or choose another --output-dir (nothing is overwritten)");
   // Like any file that cannot be read (--init-weights, --data-path): status 1.
   RT_CHECK(resume.empty() || fs::is_regular_file(resume, ec), "--resume '", resume,
            "': no such file (expected a checkpoint.safetensors)");

@@ -21,8 +21,8 @@ Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& op
   for (const auto& k : trajectory)
     if (saved.count(k) && saved.at(k) != flags.at(k) && !(k == "threads" && threads_differ_ok()))
       throw UsageError("--resume: the checkpoint was trained with --" + k + " " + saved.at(k) +
-                            " but this run has --" + k + " " + flags.at(k) +
-                            "; resume with the same value (or start a new run)");
+                       " but this run has --" + k + " " + flags.at(k) +
+                       "; resume with the same value (or start a new run)");
   mp.load_state(scaler_state);
   // Note [Resume with another world size]
   // p.batch counts this epoch's batches per rank. With another number of ranks the epoch is

@@ -160,8 +160,8 @@ TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dt
   const int64_t accum = cfg.loop.accum_steps;
   if (d.batches_per_epoch < accum)
     throw UsageError("the training set (" + std::to_string(s.train_set->size()) +
-                          " images) is smaller than one step of --accum-steps " + std::to_string(accum) +
-                          " x --batch-size " + std::to_string(cfg.loader.batch_size) + "; lower them");
+                     " images) is smaller than one step of --accum-steps " + std::to_string(accum) +
+                     " x --batch-size " + std::to_string(cfg.loader.batch_size) + "; lower them");
   d.steps_per_epoch = d.batches_per_epoch / accum;
   return d;
 }

@@ -378,7 +378,8 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
             cuda::batch_norm_backward_relu(g, t, xs.ptr, yms.ptr, dys.ptr, gm.raw_data(), gi.raw_data(),
                                            affine ? gamma.raw_data() : nullptr, training, dxs.ptr, nullptr, nullptr,
                                            nullptr, ws.raw_data(), stream());
-            check_close(unshift(dxs), dxr.to_vector<double>(), gpu_tol_for(t), glabel("masked dx unaligned", t, ge) + btag);
+            check_close(unshift(dxs), dxr.to_vector<double>(), gpu_tol_for(t),
+                        glabel("masked dx unaligned", t, ge) + btag);
           }
         }
     }

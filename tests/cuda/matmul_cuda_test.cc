@@ -57,7 +57,8 @@ TEST_CASE("matmul on CUDA: TF32 only when allowed") {
   if (!have_gpu("matmul tf32 switch")) return;
   const Tensor a64 = rnd({4, 64, 512}, 7), b64 = rnd({4, 512, 64}, 8);
   const Tensor ref = matmul(to_ref(a64, DType::f32), to_ref(b64, DType::f32));
-  check_on_gpu(matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32)), ref, kGpuTolF32, "f32 no tf32", scale_for(512));
+  check_on_gpu(matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32)), ref, kGpuTolF32, "f32 no tf32",
+               scale_for(512));
   cuda::set_allow_tf32(true);
   const Tensor c = matmul(to_gpu(a64, DType::f32), to_gpu(b64, DType::f32));
   cuda::set_allow_tf32(false);

@@ -93,7 +93,8 @@ TEST_CASE("cifar10: missing file and bad label") {
   const std::string dir = make_batches("c10_missing");
   std::filesystem::remove(dir + "/data_batch_3.bin");
   check_error([&] { open_dataset("cifar10", dir, "train"); },
-              {dir + "/data_batch_3.bin", "not found", "data_batch_1.bin", "test_batch.bin", "its path is <folder>/cifar-10-batches-bin"});
+              {dir + "/data_batch_3.bin", "not found", "data_batch_1.bin", "test_batch.bin",
+               "its path is <folder>/cifar-10-batches-bin"});
   Bytes t = read_bytes(dir + "/test_batch.bin");
   t[size_t(kRecord)] = 10;  // label of record 1
   write_bytes(dir + "/test_batch.bin", t);

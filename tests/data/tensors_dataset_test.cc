@@ -150,7 +150,8 @@ TEST_CASE("tensors: label 5000 against 10 classes fails before training, naming 
   CHECK(ds->location() == path);
   CHECK(ds->label(2) == 5000);
   check_error([&] { check_labels(*ds, 10); },
-              {"dataset tensors ('" + path + "')", "label 5000 of example 2 is outside [0, 10)", "raise the number of classes"});
+              {"dataset tensors ('" + path + "')", "label 5000 of example 2 is outside [0, 10)",
+               "raise the number of classes"});
   check_labels(*ds, 5001);
   check_labels(*ds, 100000);
   check_error([&] { check_labels(*ds, 0); }, {"must be positive"});

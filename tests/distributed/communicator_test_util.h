@@ -1,7 +1,8 @@
-// Helpers for the communicator tests: one rank's job (the store rank 0 hosts, distributed/
-// rendezvous.h, and a Gloo communicator) built from the environment tests/distributed/launch.h gives each process, checks
-// that throw rt::Error naming the first difference (a rank's failure is its exit code and
-// message), and the deterministic inputs every rank can compute for every other rank.
+// Helpers for the communicator tests: one rank's job (the store rank 0 hosts,
+// distributed/rendezvous.h, and a Gloo communicator) built from the environment
+// tests/distributed/launch.h gives each process, checks that throw rt::Error naming the first
+// difference (a rank's failure is its exit code and message), and the deterministic inputs
+// every rank can compute for every other rank.
 #pragma once
 
 #include <cmath>
