@@ -5,9 +5,11 @@
 namespace rt::data {
 
 Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t begin, int64_t end, int64_t epoch,
-                     int64_t batch_index, const AssembleOptions& opt) {
+                     int64_t batch_index, const AssembleOptions& opt, std::span<const int64_t> draws) {
   RT_CHECK(0 <= begin && begin < end && end <= int64_t(order.size()), "assemble_batch: positions [", begin, ", ", end,
            ") are not a non-empty range of an order of ", order.size());
+  RT_CHECK(draws.empty() || draws.size() == order.size(), "assemble_batch: ", draws.size(), " draws for an order of ",
+           order.size());
   const Shape chw = ds.image_shape();
   const int64_t n = end - begin, bytes = ds.example_bytes();
   const bool u8 = ds.pixel_dtype() == DType::u8;
@@ -31,9 +33,10 @@ Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t 
   const int64_t size = int64_t(order.size());
   for (int64_t k = 0; k < n; ++k) {
     for (int64_t attempt = 0;; ++attempt) {
-      const int64_t i = order[size_t((begin + k + attempt) % size)];
+      const size_t p = size_t((begin + k + attempt) % size);
+      const int64_t i = order[p];
       try {
-        ds.get(i, epoch, images + k * bytes, &labels[k]);
+        ds.get(i, draws.empty() ? epoch : draws[p], images + k * bytes, &labels[k]);
         break;
       } catch (const BadExample& e) {
         RT_CHECK(!opt.strict, e.what(),

@@ -44,8 +44,9 @@ struct AssembleOptions {
 // replacement is a pure function of the order, so batches stay identical for any worker
 // count. With opt.strict the first unreadable example is an rt::Error naming its file.
 //
-// Builds the batch of positions [begin, end) of `order`. Thread-safe.
+// Builds the batch of positions [begin, end) of `order`. Example order[p] is drawn for
+// `epoch`, or for draws[p] when given (Note [Repeated augmentation]). Thread-safe.
 Batch assemble_batch(const Dataset& ds, std::span<const int64_t> order, int64_t begin, int64_t end, int64_t epoch,
-                     int64_t batch_index, const AssembleOptions& opt = {});
+                     int64_t batch_index, const AssembleOptions& opt = {}, std::span<const int64_t> draws = {});
 
 }  // namespace rt::data

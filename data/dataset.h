@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/augment.h"
+#include "data/image_transforms.h"
 #include "engine/tensor.h"
 
 namespace rt::data {
@@ -87,6 +88,7 @@ struct ImageFolderOptions {
   int val_resize_size = 256;   // evaluation: shorter side resized to this ...
   int val_crop_size = 224;     // ... then centre-cropped to this
   uint64_t seed = 0;           // augmentation randomness
+  Interpolation interpolation = Interpolation::bilinear;  // of the crop and resize (--interpolation)
   std::string cache_dir;       // file-list cache ("" = the default, see data/image_folder.h)
   bool use_cache = true;
 };

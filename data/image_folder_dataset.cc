@@ -75,9 +75,10 @@ class ImageFolderDataset final : public Dataset {
         // Flip first, then the crop draws (torchvision draws the crop first; both are
         // uniform and independent, only the stream order differs).
         const bool flip = g.next_u64() >> 63;
-        train_transform(bytes, path, int(size_), g, flip, out);
+        train_transform(bytes, path, int(size_), g, flip, out, DecodeMode::region_scaled, opt_.interpolation);
       } else {
-        eval_transform(bytes, path, opt_.val_resize_size, opt_.val_crop_size, out);
+        eval_transform(bytes, path, opt_.val_resize_size, opt_.val_crop_size, out, DecodeMode::region_scaled,
+                       opt_.interpolation);
       }
     } catch (const BadExample&) {
       throw;

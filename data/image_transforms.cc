@@ -18,9 +18,13 @@ int py_round(double v) { return int(std::nearbyint(v)); }
 // One axis of a resampling: output index o (plus `offset`, for a window of a larger
 // virtual output) samples source position start + (o + offset + 0.5) * step - 0.5,
 // clamped into the source pixels [lo, hi] the way torch clamps into its input.
+// Nearest (torch's mode="nearest") samples source pixel floor(start + (o + offset) * step)
+// instead, the same clamp; its taps are that pixel twice with weight 0, so the bilinear
+// passes below copy it exactly.
 struct AxisSpec {
   double start, step;
   int offset, lo, hi;
+  bool nearest = false;
 };
 
 struct AxisTaps {
@@ -35,12 +39,14 @@ AxisTaps make_taps(const AxisSpec& a, int n) {
   t.w1.resize(size_t(n));
   const int len = a.hi - a.lo + 1;
   for (int o = 0; o < n; ++o) {
-    double r = a.start + (o + a.offset + 0.5) * a.step - 0.5 - a.lo;
+    // Nearest as torch computes it: floorf(o * scale) with a float scale.
+    double r = a.nearest ? a.start + double(float(o + a.offset) * float(a.step)) - a.lo
+                         : a.start + (o + a.offset + 0.5) * a.step - 0.5 - a.lo;
     if (r < 0) r = 0;
     int i0 = int(r);
     if (i0 > len - 1) i0 = len - 1;
-    const int i1 = std::min(i0 + 1, len - 1);
-    const double w = std::clamp(r - i0, 0.0, 1.0);
+    const int i1 = a.nearest ? i0 : std::min(i0 + 1, len - 1);
+    const double w = a.nearest ? 0.0 : std::clamp(r - i0, 0.0, 1.0);
     t.i0[size_t(o)] = a.lo + i0;
     t.i1[size_t(o)] = a.lo + i1;
     t.w1[size_t(o)] = float(w);
@@ -131,15 +137,19 @@ int dct_scale_for(int have, int want) {
 }
 
 // The axis of a crop [start, start + len) of the source resized to n samples.
-AxisSpec crop_axis(int start, int len, int n) { return {double(start), double(len) / n, 0, start, start + len - 1}; }
+AxisSpec crop_axis(int start, int len, int n, Interpolation interp) {
+  return {double(start), double(len) / n, 0, start, start + len - 1, interp == Interpolation::nearest};
+}
 
 // Resize(resize) + CenterCrop(crop) of a W x H image from `img`, its decode at 1/d scale
 // (the whole image): only the crop window of the resized image is computed.
-void eval_resample(const DecodedImage& img, int W, int H, int d, int resize, int crop, uint8_t* out) {
+void eval_resample(const DecodedImage& img, int W, int H, int d, int resize, int crop, Interpolation interp,
+                   uint8_t* out) {
   const Box rs = resize_shorter_size(W, H, resize);
   const Box cc = center_crop_box(rs.w, rs.h, crop);
-  const AxisSpec ax{0.0, double(W) / rs.w / d, cc.x, 0, img.width - 1};
-  const AxisSpec ay{0.0, double(H) / rs.h / d, cc.y, 0, img.height - 1};
+  const bool nearest = interp == Interpolation::nearest;
+  const AxisSpec ax{0.0, double(W) / rs.w / d, cc.x, 0, img.width - 1, nearest};
+  const AxisSpec ay{0.0, double(H) / rs.h / d, cc.y, 0, img.height - 1, nearest};
   resample(img.rgb.data(), img.width, img.height, ax, ay, crop, crop, out);
 }
 
@@ -178,9 +188,11 @@ Box random_resized_crop_box(int W, int H, Generator& g, double scale_lo, double 
   return Box{(W - w) / 2, (H - h) / 2, w, h};
 }
 
-void resize_bilinear(const uint8_t* src, int src_w, int src_h, Box crop, int out_w, int out_h, uint8_t* out) {
+void resize_bilinear(const uint8_t* src, int src_w, int src_h, Box crop, int out_w, int out_h, uint8_t* out,
+                     Interpolation interp) {
   RT_CHECK(crop.w > 0 && crop.h > 0, "resize_bilinear: empty crop");
-  resample(src, src_w, src_h, crop_axis(crop.x, crop.w, out_w), crop_axis(crop.y, crop.h, out_h), out_w, out_h, out);
+  resample(src, src_w, src_h, crop_axis(crop.x, crop.w, out_w, interp), crop_axis(crop.y, crop.h, out_h, interp),
+           out_w, out_h, out);
 }
 
 void flip_horizontal(uint8_t* img, int w, int h) {
@@ -203,39 +215,40 @@ Box center_crop_box(int W, int H, int crop) {
 }
 
 void train_transform(std::span<const uint8_t> bytes, const std::string& label, int size, Generator& g, bool flip,
-                     uint8_t* out_hwc, DecodeMode mode) {
+                     uint8_t* out_hwc, DecodeMode mode, Interpolation interp) {
   RT_CHECK(size > 0, label, ": train_transform: size must be positive, got ", size);
   if (is_png(bytes)) {
     // A PNG (a handful of ImageNet's .JPEG files): no region decode or DCT scaling, so
     // decode it whole and cut the same box, as mode full does for a JPEG.
     const DecodedImage img = decode_png(bytes, label);
     const Box box = random_resized_crop_box(img.width, img.height, g);
-    resample(img.rgb.data(), img.width, img.height, crop_axis(box.x, box.w, size), crop_axis(box.y, box.h, size),
-             size, size, out_hwc, flip);
+    resample(img.rgb.data(), img.width, img.height, crop_axis(box.x, box.w, size, interp),
+             crop_axis(box.y, box.h, size, interp), size, size, out_hwc, flip);
     return;
   }
   const ImageInfo info = jpeg_info(bytes, label);
   const Box box = random_resized_crop_box(info.width, info.height, g);
   if (mode == DecodeMode::full) {
     const DecodedImage img = decode_jpeg(bytes, label);
-    resample(img.rgb.data(), img.width, img.height, crop_axis(box.x, box.w, size), crop_axis(box.y, box.h, size),
-             size, size, out_hwc, flip);
+    resample(img.rgb.data(), img.width, img.height, crop_axis(box.x, box.w, size, interp),
+             crop_axis(box.y, box.h, size, interp), size, size, out_hwc, flip);
   } else {
     const int d = dct_scale_for(std::min(box.w, box.h), size);
     const DecodedImage img = decode_jpeg_region(bytes, label, box, d);
     // The crop in the decoded image's coordinates (fractional when d > 1).
-    const AxisSpec ax{double(box.x) / d - img.box.x, double(box.w) / d / size, 0, 0, img.width - 1};
-    const AxisSpec ay{double(box.y) / d - img.box.y, double(box.h) / d / size, 0, 0, img.height - 1};
+    const bool nearest = interp == Interpolation::nearest;
+    const AxisSpec ax{double(box.x) / d - img.box.x, double(box.w) / d / size, 0, 0, img.width - 1, nearest};
+    const AxisSpec ay{double(box.y) / d - img.box.y, double(box.h) / d / size, 0, 0, img.height - 1, nearest};
     resample(img.rgb.data(), img.width, img.height, ax, ay, size, size, out_hwc, flip);
   }
 }
 
 void eval_transform(std::span<const uint8_t> bytes, const std::string& label, int resize, int crop,
-                    uint8_t* out_hwc, DecodeMode mode) {
+                    uint8_t* out_hwc, DecodeMode mode, Interpolation interp) {
   if (is_png(bytes)) {
     // A PNG: decoded whole at full size (d = 1), then the JPEG path's geometry.
     const DecodedImage img = decode_png(bytes, label);
-    eval_resample(img, img.width, img.height, 1, resize, crop, out_hwc);
+    eval_resample(img, img.width, img.height, 1, resize, crop, interp, out_hwc);
     return;
   }
   const ImageInfo info = jpeg_info(bytes, label);
@@ -244,7 +257,7 @@ void eval_transform(std::span<const uint8_t> bytes, const std::string& label, in
   const int d =
       mode == DecodeMode::full ? 1 : dct_scale_for(std::min(info.width, info.height), resize);
   const DecodedImage img = decode_jpeg_region(bytes, label, Box{0, 0, info.width, info.height}, d);
-  eval_resample(img, info.width, info.height, d, resize, crop, out_hwc);
+  eval_resample(img, info.width, info.height, d, resize, crop, interp, out_hwc);
 }
 
 }  // namespace rt::data

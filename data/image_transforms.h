@@ -26,10 +26,16 @@ namespace rt::data {
 Box random_resized_crop_box(int W, int H, Generator& g, double scale_lo = 0.08, double scale_hi = 1.0,
                             double ratio_lo = 3.0 / 4.0, double ratio_hi = 4.0 / 3.0);
 
-// Bilinear resize of the `crop` rectangle of an RGB HWC image (src_w x src_h) to
+// torchvision's --interpolation (InterpolationMode) for the crop and resize: bilinear as
+// described at the top of this file, or nearest: source pixel floor(o * in / out) of the
+// crop, torch.nn.functional.interpolate(mode="nearest")'s choice.
+enum class Interpolation : uint8_t { nearest, bilinear };
+
+// Bilinear (or, with `interp`, nearest) resize of the `crop` rectangle of an RGB HWC image (src_w x src_h) to
 // out_w x out_h. Source positions: x = crop.x + (ox + 0.5) * crop.w / out_w - 0.5, clamped
 // to the crop, as when the crop is cut out first and then resized.
-void resize_bilinear(const uint8_t* src, int src_w, int src_h, Box crop, int out_w, int out_h, uint8_t* out);
+void resize_bilinear(const uint8_t* src, int src_w, int src_h, Box crop, int out_w, int out_h, uint8_t* out,
+                     Interpolation interp = Interpolation::bilinear);
 
 // Mirrors an RGB HWC image left-right in place.
 void flip_horizontal(uint8_t* img, int w, int h);
@@ -56,12 +62,14 @@ enum class DecodeMode {
 // the result slightly different from a full-resolution decode (libjpeg's scaled IDCT
 // instead of the bilinear taps).
 void train_transform(std::span<const uint8_t> bytes, const std::string& label, int size, Generator& g, bool flip,
-                     uint8_t* out_hwc, DecodeMode mode = DecodeMode::region_scaled);
+                     uint8_t* out_hwc, DecodeMode mode = DecodeMode::region_scaled,
+                     Interpolation interp = Interpolation::bilinear);
 
 // Resize shorter side to `resize`, centre crop `crop` x `crop`; writes crop*crop*3 bytes.
 // Only the crop window of the resized image is computed. Uses DCT scaling by d when the
 // shorter side is >= d * resize (mode region_scaled).
 void eval_transform(std::span<const uint8_t> bytes, const std::string& label, int resize, int crop,
-                    uint8_t* out_hwc, DecodeMode mode = DecodeMode::region_scaled);
+                    uint8_t* out_hwc, DecodeMode mode = DecodeMode::region_scaled,
+                    Interpolation interp = Interpolation::bilinear);
 
 }  // namespace rt::data

@@ -43,6 +43,7 @@ void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   stop_workers();
   epoch_ = epoch;
   order_ = sampler_.epoch_indices(epoch);
+  draws_ = sampler_.epoch_draws(epoch);
   next_claim_ = next_out_ = first_batch;
   stop_ = failed_ = false;
   error_ = nullptr;
@@ -58,7 +59,7 @@ Batch Loader::build(int64_t k) const {
   AssembleOptions ao;
   ao.strict = opt_.strict;
   ao.pin_memory = opt_.pin_memory;
-  return assemble_batch(dataset_, order_, begin, end, epoch_, k, ao);
+  return assemble_batch(dataset_, order_, begin, end, epoch_, k, ao, draws_);
 }
 
 Batch Loader::deliver(Batch b) {

@@ -77,6 +77,7 @@ class Loader {
   // Fixed while an epoch's workers run.
   int64_t epoch_ = 0;
   std::vector<int64_t> order_;
+  std::vector<int64_t> draws_;  // per position of order_ (Note [Repeated augmentation])
   bool started_ = false;
   int64_t skipped_in_epoch_ = 0;
   std::set<std::string> reported_;  // unreadable files already named

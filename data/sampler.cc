@@ -1,6 +1,7 @@
 #include "data/sampler.h"
 
 #include <numeric>
+#include <random>
 
 #include "data/seed.h"
 #include "base/error.h"
@@ -15,8 +16,16 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
   RT_CHECK(opt.world_size >= 1, "sampler: world size ", opt.world_size, " must be >= 1");
   RT_CHECK(opt.rank >= 0 && opt.rank < opt.world_size, "sampler: rank ", opt.rank, " must be in [0, ",
            opt.world_size, ") for world size ", opt.world_size);
+  RT_CHECK(opt.repetitions >= 0, "sampler: repetitions ", opt.repetitions, " must be >= 0 (0 = none)");
   // Ceiling divisions written so that sizes near 2^63 cannot overflow.
   per_rank_ = (dataset_size - 1) / opt.world_size + 1;
+  if (opt.repetitions > 0) {  // RASampler's num_selected_samples (Note [Repeated augmentation])
+    per_rank_ = dataset_size / 256 * 256 / opt.world_size;
+    RT_CHECK(per_rank_ > 0, "sampler: repeated augmentation uses floor(N / 256) * 256 / world_size examples per "
+             "rank (torchvision's RASampler), none for ", dataset_size, " examples over ", opt.world_size,
+             " ranks; it needs at least ", (opt.world_size + 255) / 256 * 256,
+             " examples here, or repeated augmentation off");
+  }
   num_batches_ = opt.drop_last ? per_rank_ / batch_size : (per_rank_ - 1) / batch_size + 1;
   num_samples_ = opt.drop_last ? num_batches_ * batch_size : per_rank_;
   RT_CHECK(num_batches_ > 0, "sampler: with drop_last, ", per_rank_, " examples per rank (", dataset_size,
@@ -25,31 +34,57 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
            "last one is dropped)");
 }
 
-std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const {
+std::vector<int64_t> torch_randperm(int64_t n, uint64_t seed) {
+  std::vector<int64_t> r(size_t(std::max<int64_t>(n, 0)));
+  std::iota(r.begin(), r.end(), int64_t(0));
+  std::mt19937 mt(uint32_t(seed & 0xffffffffu));
+  for (int64_t i = 0; i + 1 < n; ++i) std::swap(r[size_t(i)], r[size_t(i + int64_t(mt() % uint64_t(n - i)))]);
+  return r;
+}
+
+std::vector<int64_t> Sampler::order_for(int64_t epoch, std::vector<int64_t>* draws) const {
   RT_CHECK(epoch >= 0, "sampler: epoch ", epoch, " must be >= 0");
   std::vector<int64_t> order, mine;
   try {
     order.resize(static_cast<size_t>(dataset_size_));
     mine.reserve(size_t(num_samples_));
+    if (draws) draws->reserve(size_t(num_samples_));
   } catch (const std::exception&) {  // bad_alloc, or length_error beyond max_size()
     throw OutOfMemory(detail::cat("sampler: out of host memory for the epoch's order of ", dataset_size_,
                                   " examples (8 bytes each)"),
                       "The dataset is too large to be sampled on this machine.");
   }
-  std::iota(order.begin(), order.end(), int64_t(0));
-  if (opt_.shuffle) {
-    // Fisher-Yates with a generator seeded from (seed, epoch) alone: the same order on
-    // every rank, so the shards below are disjoint.
-    Generator g(derive_seed(derive_seed(opt_.seed, kShuffleStream), uint64_t(epoch)));
-    for (int64_t i = dataset_size_ - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
+  const int64_t reps = opt_.repetitions;
+  if (reps > 0 && opt_.shuffle) {
+    order = torch_randperm(dataset_size_, opt_.seed + uint64_t(epoch));  // RASampler: g.manual_seed(seed + epoch)
+  } else {
+    std::iota(order.begin(), order.end(), int64_t(0));
+    if (opt_.shuffle) {
+      // Fisher-Yates with a generator seeded from (seed, epoch) alone: the same order on
+      // every rank, so the shards below are disjoint.
+      Generator g(derive_seed(derive_seed(opt_.seed, kShuffleStream), uint64_t(epoch)));
+      for (int64_t i = dataset_size_ - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
+    }
   }
-  // Position p of the padded order is order[p % size]: the padding wraps to the start
-  // (several times over when there are fewer examples than ranks).
+  // Position p of the padded list is entry p % length of the unpadded one: the padding wraps
+  // to the start (several times over when there are fewer examples than ranks). With
+  // repetitions the unpadded list holds each order[j] R times in a row: entry q is copy
+  // q % R of order[q / R].
+  const int64_t length = dataset_size_ * std::max<int64_t>(reps, 1);
   for (int64_t k = 0; k < num_samples_; ++k) {
-    const int64_t p = opt_.rank + k * opt_.world_size;
-    mine.push_back(order[size_t(p % dataset_size_)]);
+    const int64_t q = (opt_.rank + k * opt_.world_size) % length;
+    mine.push_back(order[size_t(reps > 0 ? q / reps : q)]);
+    if (draws) draws->push_back(reps > 0 ? epoch * reps + q % reps : epoch);
   }
   return mine;
+}
+
+std::vector<int64_t> Sampler::epoch_indices(int64_t epoch) const { return order_for(epoch, nullptr); }
+
+std::vector<int64_t> Sampler::epoch_draws(int64_t epoch) const {
+  std::vector<int64_t> draws;
+  order_for(epoch, &draws);
+  return draws;
 }
 
 }  // namespace rt::data

@@ -9,6 +9,18 @@
 // of world_size, then rank r takes positions r, r + world_size, r + 2 * world_size, ...
 // Every rank gets the same number of examples (and so of batches), which collective
 // gradient averaging needs; at most world_size - 1 examples appear twice per epoch.
+//
+// Note [Repeated augmentation]
+// With repetitions R >= 1 the sampler is torchvision's RASampler (references/classification/
+// sampler.py, the v2 recipe's --ra-sampler --ra-reps): the epoch's permutation is
+// torch.randperm(N) of a generator seeded with seed + epoch (torch_randperm below: the same
+// numbers as torch 1.13 on the CPU, so the same seed gives the same indices as torchvision),
+// each index repeated R times in a row, the list padded from its start to a multiple of
+// world_size, rank r taking positions r, r + world_size, ...; then only the first
+// floor(floor(N / 256) * 256 / world_size) of them are kept, so an epoch sees about N / R
+// distinct images, each R times on different ranks. The copies of one image must be
+// augmented differently: copy k of an image in epoch e is drawn as "epoch" e * R + k
+// (epoch_draws), the coordinate its random crop, flip and policy draws are keyed by.
 #pragma once
 
 #include <cstdint>
@@ -24,7 +36,15 @@ struct SamplerOptions {
   bool drop_last = false;
   int rank = 0;
   int world_size = 1;
+  // 0: the DistributedSampler above; R >= 1: RASampler with R repetitions
+  // (Note [Repeated augmentation]). Shuffling then follows torch's generator.
+  int repetitions = 0;
 };
+
+// torch.randperm(n, generator=g) after g.manual_seed(seed), as torch 1.13 computes it on the
+// CPU: a forward Fisher-Yates swap of position i with i + (mt19937() % (n - i)), the
+// Mersenne Twister seeded with the low 32 bits of the seed.
+std::vector<int64_t> torch_randperm(int64_t n, uint64_t seed);
 
 class Sampler {
  public:
@@ -35,6 +55,10 @@ class Sampler {
   // This rank's example indices for `epoch` (>= 0), in order, after padding and drop_last;
   // num_samples() of them.
   std::vector<int64_t> epoch_indices(int64_t epoch) const;
+  // Per position of epoch_indices, the "epoch" the example's random choices are drawn for:
+  // `epoch` itself, or with repetitions epoch * R + the copy number
+  // (Note [Repeated augmentation]).
+  std::vector<int64_t> epoch_draws(int64_t epoch) const;
 
   int64_t dataset_size() const { return dataset_size_; }
   int64_t batch_size() const { return batch_size_; }
@@ -46,6 +70,8 @@ class Sampler {
   int64_t dataset_size_;
   int64_t batch_size_;
   SamplerOptions opt_;
+  // The rank's indices and, when `draws` is given, their draw coordinates.
+  std::vector<int64_t> order_for(int64_t epoch, std::vector<int64_t>* draws) const;
   int64_t per_rank_ = 0;  // before drop_last
   int64_t num_samples_ = 0;
   int64_t num_batches_ = 0;

@@ -68,8 +68,9 @@ LrSchedule::LrSchedule(double base_lr, int64_t steps_per_epoch, int64_t epochs, 
   RT_CHECK(epochs >= 1, "LR schedule: epochs must be >= 1, got ", epochs);
   RT_CHECK(opt_.warmup_epochs >= 0 && opt_.warmup_epochs <= epochs, "LR schedule: warmup_epochs must be in [0, ",
            epochs, "] (the training's epochs), got ", opt_.warmup_epochs);
-  // LinearLR's rule: a start factor of 0 would make the first step a no-op.
-  RT_CHECK(opt_.warmup_decay > 0.0 && opt_.warmup_decay <= 1.0,
+  // LinearLR's rule: a start factor of 0 would make the first step a no-op. (MLPerf's
+  // warmup, which does start at 0, has no factor.)
+  RT_CHECK(opt_.warmup_method == WarmupMethod::mlperf || (opt_.warmup_decay > 0.0 && opt_.warmup_decay <= 1.0),
            "LR schedule: warmup_decay must be in (0, 1], got ", opt_.warmup_decay);
   switch (opt_.kind) {
     case LrScheduleKind::constant: break;
@@ -97,6 +98,8 @@ LrSchedule::LrSchedule(double base_lr, int64_t steps_per_epoch, int64_t epochs, 
     case LrScheduleKind::poly:
       RT_CHECK(std::isfinite(opt_.power) && opt_.power > 0.0, "LR schedule poly: power must be > 0, got ",
                opt_.power);
+      RT_CHECK(finite_non_negative(opt_.lr_min) && opt_.lr_min <= base_lr,
+               "LR schedule poly: lr_min must be in [0, lr] = [0, ", base_lr, "], got ", opt_.lr_min);
       break;
   }
 }
@@ -106,6 +109,7 @@ double LrSchedule::lr_at(int64_t step) const {
   const int64_t warmup = warmup_steps();
   if (step < warmup) {
     if (opt_.warmup_method == WarmupMethod::constant) return base_lr_ * opt_.warmup_decay;
+    if (opt_.warmup_method == WarmupMethod::mlperf) return base_lr_ * double(step) / double(warmup);
     const double f = opt_.warmup_decay + (1.0 - opt_.warmup_decay) * double(step) / double(warmup);
     return base_lr_ * f;
   }
@@ -126,7 +130,15 @@ double LrSchedule::main_lr(int64_t t) const {
     }
     case LrScheduleKind::cosine:
       return opt_.lr_min + (base_lr_ - opt_.lr_min) * (1.0 + std::cos(std::numbers::pi * done)) / 2.0;
-    case LrScheduleKind::poly: return base_lr_ * std::pow(1.0 - done, opt_.power);
+    case LrScheduleKind::poly: {
+      if (opt_.warmup_method == WarmupMethod::mlperf) {  // Note [MLPerf schedule]
+        if (t == 0 && warmup_steps() > 0) return base_lr_;  // the warmup's rule still holds at its end
+        const double d = double(span + 1);
+        const double f = 1.0 - double(std::min<int64_t>(std::max<int64_t>(t, 1), span + 1)) / d;
+        return opt_.lr_min + (base_lr_ - opt_.lr_min) * std::pow(f, opt_.power);
+      }
+      return opt_.lr_min + (base_lr_ - opt_.lr_min) * std::pow(1.0 - done, opt_.power);
+    }
   }
   return base_lr_;
 }
@@ -143,11 +155,14 @@ std::string LrSchedule::describe() const {
       break;
     }
     case LrScheduleKind::cosine: os << " down to " << opt_.lr_min; break;
-    case LrScheduleKind::poly: os << " down to 0, power " << opt_.power; break;
+    case LrScheduleKind::poly: os << " down to " << opt_.lr_min << ", power " << opt_.power; break;
   }
   if (opt_.warmup_epochs > 0)
     os << " (counted from the end of " << opt_.warmup_epochs << " warmup epochs "
-       << (opt_.warmup_method == WarmupMethod::constant ? "at" : "from") << " lr x " << opt_.warmup_decay << ")";
+       << (opt_.warmup_method == WarmupMethod::mlperf     ? "from 0 (MLPerf's)"
+           : opt_.warmup_method == WarmupMethod::constant ? "at lr x " + std::to_string(opt_.warmup_decay)
+                                                          : "from lr x " + std::to_string(opt_.warmup_decay))
+       << ")";
   os << "; " << epochs_ << " epochs of " << steps_per_epoch_ << " steps";
   return os.str();
 }

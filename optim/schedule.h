@@ -8,6 +8,16 @@
 // SequentialLR restarts the main scheduler there: with 5 warmup epochs, a step schedule of
 // step_size 30 decays at epochs 35, 65, ..., multistep milestones {30, 60} at epochs 35 and
 // 65, and cosine / poly anneal over the remaining epochs.
+//
+// Note [MLPerf schedule]
+// MLPerf's ResNet-50 reference (TensorFlow, LARS) warms up linearly from 0: at step s of W
+// warmup steps lr * s / W, so its first step has lr 0; then a polynomial decay
+// (tf.train.polynomial_decay) of the steps past the warmup, counted from at least 1, over
+// T - W + 1 steps (T the training's): lr_end + (lr - lr_end) * (1 - min(max(1, s - W), D) / D)^power
+// with D = T - W + 1, power 2 and lr_end 1e-4 in the reference; the warmup's rule holds up to
+// and including step W (its test is current_epoch <= warmup epochs), where it gives lr. WarmupMethod::mlperf with
+// the poly schedule is that rule exactly (lr_min is lr_end); with another main schedule it
+// is only the warmup from 0.
 #pragma once
 
 #include <cstdint>
@@ -25,7 +35,9 @@ const char* lr_schedule_name(LrScheduleKind kind);
 // "30,60,80" -> {30, 60, 80} (the CLI's --lr-milestones); errors name the bad part.
 std::vector<int64_t> parse_milestones(const std::string& text);
 
-enum class WarmupMethod { linear, constant };
+// linear and constant: torchvision's LinearLR and ConstantLR (see the top of this file).
+// mlperf: the MLPerf ResNet-50 reference's poly_rate_schedule (Note [MLPerf schedule]).
+enum class WarmupMethod { linear, constant, mlperf };
 
 struct LrScheduleOptions {
   LrScheduleKind kind = LrScheduleKind::constant;
@@ -35,7 +47,7 @@ struct LrScheduleOptions {
   int64_t step_size = 30;           // step: epochs between decays
   double gamma = 0.1;               // step, multistep: factor per decay
   std::vector<int64_t> milestones;  // multistep: epochs after the warmup, increasing
-  double lr_min = 0.0;              // cosine: the final lr
+  double lr_min = 0.0;              // cosine, poly: the final lr
   double power = 1.0;               // poly: lr * (1 - t/T)^power
 };
 

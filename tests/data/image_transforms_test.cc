@@ -132,6 +132,18 @@ TEST_CASE("bilinear resize uses half-pixel centres") {
         CHECK(o3[size_t(y * 9 + x * 3 + c)] == img[size_t((1 + y) * 21 + (2 + 2 - x) * 3 + c)]);
 }
 
+TEST_CASE("nearest resize picks torch's source pixels") {
+  // torch.nn.functional.interpolate(arange(35).reshape(1, 1, 5, 7), size=(3, 11), mode="nearest")
+  const std::vector<int> want = {0, 0, 1, 1, 2, 3, 3, 4, 5, 5, 6, 7, 7, 8, 8, 9, 10, 10, 11, 12, 12, 13,
+                                 21, 21, 22, 22, 23, 24, 24, 25, 26, 26, 27};
+  std::vector<uint8_t> src(7 * 5 * 3);
+  for (size_t i = 0; i < src.size(); ++i) src[i] = uint8_t(i / 3);  // pixel k holds k in every channel
+  std::vector<uint8_t> out(11 * 3 * 3);
+  resize_bilinear(src.data(), 7, 5, Box{0, 0, 7, 5}, 11, 3, out.data(), Interpolation::nearest);
+  for (size_t p = 0; p < want.size(); ++p)
+    for (size_t c = 0; c < 3; ++c) CHECK(int(out[p * 3 + c]) == want[p]);
+}
+
 TEST_CASE("eval geometry: Resize(shorter side) then CenterCrop") {
   // 500x375 -> Resize(256): 256 * 500 / 375 = 341.33 -> 341 x 256; CenterCrop(224):
   // left = round(117 / 2) = round(58.5) = 58 (half to even), top = round(16) = 16.

@@ -154,3 +154,74 @@ TEST_CASE("sizes near 2^63 neither overflow nor crash") {
   check_error([&] { Sampler(int64_t(1) << 62, 1).epoch_indices(0); },
               {"out of host memory for the epoch's order of 4611686018427387904 examples"});
 }
+
+TEST_CASE("torch_randperm is torch.randperm after manual_seed (torch 1.13, CPU)") {
+  // torch.randperm(10, generator=torch.Generator().manual_seed(5)).tolist()
+  CHECK(torch_randperm(10, 5) == std::vector<int64_t>{1, 4, 9, 6, 3, 5, 0, 2, 8, 7});
+  CHECK(torch_randperm(1, 3) == std::vector<int64_t>{0});
+}
+
+// Note [Repeated augmentation]: written by tests/data/gen_ra_sampler_golden.py from
+// RASampler's own code on torch's randperm.
+TEST_CASE("repeated augmentation: every rank's indices are torchvision's RASampler's") {
+  struct Case {
+    int64_t n;
+    int world, reps;
+    uint64_t seed;
+    int64_t epoch;
+    bool shuffle;
+    int rank;
+    int64_t count, weighted;  // len(ix), sum((k + 1) * ix[k])
+    std::vector<int64_t> head;
+  };
+  const Case cases[] = {
+      {600, 3, 3, 5, 2, true, 0, 170, 4481080, {15, 166, 19, 584, 355, 527, 149, 186, 596, 323, 338, 538}},
+      {600, 3, 3, 5, 2, true, 1, 170, 4481080, {15, 166, 19, 584, 355, 527, 149, 186, 596, 323, 338, 538}},
+      {600, 3, 3, 5, 2, true, 2, 170, 4481080, {15, 166, 19, 584, 355, 527, 149, 186, 596, 323, 338, 538}},
+      {300, 2, 4, 0, 0, true, 0, 128, 1321441, {44, 44, 120, 120, 71, 71, 270, 270, 111, 111, 139, 139}},
+      {300, 2, 4, 0, 0, true, 1, 128, 1321441, {44, 44, 120, 120, 71, 71, 270, 270, 111, 111, 139, 139}},
+      {513, 5, 2, 9, 1, false, 0, 102, 882929, {0, 2, 5, 7, 10, 12, 15, 17, 20, 22, 25, 27}},
+      {513, 5, 2, 9, 1, false, 1, 102, 885581, {0, 3, 5, 8, 10, 13, 15, 18, 20, 23, 25, 28}},
+      {513, 5, 2, 9, 1, false, 2, 102, 888182, {1, 3, 6, 8, 11, 13, 16, 18, 21, 23, 26, 28}},
+      {513, 5, 2, 9, 1, false, 3, 102, 890834, {1, 4, 6, 9, 11, 14, 16, 19, 21, 24, 26, 29}},
+      {513, 5, 2, 9, 1, false, 4, 102, 893435, {2, 4, 7, 9, 12, 14, 17, 19, 22, 24, 27, 29}},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.n);
+    CAPTURE(c.rank);
+    SamplerOptions o = opt(c.shuffle, c.seed, false, c.rank, c.world);
+    o.repetitions = c.reps;
+    const Sampler s(c.n, 1, o);
+    const std::vector<int64_t> ix = s.epoch_indices(c.epoch);
+    REQUIRE(int64_t(ix.size()) == c.count);
+    CHECK(s.num_samples() == c.count);
+    int64_t weighted = 0;
+    for (size_t k = 0; k < ix.size(); ++k) weighted += int64_t(k + 1) * ix[k];
+    CHECK(weighted == c.weighted);
+    CHECK(std::vector<int64_t>(ix.begin(), ix.begin() + 12) == c.head);
+  }
+}
+
+TEST_CASE("repeated augmentation: the copies of an image are drawn apart") {
+  SamplerOptions o = opt(true, 1, false, 0, 1);
+  o.repetitions = 3;
+  const Sampler s(512, 4, o);
+  const auto ix = s.epoch_indices(4), draws = s.epoch_draws(4);
+  REQUIRE(draws.size() == ix.size());
+  std::map<int64_t, std::vector<int64_t>> by_image;  // image -> the draws of its copies
+  for (size_t k = 0; k < ix.size(); ++k) by_image[ix[k]].push_back(draws[k]);
+  for (const auto& [image, d] : by_image) {
+    CAPTURE(image);
+    for (size_t a = 0; a < d.size(); ++a) {
+      CHECK(d[a] >= 4 * 3);
+      CHECK(d[a] < 5 * 3);  // epoch 4's coordinates: 12, 13, 14
+      for (size_t b = 0; b < a; ++b) CHECK(d[a] != d[b]);
+    }
+  }
+  // Without repetitions every draw is the epoch.
+  const auto plain = Sampler(10, 2, opt(true, 1)).epoch_draws(3);
+  CHECK(plain == std::vector<int64_t>(10, 3));
+  SamplerOptions small = opt(true, 1, false, 0, 2);
+  small.repetitions = 3;
+  check_error([&] { Sampler(255, 1, small); }, {"repeated augmentation", "none for 255 examples over 2 ranks"});
+}

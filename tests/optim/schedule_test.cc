@@ -186,6 +186,45 @@ TEST_CASE("poly: lr * (1 - t/T)^power") {
   check_lr(w, 15, 0.1);  // linear: halfway
 }
 
+TEST_CASE("poly ends at lr_min") {
+  LrScheduleOptions o = opts(LrScheduleKind::poly);
+  o.power = 2.0;
+  o.lr_min = 0.01;
+  const LrSchedule s(0.2, 5, 4, o);  // T = 20
+  check_lr(s, 0, 0.2);
+  check_lr(s, 10, 0.01 + 0.19 * 0.25);
+  check_lr(s, 20, 0.01);
+}
+
+// Note [MLPerf schedule]: the reference's poly_rate_schedule written out in its own terms
+// (current_epoch = step / steps_per_epoch; wrate while current_epoch <= w_epochs;
+// polynomial_decay(plr, max(1, step - w_steps), train_steps - w_steps + 1, end_lr, power)).
+TEST_CASE("mlperf warmup and poly: the MLPerf ResNet reference's schedule") {
+  const double plr = 10.0, end_lr = 1e-4;
+  const int64_t per_epoch = 7, epochs = 6, w_epochs = 2;
+  LrScheduleOptions o = opts(LrScheduleKind::poly, w_epochs);
+  o.warmup_method = WarmupMethod::mlperf;
+  o.power = 2.0;
+  o.lr_min = end_lr;
+  const LrSchedule s(plr, per_epoch, epochs, o);
+  const int64_t train_steps = per_epoch * epochs, w_steps = per_epoch * w_epochs;
+  for (int64_t step = 0; step < train_steps + 3; ++step) {
+    const double current_epoch = double(step) / double(per_epoch);
+    double want;
+    if (current_epoch <= double(w_epochs)) {  // the reference's tf.where: the warmup's end included
+      want = plr * current_epoch / double(w_epochs);
+    } else {
+      const double decay_steps = double(train_steps - w_steps + 1);
+      const double g = std::min(double(std::max<int64_t>(1, step - w_steps)), decay_steps);
+      want = (plr - end_lr) * std::pow(1.0 - g / decay_steps, 2.0) + end_lr;
+    }
+    check_lr(s, step, want);
+  }
+  CHECK(s.lr_at(0) == 0.0);  // MLPerf's first step has lr 0
+  const std::string d = s.describe();
+  CHECK_MESSAGE(d.find("MLPerf") != std::string::npos, d);
+}
+
 TEST_CASE("describe names the rule and the warmup") {
   LrScheduleOptions o = opts(LrScheduleKind::multistep, 5);
   o.milestones = {30, 60};
