@@ -5,7 +5,9 @@
                                  [--gpu-rate 8000] [--target 2.0] [--check]
 
 Reads DIR/rt_<name>.<r>.json and DIR/tv_<name>.<r>.json (r = 1..R), takes the median of
-img_per_s over the rounds, prints the table and writes DIR/summary.json. ratio = ringtape
+img_per_s over the rounds, prints the table and writes DIR/summary.json. The configuration
+(--policy, --normalize) comes from the JSON files, labels the rows and must be the same on
+both sides (else a problem is reported). ratio = ringtape
 images/s / torchvision images/s (higher is better for ringtape). Cores for a GPU at
 --gpu-rate images/s = rate / (images/s per core). --check exits 1 when ringtape's per-core
 ratio is under --target (or a file is missing).
@@ -40,6 +42,21 @@ def load(out, prefix, name, rounds, problems):
         "others_cpu": max(d.get("others_cpu", -1) for d in docs),
         "first": docs[0],
     }
+
+
+POLICY_NAMES = {"none": "", "imagenet": "AutoAugment(IMAGENET)", "ra": "RandAugment(9)",
+                "ta_wide": "TrivialAugmentWide", "augmix": "AugMix(3)"}
+
+
+def config_of(doc):
+    """(short label, description of the steps) of one program's JSON."""
+    policy, norm = doc.get("policy", "none"), bool(doc.get("normalize", False))
+    label = "decode+RRC+flip" + (f"+{policy}" if policy != "none" else "") + ("+normalize" if norm else "")
+    steps = f"RandomResizedCrop({doc['size']}) + flip" + (f" + {POLICY_NAMES.get(policy, policy)} (bilinear)"
+                                                          if policy != "none" else "")
+    if norm:
+        steps += " + normalise (ImageNet mean/std)"
+    return label, steps, policy, norm
 
 
 def corpus_stats(d):
@@ -85,26 +102,44 @@ def main():
 
     cs = corpus_stats(args.corpus)
     rtf, tvf = rt1["first"], tv_in["first"]
+    label, steps, policy, norm = config_of(rtf)
+    for _, r, v in rows:
+        for x in (r, v, rt1_full):
+            if x is not None and config_of(x["first"])[0] != label:
+                problems.append(f"configuration mismatch: {config_of(x['first'])[0]} next to {label}")
+    if config_of(tvf)[0] != label:
+        problems.append(f"configuration mismatch: torchvision {config_of(tvf)[0]}, ringtape {label}")
+    S = rtf['size']
+    out_batch = (f"({rtf['batch']}, 3, {S}, {S}) float32 batch" if norm else
+                 f"({rtf['batch']}, {S}, {S}, 3) uint8 batch")
     lines = [
-        f"JPEG input pipeline: read file + decode + RandomResizedCrop({rtf['size']}) + flip -> "
-        f"({rtf['batch']}, {rtf['size']}, {rtf['size']}, 3) uint8 batch",
+        f"JPEG input pipeline [{label}]: read file + decode + {steps} -> {out_batch}",
         f"corpus: {cs['files']} JPEGs ({cs['source']}) in {args.corpus}: mean {cs['mean_kb']:.1f} KB, "
         f"{cs['mean_kpixel']:.0f} kpixel, {cs['bits_per_pixel']:.2f} bits/pixel",
         f"ringtape: train_transform, {rtf['version']}; torchvision: {tvf['version']}, PIL pipeline "
         f"(full-size decode: Image.draft() calls {tvf.get('draft_calls')})",
         f"medians over {args.rounds} rounds of each program's median of {rtf['rounds']} passes",
+    ]
+    if norm:
+        lines.append("normalise: torchvision per image in its workers (ConvertImageDtype + Normalize, then "
+                     "default_collate); ringtape per batch on the CPU with the engine's normalize_pixels, its "
+                     "time included (in training ringtape normalises on the GPU)")
+    lines += [
         "",
-        "| threads | ringtape img/s | torchvision img/s | ratio | ringtape img/s/core | torchvision img/s/core |",
-        "| --- | --- | --- | --- | --- | --- |",
+        "| config | threads | ringtape img/s | torchvision img/s | ratio | ringtape img/s/core | "
+        "torchvision img/s/core |",
+        "| --- | --- | --- | --- | --- | --- | --- |",
     ]
     per_core_ratio = rt1["img_per_s"] / tv_in["img_per_s"]
-    lines.append(f"| per core (1 thread; torchvision in-process) | {rt1['img_per_s']:.0f} | {tv_in['img_per_s']:.0f} | "
-                 f"{per_core_ratio:.2f} | {rt1['img_per_s']:.0f} | {tv_in['img_per_s']:.0f} |")
+    lines.append(f"| {label} | per core (1 thread; torchvision in-process) | {rt1['img_per_s']:.0f} | "
+                 f"{tv_in['img_per_s']:.0f} | {per_core_ratio:.2f} | {rt1['img_per_s']:.0f} | "
+                 f"{tv_in['img_per_s']:.0f} |")
     summary_rows = []
     for t, r, v in rows:
         if r is None or v is None:
             continue
-        lines.append(f"| {t} (torchvision: {t} DataLoader worker{'s' if t > 1 else ''}) | {r['img_per_s']:.0f} | "
+        lines.append(f"| {label} | {t} (torchvision: {t} DataLoader worker{'s' if t > 1 else ''}) | "
+                     f"{r['img_per_s']:.0f} | "
                      f"{v['img_per_s']:.0f} | {r['img_per_s'] / v['img_per_s']:.2f} | {r['img_per_s'] / t:.0f} | "
                      f"{v['img_per_s'] / t:.0f} |")
         summary_rows.append({"threads": t, "ringtape": r["img_per_s"], "torchvision": v["img_per_s"],
@@ -131,7 +166,10 @@ def main():
                      f"{bd['decode_region']:.0f} (full {bd['decode_full']:.0f}), resize+flip {bd['resize_flip']:.0f}; "
                      f"train_transform region {bd['transform_region']:.0f}, full {bd['transform_full']:.0f}; "
                      f"mean crop {100 * bd['crop_area_share']:.0f}% of the image, DCT-scaled "
-                     f"{100 * bd['dct_scaled_share']:.0f}% of the crops")
+                     f"{100 * bd['dct_scaled_share']:.0f}% of the crops" +
+                     (f"; auto_augment({policy}) {bd['augment']:.0f}" if policy != "none" and "augment" in bd else "") +
+                     (f"; normalize_pixels {bd['normalize']:.0f} per image of a batch"
+                      if norm and "normalize" in bd else ""))
     tbd = tvf.get("breakdown_us")
     if tbd:
         lines.append("torchvision us/image, 1 process: " + ", ".join(f"{k} {v:.0f}" for k, v in tbd.items()) +
@@ -149,14 +187,16 @@ def main():
     if tmax > 1:
         at_max = {side: g / (rate(tmax, side) / tmax) for side in ("ringtape", "torchvision") if rate(tmax, side)}
     lines.append(f"cores for one H200 at {g:.0f} img/s = {g:.0f} / (img/s per core): ringtape "
-                 f"{math.ceil(cores['ringtape'])}, torchvision {math.ceil(cores['torchvision'])} (at the 1-thread rate)" +
+                 f"{math.ceil(cores['ringtape'])}, torchvision {math.ceil(cores['torchvision'])} "
+                 "(at the 1-thread rate)" +
                  (f"; at the {tmax}-thread per-core rate: ringtape {math.ceil(at_max['ringtape'])}, torchvision "
                   f"{math.ceil(at_max['torchvision'])}" if at_max else ""))
     worst = max([cores["ringtape"]] + ([at_max["ringtape"]] if "ringtape" in at_max else []))
     lines.append(f"16 cores per GPU: {'enough' if worst <= 16 else 'NOT enough'} for ringtape, "
                  f"{'enough' if cores['torchvision'] <= 16 else 'not enough'} for torchvision")
     met = per_core_ratio >= args.target
-    lines.append(f"per-core ratio {per_core_ratio:.2f} (target >= {args.target:g}: {'MET' if met else 'NOT MET'})")
+    lines.append(f"per-core ratio [{label}] {per_core_ratio:.2f} (target >= {args.target:g}: "
+                 f"{'MET' if met else 'NOT MET'})")
 
     all_runs = [rt1, rt1_full, tv_in] + [x for _, r, v in rows for x in (r, v)]
     busiest = max(x["others_cpu"] for x in all_runs if x is not None)
@@ -167,7 +207,8 @@ def main():
     print("\n".join(lines))
 
     summary = {
-        "corpus": cs, "ringtape_version": rtf["version"], "torchvision_version": tvf["version"],
+        "config": label, "policy": policy, "normalize": norm, "corpus": cs, "ringtape_version": rtf["version"],
+        "torchvision_version": tvf["version"],
         "rounds": args.rounds, "per_core": {"ringtape": rt1["img_per_s"], "torchvision": tv_in["img_per_s"],
                                             "ratio": per_core_ratio},
         "ringtape_full_1thread": rt1_full["img_per_s"] if rt1_full else None, "threads": summary_rows,

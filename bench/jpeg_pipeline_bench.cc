@@ -1,27 +1,38 @@
 // The ImageNet training input pipeline on the CPU, end to end: read a JPEG file (page cache
-// warm), RandomResizedCrop(224) + horizontal flip via rt::data::train_transform, into the
-// image's slot of a preallocated (B, 224, 224, 3) uint8 batch. bench/jpeg_pipeline_bench_torch.py
+// warm), RandomResizedCrop(224) + horizontal flip via rt::data::train_transform, optionally an
+// automatic augmentation policy (rt::data::auto_augment, --policy), into the image's slot of a
+// preallocated (B, 224, 224, 3) uint8 batch; with --normalize the complete batch is then
+// turned into the normalised f32 (B, 3, 224, 224) model input on the CPU by the engine's
+// normalize_pixels (ringtape's trainer does that step on the GPU; timed here to compare with
+// torchvision, which normalises per image in its workers). bench/jpeg_pipeline_bench_torch.py
 // does the same with torchvision's PIL pipeline; bench/run_jpeg_pipeline_bench.sh runs both
 // on the same files and compares (see bench/README.md, "JPEG input pipeline").
 //
 //   bazel run //bench:jpeg_pipeline_bench -- --files DIR [--threads 1] [--batch 256]
 //       [--rounds 5] [--warmup 1] [--mode region|full] [--size 224] [--seed 0]
-//       [--breakdown] [--json FILE]
+//       [--policy none|imagenet|ra|ta_wide|augmix] [--normalize] [--breakdown] [--json FILE]
 //
 // One round = every file of DIR once, in batches of B. T threads (std::thread, no OpenMP)
 // take the images of a batch from a shared counter; the batch is complete when all have
 // arrived at a barrier, and the next batch reuses the buffer. Image i's randomness comes
 // from its own Generator seeded with derive_seed(derive_seed(seed, kAugmentStream), i):
-// first the flip (p = 0.5), then the crop's draws inside train_transform. So the output
-// does not depend on T. Reported: images/s of each round (all files / wall time), the
-// median over the rounds after `warmup`, and per thread.
+// first the flip (p = 0.5), then the crop's draws inside train_transform, then the policy's
+// (auto_augment continues with the same generator, as the ImageFolder dataset does). So the
+// output does not depend on T. --normalize: the thread that completes a batch (the barrier's
+// completion step, the others waiting) calls normalize_pixels on it, whose OpenMP team
+// (OMP_NUM_THREADS; the script sets T) shares the work; its time is part of the round's.
+// Reported: images/s of each round (all files / wall time), the median over the rounds after
+// `warmup`, and per thread.
 //
 // Before timing, a sanity pass over the first 16 images, at the output size and at a quarter
 // of it (where crops get DCT-scaled): region_scaled against DecodeMode::full (same crop and
 // flip) and against an independent block-average reference (mean and max absolute
-// difference of the uint8 outputs), and a second run must give the same bytes. Not a test:
-// a guard against timing garbage. --breakdown adds a single-thread pass that times reading,
-// header, decoding alone, resize + flip alone and the whole transform per image.
+// difference of the uint8 outputs), and a second run must give the same bytes; these run
+// without the policy, whose ops the reference does not model. With a policy, the first 16
+// images are also augmented twice (the same bytes wanted) and the images it changed counted.
+// Not a test: a guard against timing garbage. --breakdown adds a single-thread pass that
+// times reading, header, decoding alone, resize + flip alone and the whole transform per
+// image, and the policy and normalize_pixels alone when they are on.
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -48,11 +59,14 @@
 
 #include <jpeglib.h>  // for LIBJPEG_TURBO_VERSION only
 
+#include "data/auto_augment.h"
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
 #include "data/seed.h"
 #include "base/error.h"
+#include "engine/ops.h"
 #include "engine/random.h"
+#include "engine/tensor.h"
 
 #include "base/usage_error.h"
 #include "bench/bench_util.h"
@@ -63,7 +77,11 @@ namespace {
 using namespace rt::bench;
 
 namespace fs = std::filesystem;
+using rt::data::AutoAugmentPolicy;
 using rt::data::DecodeMode;
+
+// ImageNet's mean and std, torchvision's Normalize in the reference recipe.
+const std::vector<double> kMean = {0.485, 0.456, 0.406}, kStd = {0.229, 0.224, 0.225};
 
 #define RT_BENCH_STR2(x) #x
 #define RT_BENCH_STR(x) RT_BENCH_STR2(x)
@@ -83,13 +101,17 @@ struct Options {
   int size = 0;
   uint64_t seed = 0;
   DecodeMode mode = DecodeMode::region_scaled;
+  // torchvision's presets pass bilinear to every policy; so do the recipes and the script.
+  rt::data::AutoAugmentOptions augment{.policy = AutoAugmentPolicy::none,
+                                       .interpolation = rt::data::Interpolation::bilinear};
+  bool normalize = false;
   bool breakdown = false;
   std::string json_path;
 };
 
 const char* kUsage =
     "usage: jpeg_pipeline_bench --files DIR [--threads N] [--batch B] [--rounds R] [--warmup W] [--mode region|full] "
-    "[--size S] [--seed N] [--breakdown] [--json FILE]";
+    "[--size S] [--seed N] [--policy none|imagenet|ra|ta_wide|augmix] [--normalize] [--breakdown] [--json FILE]";
 
 std::vector<rt::cli::Flag> flag_table() {
   using rt::cli::FlagType;
@@ -105,6 +127,10 @@ std::vector<rt::cli::Flag> flag_table() {
        {"region", "full"}},
       {"size", FlagType::integer, "224", "output side", {}, Topic::output, int_at_least(1)},
       {"seed", FlagType::integer, "0", "augmentation seed", {}, Topic::output, int_at_least(0)},
+      {"policy", FlagType::string, "none", "automatic augmentation after the crop and flip (bilinear)",
+       {"none", "imagenet", "ra", "ta_wide", "augmix"}},
+      {"normalize", FlagType::boolean, "false",
+       "also turn each complete batch into normalised f32 NCHW on the CPU (normalize_pixels)"},
       {"breakdown", FlagType::boolean, "false", "also time read / decode / whole transform per image, one thread"},
       {"json", FlagType::string, "", "also write the results as JSON to this file"},
   };
@@ -122,6 +148,8 @@ Options parse_args(int argc, char** argv) {
   o.size = int(f.integer("size"));
   o.seed = uint64_t(f.integer("seed"));
   o.mode = f.str("mode") == "full" ? DecodeMode::full : DecodeMode::region_scaled;
+  o.augment.policy = rt::data::parse_auto_augment_policy(f.str("policy"));
+  o.normalize = f.boolean("normalize");
   o.breakdown = f.boolean("breakdown");
   o.json_path = user_path(f.str("json"));
   return o;
@@ -179,10 +207,16 @@ ImageRng image_rng(uint64_t seed, size_t index) {
   return r;
 }
 
-void transform_one(const std::vector<uint8_t>& bytes, const std::string& label, size_t index, const Options& opt,
-                   DecodeMode mode, uint8_t* out) {
+// train_transform, then the policy when `augment` (the generator continuing after the crop's
+// draws). Returns the generator as the crop left it, for timing the policy on its own.
+rt::Generator transform_one(const std::vector<uint8_t>& bytes, const std::string& label, size_t index,
+                            const Options& opt, DecodeMode mode, uint8_t* out, bool augment = false) {
   ImageRng r = image_rng(opt.seed, index);
   rt::data::train_transform(bytes, label, opt.size, r.g, r.flip, out, mode);
+  const rt::Generator after_crop = r.g;
+  if (augment && opt.augment.policy != AutoAugmentPolicy::none)
+    rt::data::auto_augment(out, opt.size, opt.size, opt.augment, r.g);
+  return after_crop;
 }
 
 // The DCT scale train_transform picks for a crop: the largest d in {8, 4, 2} with both
@@ -246,6 +280,8 @@ struct Sanity {
   int max_ref = 0;
   bool deterministic = true;
   double mean_value = 0;  // of the region outputs: a black or constant output would show
+  int augmented_changed = -1;  // with a policy: images it changed (-1: no policy)
+  double augmented_mean_value = 0;
 };
 
 // region_scaled vs full and vs reference_transform on the first few images at output side
@@ -282,6 +318,16 @@ Sanity sanity_check(const std::vector<std::string>& files, Options opt, int size
     }
     if (i == 0) s.mad_full_image0 = img_full / double(n);
     sum_full += img_full;
+    if (opt.augment.policy != AutoAugmentPolicy::none) {
+      // TA-wide's identity op and its magnitude-0 bins leave some images as they were.
+      transform_one(bytes, f, size_t(i), opt, DecodeMode::region_scaled, b.data(), true);
+      transform_one(bytes, f, size_t(i), opt, DecodeMode::region_scaled, c.data(), true);
+      if (b != c) s.deterministic = false;
+      s.augmented_changed = std::max(s.augmented_changed, 0) + (b != a);
+      double sum = 0;
+      for (size_t k = 0; k < n; ++k) sum += b[k];
+      s.augmented_mean_value += sum / (double(n) * s.images);
+    }
   }
   s.mad_full = sum_full / (double(n) * s.images);
   s.mad_ref = sum_ref / (double(n) * s.images);
@@ -298,6 +344,8 @@ struct Breakdown {
   double decode_region_us = 0, decode_full_us = 0;  // decode_jpeg_region(crop, d) / decode_jpeg alone
   double transform_region_us = 0, transform_full_us = 0;  // train_transform: header, decode, resize, flip
   double resize_flip_us = 0;  // resize_bilinear of the crop of a decoded image + flip_horizontal
+  double augment_us = 0;      // auto_augment alone on the transformed image (with a policy)
+  double normalize_us = 0;    // normalize_pixels of one batch / B, this process's OpenMP team (--normalize)
   double dct_scaled_share = 0;  // images whose crop is decoded with DCT scaling (d > 1)
   double crop_area_share = 0;   // mean crop area / image area
 };
@@ -350,22 +398,81 @@ Breakdown breakdown(const std::vector<std::string>& files, const Options& opt) {
     (mode == DecodeMode::full ? b.transform_full_us : b.transform_region_us) =
         s_between(t, Clock::now()) * 1e6 / double(nimg);
   }
+  if (opt.augment.policy != AutoAugmentPolicy::none) {
+    double augment_s = 0;
+    for (size_t i = 0; i < nimg; ++i) {
+      rt::Generator g = transform_one(all[i], files[i], i, opt, opt.mode, out.data());
+      const auto a0 = Clock::now();
+      rt::data::auto_augment(out.data(), opt.size, opt.size, opt.augment, g);
+      augment_s += s_between(a0, Clock::now());
+      sink += out[0];
+    }
+    b.augment_us = augment_s * 1e6 / double(nimg);
+  }
+  if (opt.normalize) {
+    const rt::Tensor px = rt::Tensor::zeros({opt.batch, opt.size, opt.size, 3}, rt::DType::u8);
+    rt::normalize_pixels(px, kMean, kStd, rt::MemoryFormat::contiguous);  // first touch of the allocator
+    const int reps = 3;
+    t = Clock::now();
+    for (int k = 0; k < reps; ++k)
+      sink += size_t(rt::normalize_pixels(px, kMean, kStd, rt::MemoryFormat::contiguous).data<float>()[0] != 0);
+    b.normalize_us = s_between(t, Clock::now()) * 1e6 / double(reps * opt.batch);
+  }
   g_sink = sink;
+  return b;
+}
+
+// The uint8 batches a round writes into: (B, size, size, 3), and (nimg % B, ...) for a last,
+// shorter batch, so that --normalize converts only the images of the batch.
+struct BatchBuffers {
+  rt::Tensor full, tail;
+  rt::Tensor normalized;  // the last batch's model input, kept so that the work is observable
+  double normalize_s = 0;  // normalize_pixels time in the last round
+};
+
+BatchBuffers make_batch_buffers(size_t nimg, const Options& opt) {
+  BatchBuffers b;
+  const int64_t S = opt.size;
+  b.full = rt::Tensor::empty({opt.batch, S, S, 3}, rt::DType::u8);
+  if (const size_t rest = nimg % size_t(opt.batch); rest != 0 && nimg > size_t(opt.batch))
+    b.tail = rt::Tensor::empty({int64_t(rest), S, S, 3}, rt::DType::u8);
+  else if (rest != 0)
+    b.full = rt::Tensor::empty({int64_t(rest), S, S, 3}, rt::DType::u8);  // a single, short batch
   return b;
 }
 
 // One pass over all files with T threads; returns the wall seconds. Errors in a worker are
 // kept and rethrown here after every thread has finished.
-double run_round(const std::vector<std::string>& files, const Options& opt, std::vector<uint8_t>& batch_buf) {
+double run_round(const std::vector<std::string>& files, const Options& opt, BatchBuffers& bufs) {
   const size_t nimg = files.size(), B = size_t(opt.batch);
   const size_t img_bytes = size_t(opt.size) * size_t(opt.size) * 3;
   const size_t nbatches = (nimg + B - 1) / B;
+  auto batch_tensor = [&](size_t b) -> const rt::Tensor& {
+    return b + 1 == nbatches && bufs.tail.defined() ? bufs.tail : bufs.full;
+  };
   std::atomic<size_t> next{0};
-  // The last thread to arrive resets the counter for the next batch before any is released.
-  std::barrier sync(opt.threads, [&]() noexcept { next.store(0, std::memory_order_relaxed); });
   std::atomic<bool> failed{false};
   std::exception_ptr error;
   std::atomic_flag error_taken = ATOMIC_FLAG_INIT;
+  size_t completed = 0;  // batches through the barrier; touched only in its completion step
+  bufs.normalize_s = 0;
+  // The last thread to arrive is the consumer: it normalises the batch when asked (the others
+  // wait; normalize_pixels' OpenMP team does the work), then resets the counter for the next
+  // batch before any thread is released.
+  std::barrier sync(opt.threads, [&]() noexcept {
+    const size_t b = completed++;
+    if (opt.normalize && !failed.load()) {
+      try {
+        const auto t0 = Clock::now();
+        bufs.normalized = rt::normalize_pixels(batch_tensor(b), kMean, kStd, rt::MemoryFormat::contiguous);
+        bufs.normalize_s += s_between(t0, Clock::now());
+      } catch (...) {
+        if (!error_taken.test_and_set()) error = std::current_exception();
+        failed.store(true);
+      }
+    }
+    next.store(0, std::memory_order_relaxed);
+  });
 
   auto worker = [&]() {
     std::vector<uint8_t> bytes;
@@ -377,7 +484,7 @@ double run_round(const std::vector<std::string>& files, const Options& opt, std:
         const size_t i = first + k;
         try {
           read_file(files[i], bytes);
-          transform_one(bytes, files[i], i, opt, opt.mode, batch_buf.data() + k * img_bytes);
+          transform_one(bytes, files[i], i, opt, opt.mode, batch_tensor(b).data<uint8_t>() + k * img_bytes, true);
         } catch (...) {
           if (!error_taken.test_and_set()) error = std::current_exception();
           failed.store(true);
@@ -402,10 +509,16 @@ int run(const Options& opt) {
   uint64_t total_bytes = 0;
   for (const std::string& f : files) total_bytes += fs::file_size(f);
   const double mean_kb = double(total_bytes) / double(files.size()) / 1000.0;
+  const char* policy = rt::data::auto_augment_policy_name(opt.augment.policy);
+  const char* omp = std::getenv("OMP_NUM_THREADS");
   std::printf("ringtape train_transform | %s | %zu files (mean %.1f KB) in %s | threads %d | batch %d | mode %s | "
-              "size %d | warmup %d | median of %d\n",
+              "size %d | policy %s | normalize %s | warmup %d | median of %d\n",
               kJpegLib, files.size(), mean_kb, opt.files_dir.c_str(), opt.threads, opt.batch, mode_name(opt.mode),
-              opt.size, opt.warmup, opt.rounds);
+              opt.size, policy,
+              opt.normalize ? (std::string("f32 NCHW on the CPU, normalize_pixels, OMP_NUM_THREADS=") +
+                               (omp ? omp : "unset")).c_str()
+                            : "no (uint8 batch)",
+              opt.warmup, opt.rounds);
   std::fflush(stdout);
 
   // At the timed size, and at a quarter of it: on ImageNet-sized files a 224 crop is rarely
@@ -420,9 +533,13 @@ int run(const Options& opt) {
                 "%.3f), max %d; region vs block-average reference: mean |diff| %.3f, max %d; mean value %.1f; %s\n",
                 s.size, s.dct_scaled, s.images, s.mad_full, s.mad_full_image0, s.max_full, s.mad_ref, s.max_ref,
                 s.mean_value, s.deterministic ? "deterministic" : "NOT deterministic");
-    if (!s.deterministic || s.mad_ref > 4.0 || s.mean_value < 5.0 || s.mean_value > 250.0)
+    if (s.augmented_changed >= 0)
+      std::printf("sanity at %d, policy %s: %d of %d images changed by it; mean value %.1f\n", s.size, policy,
+                  s.augmented_changed, s.images, s.augmented_mean_value);
+    if (!s.deterministic || s.mad_ref > 4.0 || s.mean_value < 5.0 || s.mean_value > 250.0 ||
+        s.augmented_changed == 0)
       std::printf("WARNING: the outputs look wrong (want deterministic, mean |diff| vs the reference <= 4, a "
-                  "plausible mean value)\n");
+                  "plausible mean value, some images changed by the policy)\n");
   }
 
   Breakdown bd;
@@ -437,41 +554,55 @@ int run(const Options& opt) {
                 100.0 * bd.read_us / (bd.read_us + tr));
     std::printf("crops: mean area %.1f%% of the image; %.1f%% of the images DCT-scaled (crop >= 2x%d on both sides)\n",
                 100.0 * bd.crop_area_share, 100.0 * bd.dct_scaled_share, opt.size);
+    if (opt.augment.policy != AutoAugmentPolicy::none || opt.normalize)
+      std::printf("breakdown, us/image: auto_augment(%s) %.0f (1 thread) | normalize_pixels %.0f (batch of %d / %d, "
+                  "OpenMP team)\n",
+                  policy, bd.augment_us, bd.normalize_us, opt.batch, opt.batch);
   }
 
   // (B, size, size, 3) uint8, the batch every round writes into.
-  std::vector<uint8_t> batch_buf(size_t(opt.batch) * size_t(opt.size) * size_t(opt.size) * 3);
-  for (int w = 0; w < opt.warmup; ++w) run_round(files, opt, batch_buf);
-  std::vector<double> rates, others;
+  BatchBuffers bufs = make_batch_buffers(files.size(), opt);
+  for (int w = 0; w < opt.warmup; ++w) run_round(files, opt, bufs);
+  std::vector<double> rates, others, normalize_shares;
   const CpuSample start = sample_cpu();
   for (int r = 0; r < opt.rounds; ++r) {
     const CpuSample a = sample_cpu();
-    const double sec = run_round(files, opt, batch_buf);
+    const double sec = run_round(files, opt, bufs);
     others.push_back(others_cpu_share(a, sample_cpu()));
     rates.push_back(double(files.size()) / sec);
-    std::printf("round %d: %.3f s, %.1f images/s (%.1f per thread), others %.1f%%\n", r + 1, sec, rates.back(),
+    normalize_shares.push_back(bufs.normalize_s / sec);
+    std::printf("round %d: %.3f s, %.1f images/s (%.1f per thread), others %.1f%%", r + 1, sec, rates.back(),
                 rates.back() / opt.threads, 100.0 * others.back());
+    if (opt.normalize) std::printf(", normalize_pixels %.1f%% of the time", 100.0 * normalize_shares.back());
+    std::printf("\n");
     std::fflush(stdout);
   }
   const double others_all = others_cpu_share(start, sample_cpu());
   const double rate = median(rates);
-  std::printf("RESULT ringtape threads %d mode %s: %.1f images/s, %.1f per thread (median of %d rounds)\n",
-              opt.threads, mode_name(opt.mode), rate, rate / opt.threads, opt.rounds);
+  std::printf("RESULT ringtape threads %d mode %s policy %s%s: %.1f images/s, %.1f per thread (median of %d "
+              "rounds)\n",
+              opt.threads, mode_name(opt.mode), policy, opt.normalize ? " normalize" : "", rate, rate / opt.threads,
+              opt.rounds);
   if (others_all >= 0)
     std::printf("other processes used %.1f%% of the machine's CPU time during the timed rounds%s\n",
-                100 * others_all, others_all > kBusyShare ? ": WARNING: the timings are distorted, rerun when idle" : "");
+                100 * others_all,
+                others_all > kBusyShare ? ": WARNING: the timings are distorted, rerun when idle" : "");
 
   if (!opt.json_path.empty()) {
     std::ofstream out(opt.json_path);
     if (!out) throw std::runtime_error("cannot write '" + opt.json_path + "'");
     out << "{\n  \"impl\": \"ringtape\",\n  \"version\": " << json_str(kJpegLib) << ",\n  \"mode\": \""
-        << mode_name(opt.mode) << "\",\n  \"threads\": " << opt.threads << ",\n  \"batch\": " << opt.batch
+        << mode_name(opt.mode) << "\",\n  \"policy\": \"" << policy << "\",\n  \"normalize\": "
+        << (opt.normalize ? "true" : "false") << ",\n  \"omp_num_threads\": " << json_str(omp ? omp : "")
+        << ",\n  \"threads\": " << opt.threads << ",\n  \"batch\": " << opt.batch
         << ",\n  \"size\": " << opt.size << ",\n  \"files\": " << files.size() << ",\n  \"mean_kb\": " << num(mean_kb)
         << ",\n  \"warmup\": " << opt.warmup << ",\n  \"rounds\": " << opt.rounds << ",\n  \"img_per_s\": " << num(rate)
         << ",\n  \"img_per_s_per_thread\": " << num(rate / opt.threads) << ",\n  \"round_img_per_s\": [";
     for (size_t i = 0; i < rates.size(); ++i) out << (i ? ", " : "") << num(rates[i]);
     out << "],\n  \"round_others_cpu\": [";
     for (size_t i = 0; i < others.size(); ++i) out << (i ? ", " : "") << num(others[i]);
+    out << "],\n  \"round_normalize_share\": [";
+    for (size_t i = 0; i < normalize_shares.size(); ++i) out << (i ? ", " : "") << num(normalize_shares[i]);
     out << "],\n  \"others_cpu\": " << num(others_all) << ",\n  \"sanity\": [";
     for (int k = 0; k < 2; ++k) {
       const Sanity& s = sanity[k];
@@ -480,16 +611,20 @@ int run(const Options& opt) {
           << ", \"mean_abs_diff_image0\": " << num(s.mad_full_image0) << ", \"max_abs_diff\": " << s.max_full
           << ", \"mean_abs_diff_vs_reference\": " << num(s.mad_ref) << ", \"max_abs_diff_vs_reference\": "
           << s.max_ref << ", \"mean_value\": " << num(s.mean_value)
-          << ", \"deterministic\": " << (s.deterministic ? "true" : "false") << "}";
+          << ", \"deterministic\": " << (s.deterministic ? "true" : "false")
+          << ", \"augmented_changed\": " << s.augmented_changed
+          << ", \"augmented_mean_value\": " << num(s.augmented_mean_value) << "}";
     }
     out << "]";
     if (opt.breakdown)
       out << ",\n  \"breakdown_us\": {\"read\": " << num(bd.read_us) << ", \"header\": " << num(bd.header_us)
           << ", \"decode_region\": " << num(bd.decode_region_us) << ", \"decode_full\": " << num(bd.decode_full_us)
-          << ", \"resize_flip\": " << num(bd.resize_flip_us) << ", \"transform_region\": " << num(bd.transform_region_us)
+          << ", \"resize_flip\": " << num(bd.resize_flip_us)
+          << ", \"transform_region\": " << num(bd.transform_region_us)
           << ", \"transform_full\": " << num(bd.transform_full_us)
           << ", \"dct_scaled_share\": " << num(bd.dct_scaled_share)
-          << ", \"crop_area_share\": " << num(bd.crop_area_share) << "}";
+          << ", \"crop_area_share\": " << num(bd.crop_area_share) << ", \"augment\": " << num(bd.augment_us)
+          << ", \"normalize\": " << num(bd.normalize_us) << "}";
     out << "\n}\n";
     if (!out) throw std::runtime_error("error writing '" + opt.json_path + "'");
   }

@@ -5,12 +5,19 @@ Run with Debian's interpreter, which has torch 1.13 / torchvision 0.14 (the pyen
 PATH has none):
 
   /usr/bin/python3 bench/jpeg_pipeline_bench_torch.py --files DIR [--workers 0] [--batch 256]
-      [--rounds 5] [--warmup 1] [--size 224] [--seed 0] [--breakdown] [--json FILE]
+      [--rounds 5] [--warmup 1] [--size 224] [--seed 0]
+      [--policy none|imagenet|ra|ta_wide|augmix] [--normalize] [--breakdown] [--json FILE]
 
 Per image, what a torchvision ImageNet training loader does on the CPU when normalisation is
 left to the GPU: open the file and PIL.Image.open(f).convert("RGB") (torchvision's
 pil_loader), RandomResizedCrop(size), RandomHorizontalFlip(), PILToTensor() (uint8, CHW);
 then torch.stack of B images into a (B, 3, size, size) uint8 batch (default_collate).
+--policy adds the automatic augmentation on the PIL image after the flip, bilinear, with
+the reference recipe's defaults (torchvision's references/classification/presets.py,
+ClassificationPresetTrain: AutoAugment(IMAGENET), RandAugment(magnitude 9),
+TrivialAugmentWide, AugMix(severity 3)). --normalize is that preset's end: PILToTensor,
+ConvertImageDtype(torch.float), Normalize(ImageNet mean, std) per image, so the batch is
+(B, 3, size, size) float32.
 
 --workers 0: everything in this process, one core (the per-core figure). --workers N: a
 torch DataLoader with N worker processes (persistent, so starting them is not timed), each
@@ -71,17 +78,42 @@ def pil_loader(path):
         return img.convert("RGB")
 
 
-def make_transform(size):
-    return transforms.Compose([
-        transforms.RandomResizedCrop(size),
-        transforms.RandomHorizontalFlip(),
-        transforms.PILToTensor(),
-    ])
+MEAN, STD = (0.485, 0.456, 0.406), (0.229, 0.224, 0.225)  # ImageNet's, as in the recipe
+POLICIES = ("none", "imagenet", "ra", "ta_wide", "augmix")
+
+
+def make_policy(policy):
+    """presets.py's auto_augment_policy branch, with its interpolation (bilinear) and defaults."""
+    bilinear = transforms.InterpolationMode.BILINEAR
+    if policy == "imagenet":
+        return transforms.AutoAugment(transforms.AutoAugmentPolicy.IMAGENET, interpolation=bilinear)
+    if policy == "ra":
+        return transforms.RandAugment(interpolation=bilinear, magnitude=9)
+    if policy == "ta_wide":
+        return transforms.TrivialAugmentWide(interpolation=bilinear)
+    if policy == "augmix":
+        return transforms.AugMix(interpolation=bilinear, severity=3)
+    return None
+
+
+def make_normalize():
+    return transforms.Compose([transforms.ConvertImageDtype(torch.float), transforms.Normalize(MEAN, STD)])
+
+
+def make_transform(size, policy="none", normalize=False):
+    steps = [transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()]
+    aug = make_policy(policy)
+    if aug is not None:
+        steps.append(aug)
+    steps.append(transforms.PILToTensor())
+    if normalize:
+        steps.append(make_normalize())
+    return transforms.Compose(steps)
 
 
 class Files(Dataset):
-    def __init__(self, files, length, size):
-        self.files, self.length, self.transform = files, length, make_transform(size)
+    def __init__(self, files, length, size, policy, normalize):
+        self.files, self.length, self.transform = files, length, make_transform(size, policy, normalize)
 
     def __len__(self):
         return self.length
@@ -130,10 +162,18 @@ def others_cpu_share(a, b):
     return max(0.0, (b[1] - a[1]) - (b[2] - a[2])) / ((b[0] - a[0]) * os.cpu_count())
 
 
-def breakdown(files, size):
-    """Single-process us/image: read bytes, decode (open + convert), crop+resize, flip, to tensor."""
-    rrc, flip, to_tensor = transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip(), transforms.PILToTensor()
-    t = dict(read=0.0, decode=0.0, crop_resize=0.0, flip=0.0, to_tensor=0.0)
+def breakdown(files, size, policy, normalize):
+    """Single-process us/image: read bytes, decode (open + convert), crop+resize, flip, [policy,]
+    to tensor[, convert + normalise]."""
+    rrc, flip = transforms.RandomResizedCrop(size), transforms.RandomHorizontalFlip()
+    to_tensor = transforms.PILToTensor()
+    aug, norm = make_policy(policy), make_normalize() if normalize else None
+    t = dict(read=0.0, decode=0.0, crop_resize=0.0, flip=0.0)
+    if aug is not None:
+        t["augment"] = 0.0
+    t["to_tensor"] = 0.0
+    if norm is not None:
+        t["normalize"] = 0.0
     for path in files:
         t0 = time.perf_counter()
         with open(path, "rb") as f:
@@ -145,11 +185,18 @@ def breakdown(files, size):
         t3 = time.perf_counter()
         img = flip(img)
         t4 = time.perf_counter()
-        to_tensor(img)
+        if aug is not None:
+            img = aug(img)
         t5 = time.perf_counter()
+        x = to_tensor(img)
+        t6 = time.perf_counter()
+        if norm is not None:
+            norm(x)
+        t7 = time.perf_counter()
         for k, a, b in (("read", t0, t1), ("decode", t1, t2), ("crop_resize", t2, t3), ("flip", t3, t4),
-                        ("to_tensor", t4, t5)):
-            t[k] += b - a
+                        ("augment", t4, t5), ("to_tensor", t5, t6), ("normalize", t6, t7)):
+            if k in t:
+                t[k] += b - a
     return {k: v * 1e6 / len(files) for k, v in t.items()}
 
 
@@ -162,6 +209,8 @@ def main():
     ap.add_argument("--warmup", type=int, default=1)
     ap.add_argument("--size", type=int, default=224)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--policy", choices=POLICIES, default="none")
+    ap.add_argument("--normalize", action="store_true")
     ap.add_argument("--breakdown", action="store_true")
     ap.add_argument("--json")
     args = ap.parse_args()
@@ -182,6 +231,7 @@ def main():
                f"(libjpeg-turbo: {features.check_feature('libjpeg_turbo')})")
     print(f"torchvision PIL pipeline | {version} | {len(files)} files (mean {mean_kb:.1f} KB) in {args.files} | "
           f"workers {args.workers} | batch {args.batch} | {length} images/round | size {args.size} | "
+          f"policy {args.policy} | normalize {'f32 per image' if args.normalize else 'no (uint8 batch)'} | "
           f"warmup {args.warmup} | median of {args.rounds}", flush=True)
 
     # Sanity: PIL decodes at full size (no draft), the output is a uint8 batch of the right shape.
@@ -192,12 +242,12 @@ def main():
 
     bd = None
     if args.breakdown:
-        bd = breakdown(files, args.size)
+        bd = breakdown(files, args.size, args.policy, args.normalize)
         total = sum(bd.values())
         print("breakdown, 1 process, us/image: " + " | ".join(f"{k} {v:.0f}" for k, v in bd.items()) +
               f" | sum {total:.0f} | read share {100 * bd['read'] / total:.1f}%", flush=True)
 
-    ds = Files(files, length, args.size)
+    ds = Files(files, length, args.size, args.policy, args.normalize)
     loader = DataLoader(ds, batch_size=args.batch, shuffle=False, num_workers=args.workers,
                         persistent_workers=args.workers > 0, drop_last=False)
     rates, others = [], []
@@ -209,7 +259,8 @@ def main():
         n = 0
         for batch in loader:
             if r == 0 and n == 0:
-                assert batch.dtype == torch.uint8 and tuple(batch.shape[1:]) == (3, args.size, args.size), batch.shape
+                want = torch.float32 if args.normalize else torch.uint8
+                assert batch.dtype == want and tuple(batch.shape[1:]) == (3, args.size, args.size), batch.shape
             n += batch.shape[0]
         b = sample_cpu()
         assert n == length, (n, length)
@@ -224,7 +275,8 @@ def main():
     others_all = others_cpu_share(start, sample_cpu())
     rate = statistics.median(rates)
     procs = max(1, args.workers)
-    print(f"RESULT torchvision workers {args.workers}: {rate:.1f} images/s, {rate / procs:.1f} per process "
+    config = f" policy {args.policy}" + (" normalize" if args.normalize else "")
+    print(f"RESULT torchvision workers {args.workers}{config}: {rate:.1f} images/s, {rate / procs:.1f} per process "
           f"(median of {args.rounds} rounds); Image.draft() calls: {DRAFT_CALLS} (in this process)")
     if others_all >= 0:
         warn = ": WARNING: the timings are distorted, rerun when idle" if others_all > BUSY_SHARE else ""
@@ -232,7 +284,8 @@ def main():
     if args.json:
         out = {
             "impl": "torchvision", "version": version, "workers": args.workers, "processes": procs,
-            "batch": args.batch, "size": args.size, "files": len(files), "images_per_round": length,
+            "batch": args.batch, "size": args.size, "policy": args.policy, "normalize": args.normalize,
+            "files": len(files), "images_per_round": length,
             "mean_kb": mean_kb, "warmup": args.warmup, "rounds": args.rounds, "img_per_s": rate,
             "img_per_s_per_process": rate / procs, "round_img_per_s": rates, "round_others_cpu": others,
             "others_cpu": others_all, "draft_calls": DRAFT_CALLS, "breakdown_us": bd,

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # The ImageNet training input pipeline on the CPU (read JPEG, decode, RandomResizedCrop(224),
-# flip, into a uint8 batch of 256): ringtape's train_transform vs torchvision's PIL pipeline
-# on the same files in the same run, per core and with 1..N threads / worker processes; prints
-# the table and the cores one GPU at 8,000 images/s would need (see bench/README.md).
+# flip, [an auto-augment policy,] into a uint8 batch of 256 [normalised to f32]): ringtape's
+# train_transform vs torchvision's PIL pipeline on the same files in the same run, per core
+# and with 1..N threads / worker processes; prints the table and the cores one GPU at 8,000
+# images/s would need (see bench/README.md).
 #
 #   bench/run_jpeg_pipeline_bench.sh [--threads 1,2] [--rounds R] [--repeats N] [--batch B]
 #                                    [--count N] [--corpus DIR] [--out DIR] [--gpu-rate IMG/S]
+#                                    [--policy none|imagenet|ra|ta_wide|augmix] [--normalize]
 #                                    [--check]
 #
 # --threads LIST: thread / worker counts to measure (default 1,2; e.g. 1,2,4,8,16 on a bigger
@@ -15,8 +17,14 @@
 # --corpus DIR: time these JPEGs instead of the synthetic corpus, which is otherwise made by
 #   make_jpeg_corpus.py (--count files, default 512) into out/jpeg_bench/corpus unless it
 #   exists (delete it to make a new one).
+# --policy P: both sides apply the automatic augmentation P after the flip, bilinear
+#   (ringtape: data::auto_augment; torchvision: TrivialAugmentWide etc. on the PIL image).
+# --normalize: both sides deliver the normalised f32 (B, 3, 224, 224) batch: torchvision per
+#   image (ConvertImageDtype + Normalize), ringtape per batch on the CPU with the engine's
+#   normalize_pixels on T OpenMP threads (in training ringtape does that on the GPU).
 # --check: exit 1 when ringtape's per-core rate is under 2x torchvision's.
-# Results (each run's JSON and output, summary.json, table.txt) go to OUT (default out/jpeg_bench).
+# Results (each run's JSON and output, summary.json, table.txt) go to OUT (default out/jpeg_bench,
+# or out/jpeg_bench/<policy>[_norm] with --policy or --normalize, so configurations coexist).
 set -euo pipefail
 
 start="$PWD"
@@ -32,6 +40,9 @@ count=512
 corpus=""
 out=out/jpeg_bench
 gpu_rate=8000
+policy=none
+normalize=()
+out_given=0
 check=()
 while [[ $# -gt 0 ]]; do
   case "$1" in
@@ -41,16 +52,30 @@ while [[ $# -gt 0 ]]; do
     --batch) batch="$2"; shift 2 ;;
     --count) count="$2"; shift 2 ;;
     --corpus) corpus="$2"; [[ "$corpus" = /* ]] || corpus="$start/$corpus"; shift 2 ;;
-    --out) out="$2"; [[ "$out" = /* ]] || out="$start/$out"; shift 2 ;;
+    --out) out="$2"; [[ "$out" = /* ]] || out="$start/$out"; out_given=1; shift 2 ;;
     --gpu-rate) gpu_rate="$2"; shift 2 ;;
+    --policy) policy="$2"; shift 2 ;;
+    --normalize) normalize=(--normalize); shift ;;
     --check) check=(--check); shift ;;
     -h|--help) sed -n '2,/^set /{/^#/p}' "$self" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_jpeg_pipeline_bench.sh: unknown argument '$1' (try --help)" >&2; exit 2 ;;
   esac
 done
+case "$policy" in
+  none|imagenet|ra|ta_wide|augmix) ;;
+  *) echo "run_jpeg_pipeline_bench.sh: --policy wants none, imagenet, ra, ta_wide or augmix, got '$policy'" >&2
+     exit 2 ;;
+esac
+config="$policy${normalize:+_norm}"
+if ((!out_given)) && [[ "$config" != none ]]; then
+  out="out/jpeg_bench/$config"
+fi
 IFS=, read -r -a tlist <<<"$threads"
 for t in "${tlist[@]}"; do
-  [[ "$t" =~ ^[1-9][0-9]*$ ]] || { echo "run_jpeg_pipeline_bench.sh: --threads wants counts like 1,2,4, got '$threads'" >&2; exit 2; }
+  if [[ ! "$t" =~ ^[1-9][0-9]*$ ]]; then
+    echo "run_jpeg_pipeline_bench.sh: --threads wants counts like 1,2,4, got '$threads'" >&2
+    exit 2
+  fi
   if ((t > $(nproc))); then
     echo "WARNING: $t threads on $(nproc) cores: that row measures oversubscription" >&2
   fi
@@ -72,15 +97,19 @@ cat "$corpus"/*.jpg "$corpus"/*.jpeg 2>/dev/null >/dev/null || true
 # Waits for an idle machine before each program (wait_idle).
 source "$(dirname "${BASH_SOURCE[0]}")/bench_lib.sh"
 
-common=(--files "$corpus" --batch "$batch" --rounds "$repeats" --warmup 1)
-# ringtape: std::thread workers, no OpenMP inside train_transform; OMP_NUM_THREADS=1 keeps
-# the engine's OpenMP runtime from spinning up a team.
-rt() {  # NAME ARGS...
-  local name="$1"; shift
+common=(--files "$corpus" --batch "$batch" --rounds "$repeats" --warmup 1 --policy "$policy" "${normalize[@]}")
+# ringtape: std::thread workers, no OpenMP inside train_transform or auto_augment. Without
+# --normalize OMP_NUM_THREADS=1 keeps the engine's OpenMP runtime from spinning up a team;
+# with it, normalize_pixels gets a team of T (the T workers wait at the batch's barrier
+# meanwhile), passive so that its threads sleep rather than spin while the workers decode.
+rt() {  # NAME THREADS ARGS...
+  local name="$1" t="$2"; shift 2
+  local omp=1
+  ((${#normalize[@]})) && omp="$t"
   echo; wait_idle
   echo "== ringtape $name"
-  OMP_NUM_THREADS=1 bazel-bin/bench/jpeg_pipeline_bench "${common[@]}" "$@" --json "$out/rt_$name.json" \
-    | tee "$out/rt_$name.txt"
+  OMP_NUM_THREADS="$omp" OMP_WAIT_POLICY=passive bazel-bin/bench/jpeg_pipeline_bench "${common[@]}" --threads "$t" \
+    "$@" --json "$out/rt_$name.json" | tee "$out/rt_$name.txt"
 }
 # torchvision: glibc malloc never trims or mmaps (PyTorch's best setting here, as in the
 # other benchmarks); torch.set_num_threads(1) in the script and in every worker.
@@ -97,11 +126,11 @@ for ((r = 1; r <= rounds; r++)); do
   echo "######## round $r/$rounds"
   extra=()
   ((r == 1)) && extra=(--breakdown)
-  rt "t1_region.$r" --threads 1 --mode region "${extra[@]}"
+  rt "t1_region.$r" 1 --mode region "${extra[@]}"
   tv "inproc.$r" --workers 0 "${extra[@]}"
-  rt "t1_full.$r" --threads 1 --mode full
+  rt "t1_full.$r" 1 --mode full
   for t in "${tlist[@]}"; do
-    ((t == 1)) || rt "t${t}_region.$r" --threads "$t" --mode region
+    ((t == 1)) || rt "t${t}_region.$r" "$t" --mode region
     tv "w$t.$r" --workers "$t"
   done
 done

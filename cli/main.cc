@@ -12,6 +12,7 @@
 #include "cli/doctor.h"
 #include "cli/flags.h"
 #include "cli/plot.h"
+#include "cli/recipes.h"
 #include "distributed/nccl_communicator.h"
 #include "engine/device.h"
 #include "base/error.h"
@@ -78,7 +79,11 @@ int main(int argc, char** argv) {
           std::printf("%s\n", flags.help("usage: ringtape " + cmd + " [flags]").c_str());
           return 0;
         }
-      flags.parse(args);
+      std::string recipe;
+      const std::vector<std::string> expanded = rt::cli::expand_recipe(args, flags.table(), &recipe);
+      if (!recipe.empty()) std::printf("%s\n", recipe.c_str());
+      flags.parse(expanded);
+      // The launcher's workers get the command line as given and expand the recipe themselves.
       return cmd == "train" ? rt::cli::run_train(flags, args) : rt::cli::run_eval(flags);
     }
   } catch (const rt::UsageError& e) {

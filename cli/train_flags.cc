@@ -1,6 +1,9 @@
 #include "cli/train_flags.h"
 
+#include "cli/recipes.h"
+
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <limits>
@@ -75,19 +78,39 @@ std::vector<std::string> names_of(const std::pair<const char*, E> (&names)[N]) {
 }
 
 constexpr std::pair<const char*, DType> kReduceDtypes[] = {{"fp32", DType::f32}, {"bf16", DType::bf16}};
-constexpr std::pair<const char*, OptimizerKind> kOptimizers[] = {{"sgd", OptimizerKind::sgd},
-                                                                 {"adamw", OptimizerKind::adamw}};
+constexpr std::pair<const char*, OptimizerKind> kOptimizers[] = {
+    {"sgd", OptimizerKind::sgd}, {"adamw", OptimizerKind::adamw}, {"lars", OptimizerKind::lars}};
 constexpr std::pair<const char*, MemoryFormat> kMemoryFormats[] = {{"auto", MemoryFormat::channels_last},
                                                                    {"contiguous", MemoryFormat::contiguous},
                                                                    {"channels_last", MemoryFormat::channels_last}};
 constexpr std::pair<const char*, std::optional<bool>> kSmallStem[] = {
     {"auto", std::nullopt}, {"true", true}, {"false", false}};
 constexpr std::pair<const char*, int> kStemStride[] = {{"auto", 0}, {"1", 1}, {"2", 2}};
-constexpr std::pair<const char*, optim::WarmupMethod> kWarmupMethods[] = {{"linear", optim::WarmupMethod::linear},
-                                                                          {"constant", optim::WarmupMethod::constant}};
+constexpr std::pair<const char*, optim::WarmupMethod> kWarmupMethods[] = {
+    {"linear", optim::WarmupMethod::linear},
+    {"constant", optim::WarmupMethod::constant},
+    {"mlperf", optim::WarmupMethod::mlperf}};
+constexpr std::pair<const char*, data::AutoAugmentPolicy> kAutoAugment[] = {
+    {"none", data::AutoAugmentPolicy::none},       {"imagenet", data::AutoAugmentPolicy::imagenet},
+    {"ra", data::AutoAugmentPolicy::ra},           {"ta_wide", data::AutoAugmentPolicy::ta_wide},
+    {"augmix", data::AutoAugmentPolicy::augmix}};
+constexpr std::pair<const char*, data::Interpolation> kInterpolations[] = {
+    {"bilinear", data::Interpolation::bilinear}, {"nearest", data::Interpolation::nearest}};
+
+// --norm-weight-decay and --bias-weight-decay: "none" (the flag's default: --weight-decay
+// applies) or a decay >= 0 (check_combinations refused anything else).
+std::optional<double> decay_or_none(const FlagValue& v) {
+  if (v.str() == "none") return std::nullopt;
+  return std::stod(v.str());
+}
 
 std::vector<FlagRow> model_rows() {
   return {
+      both(flag("recipe", FlagType::string, "none", Topic::model,
+                "a named recipe: its flags first, then the command line's, which override them (the README's "
+                "Recipes section gives each one's source and accuracy)",
+                recipe_names()),
+           nullptr),  // expanded before parsing (cli/recipes.h)
       both(flag("model", FlagType::string, "resnet18", Topic::model, "model name", models::model_names(), {},
                 kCourse),
            [](const FlagValue& v, CommonConfig& c) { c.model.name = v.str(); }),
@@ -169,6 +192,47 @@ std::vector<FlagRow> data_rows() {
                       "random crop (padding 2 / 4) and horizontal flip of small images (Fashion-MNIST, CIFAR-10, "
                       "synthetic); --augment false turns it off", {}, {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.data.augment = v.boolean(); }),
+      both(flag("interpolation", FlagType::string, "bilinear", Topic::data,
+                "imagenet: interpolation of the crop and resize (training and evaluation) and of --auto-augment",
+                names_of(kInterpolations), {}, kCourse),
+           [](const FlagValue& v, CommonConfig& c) {
+             c.data.interpolation = c.data.auto_augment.interpolation = choice(v, kInterpolations);
+           }),
+      train_only(flag("auto-augment", FlagType::string, "none", Topic::data,
+                      "imagenet: an automatic augmentation policy after the crop and flip: AutoAugment's ImageNet "
+                      "policy, RandAugment, TrivialAugmentWide or AugMix (torchvision's)",
+                      names_of(kAutoAugment), {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.auto_augment.policy = choice(v, kAutoAugment); }),
+      train_only(flag("ra-magnitude", FlagType::integer, "9", Topic::data,
+                      "--auto-augment ra: the magnitude bin of every operation", {},
+                      within(0, 30, "in [0, 30] (RandAugment's 31 bins)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.auto_augment.ra_magnitude = int(v.integer()); }),
+      train_only(flag("augmix-severity", FlagType::integer, "3", Topic::data,
+                      "--auto-augment augmix: the severity of the operations", {}, within(1, 10, "in [1, 10]"),
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.auto_augment.augmix_severity = int(v.integer()); }),
+      train_only(flag("random-erase", FlagType::number, "0", Topic::data,
+                      "probability of erasing a random rectangle of each training image (RandomErasing, after "
+                      "normalisation, on the training device)", {}, within(0, 1, "in [0, 1] (0 = off)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.random_erase = v.number(); }),
+      train_only(flag("mixup-alpha", FlagType::number, "0", Topic::data,
+                      "mixup of each batch with itself rolled by one, lambda ~ Beta(alpha, alpha) (with "
+                      "--cutmix-alpha: one of the two per batch)", {}, at_least(0, "a number >= 0 (0 = off)"),
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.mixup_alpha = v.number(); }),
+      train_only(flag("cutmix-alpha", FlagType::number, "0", Topic::data,
+                      "cutmix of each batch with itself rolled by one, lambda ~ Beta(alpha, alpha)", {},
+                      at_least(0, "a number >= 0 (0 = off)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.cutmix_alpha = v.number(); }),
+      train_only(flag("ra-sampler", FlagType::boolean, "false", Topic::data,
+                      "repeated augmentation: each image --ra-reps times per epoch, on different ranks, with "
+                      "different augmentations (torchvision's RASampler)", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) {
+                   c.data.ra_repetitions = v.boolean() ? int(v.flags.integer("ra-reps")) : 0;
+                 }),
+      train_only(flag("ra-reps", FlagType::integer, "3", Topic::data, "--ra-sampler: repetitions of each image", {},
+                      within(1, 1024, "in [1, 1024]"), kCourse),
+                 nullptr),  // read by --ra-sampler's setter
   };
 }
 
@@ -200,6 +264,37 @@ std::vector<FlagRow> optimisation_rows() {
       train_only(flag("no-bn-bias-decay", FlagType::boolean, "false", Topic::optimisation,
                       "exempt batch-norm weights and biases (every 1-D parameter) from weight decay", {}, {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.optimizer.no_bn_bias_decay = v.boolean(); }),
+      train_only(flag("norm-weight-decay", FlagType::string, "none", Topic::optimisation,
+                      "weight decay of batch-norm weights and biases; none = --weight-decay", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.norm_weight_decay = decay_or_none(v); }),
+      train_only(flag("bias-weight-decay", FlagType::string, "none", Topic::optimisation,
+                      "weight decay of every parameter named bias (batch norm's too); none = --weight-decay", {}, {},
+                      kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.bias_weight_decay = decay_or_none(v); }),
+      train_only(flag("lars-eta", FlagType::number, "0.001", Topic::optimisation,
+                      "--optimizer lars: the trust coefficient of the layer-wise lr", {},
+                      at_least(0, "a number >= 0"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.lars_eta = v.number(); }),
+      train_only(flag("lars-exclude-bn-bias", FlagType::boolean, "true", Topic::optimisation,
+                      "--optimizer lars: batch-norm parameters and biases take plain momentum SGD without weight "
+                      "decay (MLPerf's rule); false: LARS for every parameter", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.lars_exclude_bn_bias = v.boolean(); }),
+      train_only(flag("clip-grad-norm", FlagType::number, "0", Topic::optimisation,
+                      "clip the gradients' total 2-norm to this before each step (0 = off)", {},
+                      at_least(0, "a number >= 0 (0 = off)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.optimizer.clip_grad_norm = v.number(); }),
+      train_only(flag("model-ema", FlagType::boolean, "false", Topic::optimisation,
+                      "keep an exponential moving average of the weights, evaluate it after each epoch next to the "
+                      "model and save it as model_ema.safetensors", {}, {}, kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.ema.enabled = v.boolean(); }),
+      train_only(flag("model-ema-steps", FlagType::integer, "32", Topic::optimisation,
+                      "--model-ema: iterations between updates of the average", {},
+                      at_least(1, "a positive integer"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.ema.steps = v.integer(); }),
+      train_only(flag("model-ema-decay", FlagType::number, "0.99998", Topic::optimisation,
+                      "--model-ema: decay per image, adjusted by world size x batch size x --model-ema-steps / "
+                      "--epochs as torchvision does", {}, within(0, 1, "in [0, 1]"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.ema.decay = v.number(); }),
       both(flag("label-smoothing", FlagType::number, "0", Topic::optimisation,
                 "label smoothing of the cross-entropy loss (eval: of the reported loss)", {},
                 within(0, 1, "in [0, 1] (0 = none)"), kCourse),
@@ -212,8 +307,9 @@ std::vector<FlagRow> optimisation_rows() {
                       "warmup length in epochs", {}, {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_epochs = v.integer(); }),
       train_only(flag("lr-warmup-method", FlagType::string, "linear", Topic::optimisation,
-                      "warmup: linear from lr * --lr-warmup-decay up to lr (torchvision's LinearLR), or constant at "
-                      "lr * --lr-warmup-decay (ConstantLR)",
+                      "warmup: linear from lr * --lr-warmup-decay up to lr (torchvision's LinearLR), constant at "
+                      "lr * --lr-warmup-decay (ConstantLR), or mlperf: linear from 0, and with --lr-scheduler poly "
+                      "MLPerf ResNet-50's decay to --lr-min",
                       names_of(kWarmupMethods), {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.warmup_method = choice(v, kWarmupMethods); }),
       train_only(flag("lr-warmup-decay", FlagType::number, "0.01", Topic::optimisation,
@@ -235,7 +331,7 @@ std::vector<FlagRow> optimisation_rows() {
       train_only(flag("lr-gamma", FlagType::number, "0.1", Topic::optimisation, "step/multistep decay factor", {}, {},
                       kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.gamma = v.number(); }),
-      train_only(flag("lr-min", FlagType::number, "0", Topic::optimisation, "cosine schedule: final learning rate",
+      train_only(flag("lr-min", FlagType::number, "0", Topic::optimisation, "cosine and poly: final learning rate",
                       {}, {}, kCourse),
                  [](const FlagValue& v, TrainConfig& c) { c.lr_schedule.lr_min = v.number(); }),
       train_only(flag("lr-power", FlagType::number, "1", Topic::optimisation, "poly schedule: power", {}, {}, kCourse),
@@ -357,6 +453,10 @@ std::vector<FlagRow> output_rows() {
                  [](const FlagValue& v, TrainConfig& c) { c.output.output_dir = v.str(); }),
       train_only(flag("resume", FlagType::string, "", Topic::output, "continue from this checkpoint (bit-exact on CPU)"),
                  [](const FlagValue& v, TrainConfig& c) { c.output.resume = v.str(); }),
+      train_only(flag("test-only", FlagType::boolean, "false", Topic::output,
+                      "only evaluate the weights of --resume (and its EMA weights with --model-ema) or "
+                      "--init-weights, then stop"),
+                 [](const FlagValue& v, TrainConfig& c) { c.loop.test_only = v.boolean(); }),
       train_only(flag("checkpoint-every", FlagType::integer, "0", Topic::output,
                       "also checkpoint every N optimizer steps (0 = per epoch)", {},
                       at_least(0, "an integer >= 0 (0 = once per epoch)")),
@@ -495,6 +595,23 @@ void check_combinations(const Flags& f) {
               "N x C x H x W with four positive integers whose product fits in int64, e.g. 1024x3x32x32");
   if (f.str("stem-stride") == "2" && f.str("small-stem") == "false")
     throw UsageError("--stem-stride 2 needs the small stem; drop --small-stem false or --stem-stride 2");
+
+  for (const char* name : {"norm-weight-decay", "bias-weight-decay"}) {
+    if (!f.has(name) || f.str(name) == "none") continue;
+    char* end = nullptr;
+    const std::string s = f.str(name);
+    const double d = std::strtod(s.c_str(), &end);
+    if (s.empty() || *end != '\0' || !std::isfinite(d) || d < 0)
+      bad_value(f, name, "none (--weight-decay applies) or a number >= 0");
+    if (f.boolean("no-bn-bias-decay"))
+      throw UsageError("--no-bn-bias-decay and --" + std::string(name) +
+                       " both set the decay of batch-norm parameters and biases; pass one of them");
+  }
+  if (f.has("auto-augment") && f.str("auto-augment") != "none" && f.str("dataset") != "imagenet")
+    throw UsageError("--auto-augment " + f.str("auto-augment") + " applies to --dataset imagenet (RGB images "
+                     "through the JPEG pipeline), not to " + f.str("dataset") + "; drop --auto-augment");
+  if (f.has("test-only") && f.boolean("test-only") && f.str("resume").empty() && f.str("init-weights").empty())
+    throw UsageError("--test-only evaluates the weights of --resume CHECKPOINT or --init-weights FILE; give one");
 
   // Where the weights come from.
   if (f.has("resume") && !f.str("resume").empty() && !f.str("init-weights").empty())

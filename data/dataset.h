@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "data/augment.h"
+#include "data/auto_augment.h"
 #include "data/image_transforms.h"
 #include "engine/tensor.h"
 
@@ -89,6 +90,7 @@ struct ImageFolderOptions {
   int val_crop_size = 224;     // ... then centre-cropped to this
   uint64_t seed = 0;           // augmentation randomness
   Interpolation interpolation = Interpolation::bilinear;  // of the crop and resize (--interpolation)
+  AutoAugmentOptions auto_augment;  // training: the policy after the crop and flip
   std::string cache_dir;       // file-list cache ("" = the default, see data/image_folder.h)
   bool use_cache = true;
 };

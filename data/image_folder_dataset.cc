@@ -76,6 +76,10 @@ class ImageFolderDataset final : public Dataset {
         // uniform and independent, only the stream order differs).
         const bool flip = g.next_u64() >> 63;
         train_transform(bytes, path, int(size_), g, flip, out, DecodeMode::region_scaled, opt_.interpolation);
+        // The policy draws after the crop's, from the same generator (torchvision's order:
+        // RandomResizedCrop, RandomHorizontalFlip, then the policy).
+        if (opt_.auto_augment.policy != AutoAugmentPolicy::none)
+          auto_augment(out, int(size_), int(size_), opt_.auto_augment, g);
       } else {
         eval_transform(bytes, path, opt_.val_resize_size, opt_.val_crop_size, out, DecodeMode::region_scaled,
                        opt_.interpolation);

@@ -56,8 +56,8 @@ class Sampler {
   // num_samples() of them.
   std::vector<int64_t> epoch_indices(int64_t epoch) const;
   // Per position of epoch_indices, the "epoch" the example's random choices are drawn for:
-  // `epoch` itself, or with repetitions epoch * R + the copy number
-  // (Note [Repeated augmentation]).
+  // `epoch` itself, or with repetitions (Note [Repeated augmentation]) epoch * R + the copy
+  // number.
   std::vector<int64_t> epoch_draws(int64_t epoch) const;
 
   int64_t dataset_size() const { return dataset_size_; }

@@ -134,6 +134,29 @@ Tensor normalize_pixels(const Tensor& pixels, const std::vector<double>& mean, c
 // With label smoothing e: loss_i = (1 - e) * nll_i + e * mean_k(-log p_ik).
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 
+// ---- batch augmentation: mixup, cutmix, random erasing; the soft-target loss -----------
+// On input batches, not differentiable (the draws: data/batch_augment.h). x (N, C, H, W) in
+// either format; CPU: f32, f64; CUDA: also bf16, f16 (computed in float, rounded once).
+struct ImageBox {  // rows [y1, y2), columns [x1, x2) of every channel of an image
+  int64_t y1 = 0, y2 = 0, x1 = 0, x2 = 0;
+  bool empty() const { return y2 <= y1 || x2 <= x1; }
+  int64_t area() const { return empty() ? 0 : (y2 - y1) * (x2 - x1); }
+};
+// y[n] = lam x[n] + (1 - lam) x[(n + N - 1) % N] inside `box` (within the image), x[n] outside:
+// mixup with box = the whole image; cutmix with lam = 0 (image n - 1's box copied exactly).
+Tensor mix_with_rolled(const Tensor& x, double lam, const ImageBox& box);
+// labels i64 (N) in [0, C) -> (N, C) of `dtype` on the labels' device, row n =
+// lam onehot(labels[n]) + (1 - lam) onehot(labels[(n + N - 1) % N]). A bad CUDA label gives a
+// NaN row (Note [CUDA target validation]); a bad CPU one throws.
+Tensor mix_targets(const Tensor& labels, int64_t num_classes, double lam, DType dtype = DType::f32);
+// In place: x[n, :, box] = value for the N host boxes (empty ones leave image n as it is); on
+// CUDA the boxes travel as kernel arguments (no copy, no synchronisation).
+void erase_boxes_(const Tensor& x, const std::vector<ImageBox>& boxes, double value = 0.0);
+// PyTorch's CrossEntropyLoss(label_smoothing=e) with probability targets, logits and
+// target (N, K): t' = (1 - e) t + e / K, loss = mean_n(-sum_k t'[n, k] log_softmax(x)[n, k]),
+// in the logits' dtype (the target converted to it); differentiable in the logits only.
+Tensor cross_entropy_soft(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
+
 // ---- tensor primitives: reductions over dims, shape, matmul, softmax, dropout ----
 // Small differentiable pieces that layers are composed from (global average pooling is
 // mean(x, {2, 3}, true), a squeeze-and-excitation gate is a few of them) on both backends:

@@ -62,7 +62,7 @@ class AdamW final : public Optimizer {
           s.beta1 = opt_.beta1;
           s.beta2 = opt_.beta2;
           s.eps = opt_.eps;
-          s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+          s.weight_decay = decay_of(params_, i, opt_.weight_decay, opt_.no_decay_1d, opt_.weight_decay_of);
           s.step = st.step;
           const int64_t n = p.numel();
           if (p.device().is_cuda()) {
@@ -135,6 +135,7 @@ class AdamW final : public Optimizer {
 std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt) {
   check_options(opt);
   check_param_list(params, kWho);
+  check_decay_by_name(opt.weight_decay_of, params, kWho);
   return std::make_unique<AdamW>(std::move(params), opt);
 }
 

@@ -1,5 +1,6 @@
 #include "optim/optimizer.h"
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 #include <string_view>
@@ -60,6 +61,23 @@ prof::OpCost update_cost(const nn::NamedTensors& params, double flops, int tenso
 
 void check_non_negative(double value, const char* what, const char* who) {
   RT_CHECK(std::isfinite(value) && value >= 0.0, who, ": ", what, " must be a finite number >= 0, got ", value);
+}
+
+double decay_of(const nn::NamedTensors& params, size_t i, double weight_decay, bool no_decay_1d,
+                const std::map<std::string, double>& by_name) {
+  if (no_decay_1d && params[i].second.ndim() <= 1) return 0.0;
+  const auto it = by_name.find(params[i].first);
+  return it == by_name.end() ? weight_decay : it->second;
+}
+
+void check_decay_by_name(const std::map<std::string, double>& by_name, const nn::NamedTensors& params,
+                         const char* who) {
+  for (const auto& [name, decay] : by_name) {
+    const bool known = std::any_of(params.begin(), params.end(), [&](const auto& p) { return p.first == name; });
+    RT_CHECK(known, who, ": weight_decay_of names '", name, "', which is not one of its parameters");
+    RT_CHECK(std::isfinite(decay) && decay >= 0.0, who, ": the weight decay of '", name,
+             "' must be a finite number >= 0, got ", decay);
+  }
 }
 
 StateByParam split_state(const std::map<std::string, Tensor>& state, const nn::NamedTensors& params,

@@ -1,5 +1,5 @@
-// Optimizers with PyTorch's update rules (torch.optim.SGD, torch.optim.AdamW) and their
-// state for checkpoints.
+// Optimizers with PyTorch's update rules (torch.optim.SGD, torch.optim.AdamW), LARS with the
+// rule of MLPerf's ResNet50 reference, and their state for checkpoints.
 #pragma once
 
 #include <map>
@@ -11,6 +11,11 @@
 
 namespace rt::optim {
 
+// A weight decay per parameter name that replaces `weight_decay` for it: torchvision's
+// set_weight_decay groups (--norm-weight-decay, --bias-weight-decay). Every name must be one
+// of the optimizer's parameters, every value finite and >= 0 (make_* checks).
+using DecayByName = std::map<std::string, double>;
+
 struct SgdOptions {
   double lr = 0.1;
   double momentum = 0.0;
@@ -20,6 +25,40 @@ struct SgdOptions {
   // Parameters with ndim <= 1 (batch-norm weights and biases, every bias) get no weight
   // decay when set: torchvision's --norm-weight-decay 0 / --bias-weight-decay 0.
   bool no_decay_1d = false;
+  DecayByName weight_decay_of;
+};
+
+// LARS as MLPerf's ResNet50 reference runs it (TensorFlow's LARSOptimizer with eeta 0.001,
+// epsilon 0 and the batch-norm parameters and biases in its skip list). For a parameter w
+// with gradient g (every operation in the parameter's dtype except the trust ratio, which
+// is computed in double from norms accumulated in double on the CPU, in the dtype on CUDA):
+//   trust_ratio = ||w|| > 0 && ||g|| > 0 ? eta * ||w|| / (||g|| + weight_decay * ||w|| + epsilon) : 1
+//   scaled_lr   = lr * trust_ratio
+//   v = momentum * v + scaled_lr * (g + weight_decay * w)        (v starts at zero)
+//   w = w - v     (nesterov: w = w - (momentum * v + scaled_lr * (g + weight_decay * w)))
+// and for a parameter excluded by exclude_bn_bias (ndim <= 1) no trust ratio and no decay:
+//   v = momentum * v + lr * g;  w = w - v   (nesterov: w = w - (momentum * v + lr * g)).
+//
+// Note [LARS keeps the lr inside the velocity]
+// Unlike torch.optim.SGD (v = momentum * v + g; w -= lr * v), the velocity here already
+// holds the learning rate of the steps that built it, as in TensorFlow's apply_momentum
+// with lr 1 and a pre-scaled gradient. When the schedule changes the lr, the momentum
+// carried from earlier steps keeps its old lr and only the new term uses the new one, so
+// a warmup or decay acts gradually instead of rescaling the whole velocity at once; the
+// two conventions agree only for a constant lr. Resuming therefore needs the saved
+// momentum buffers ("momentum_buffer.<param name>") and the schedule's lr of the next
+// step, nothing else.
+struct LarsOptions {
+  double lr = 0.1;
+  double momentum = 0.9;
+  double weight_decay = 5e-5;  // MLPerf ResNet50's
+  double eta = 0.001;          // the trust coefficient (TensorFlow's eeta)
+  double epsilon = 0.0;
+  bool nesterov = false;
+  // Parameters with ndim <= 1 (batch-norm weights and biases, every bias) skip the trust
+  // ratio and the weight decay: MLPerf's skip list.
+  bool exclude_bn_bias = true;
+  DecayByName weight_decay_of;  // for the parameters LARS adapts
 };
 
 struct AdamWOptions {
@@ -28,6 +67,7 @@ struct AdamWOptions {
   double eps = 1e-8;
   double weight_decay = 1e-2;
   bool no_decay_1d = false;
+  DecayByName weight_decay_of;
 };
 
 class Optimizer {
@@ -59,11 +99,17 @@ class Optimizer {
   double lr_;
 };
 
-// Both check the options and the parameters (f32 or f64, each listed once under a
+// Each checks the options and the parameters (f32 or f64, each listed once under a
 // unique name) and throw rt::Error naming what is wrong. step() updates CPU parameters with
 // optim/update_cpu.cc and CUDA parameters with the fused kernels of kernels/cuda/optim.cu
 // (bit-identical results; their state lives on the parameter's device).
 std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt);
 std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt);
+// LARS's CUDA step runs without a host synchronisation: one multi-tensor kernel writes the
+// norms' partial sums to a device buffer and a second fused one updates every parameter
+// with the trust ratio it reads from there (kernels/cuda/grad_norm.cu, optim.cu); the
+// results match the CPU's within the tolerance of the dtype, not bit for bit (the norms
+// are summed in a different order).
+std::unique_ptr<Optimizer> make_lars(nn::NamedTensors params, const LarsOptions& opt);
 
 }  // namespace rt::optim

@@ -67,6 +67,14 @@ void run_step(const char* scope_name, const nn::NamedTensors& params, double lr,
   launch(DType::f64, cuda.f64, stream);
 }
 
+// The weight decay of parameter `i`: none for a 1-D one with `no_decay_1d`, else its
+// DecayByName entry, else `weight_decay`.
+double decay_of(const nn::NamedTensors& params, size_t i, double weight_decay, bool no_decay_1d,
+                const std::map<std::string, double>& by_name);
+// Every name of `by_name` is one of `params`, every value finite and >= 0.
+void check_decay_by_name(const std::map<std::string, double>& by_name, const nn::NamedTensors& params,
+                         const char* who);
+
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
 void check_non_negative(double value, const char* what, const char* who);
 

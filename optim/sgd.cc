@@ -39,7 +39,7 @@ class Sgd final : public Optimizer {
           s.lr = lr_;
           s.momentum = opt_.momentum;
           s.dampening = opt_.dampening;
-          s.weight_decay = opt_.no_decay_1d && p.ndim() <= 1 ? 0.0 : opt_.weight_decay;
+          s.weight_decay = decay_of(params_, i, opt_.weight_decay, opt_.no_decay_1d, opt_.weight_decay_of);
           s.nesterov = opt_.nesterov;
           const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
           if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
@@ -103,6 +103,7 @@ class Sgd final : public Optimizer {
 std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt) {
   check_options(opt);
   check_param_list(params, kWho);
+  check_decay_by_name(opt.weight_decay_of, params, kWho);
   return std::make_unique<Sgd>(std::move(params), opt);
 }
 

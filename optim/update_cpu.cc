@@ -3,7 +3,9 @@
 // sqrt(v) / sqrt(bc2)) changes f32 results in the last bits.
 #include "optim/update_cpu.h"
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 namespace rt::optim::cpu {
 namespace {
@@ -63,9 +65,61 @@ void adamw_update(T* p, const T* g, T* exp_avg, T* exp_avg_sq, int64_t n, const 
   }
 }
 
+template <typename T>
+double sum_squares(const T* x, int64_t n) {
+  // Fixed chunks, summed in order: the same result for any number of threads.
+  constexpr int64_t kChunk = int64_t(1) << 14;
+  const int64_t chunks = (n + kChunk - 1) / kChunk;
+  std::vector<double> part(size_t(std::max<int64_t>(chunks, 1)), 0.0);  // [chunks]
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t c = 0; c < chunks; ++c) {
+    double acc = 0.0;
+    const int64_t end = std::min(n, (c + 1) * kChunk);
+    for (int64_t i = c * kChunk; i < end; ++i) acc += double(x[i]) * double(x[i]);
+    part[size_t(c)] = acc;
+  }
+  double total = 0.0;
+  for (double p : part) total += p;
+  return total;
+}
+
+double lars_trust_ratio(double w_norm, double g_norm, double eta, double weight_decay, double epsilon) {
+  return w_norm > 0.0 && g_norm > 0.0 ? eta * w_norm / (g_norm + weight_decay * w_norm + epsilon) : 1.0;
+}
+
+template <typename T>
+void lars_update(T* p, const T* g, T* v, int64_t n, const LarsScalars& s) {
+  const bool decay = s.weight_decay != 0.0;
+  const T wd = T(s.weight_decay);
+  const T lr = T(s.scaled_lr);
+  const T mom = T(s.momentum);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) {
+    const T d = decay ? std::fma(wd, p[i], g[i]) : g[i];  // g + weight_decay * w
+    const T step = lr * d;                               // scaled_lr * (...)
+    const T vi = std::fma(mom, v[i], step);              // v = momentum * v + scaled_lr * (...)
+    v[i] = vi;
+    p[i] = p[i] - (s.nesterov ? std::fma(mom, vi, step) : vi);
+  }
+}
+
+template <typename T>
+void scale(T* x, int64_t n, double coef) {
+  const T c = T(coef);
+#pragma omp parallel for schedule(static) if (n >= kParallelMin)
+  for (int64_t i = 0; i < n; ++i) x[i] = x[i] * c;
+}
+
 template void sgd_update<float>(float*, const float*, float*, bool, int64_t, const SgdScalars&);
 template void sgd_update<double>(double*, const double*, double*, bool, int64_t, const SgdScalars&);
 template void adamw_update<float>(float*, const float*, float*, float*, int64_t, const AdamWScalars&);
 template void adamw_update<double>(double*, const double*, double*, double*, int64_t, const AdamWScalars&);
+
+template double sum_squares<float>(const float*, int64_t);
+template double sum_squares<double>(const double*, int64_t);
+template void lars_update<float>(float*, const float*, float*, int64_t, const LarsScalars&);
+template void lars_update<double>(double*, const double*, double*, int64_t, const LarsScalars&);
+template void scale<float>(float*, int64_t, double);
+template void scale<double>(double*, int64_t, double);
 
 }  // namespace rt::optim::cpu

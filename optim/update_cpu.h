@@ -52,4 +52,33 @@ struct AdamWScalars {
 template <typename T>
 void adamw_update(T* p, const T* g, T* exp_avg, T* exp_avg_sq, int64_t n, const AdamWScalars& s);
 
+// The sum of squares of x (n elements), accumulated in double in a fixed order (chunks of a
+// fixed size, their sums added in order), so the result does not depend on the number of
+// threads: LARS's norms and clip_grad_norm's.
+template <typename T>
+double sum_squares(const T* x, int64_t n);
+
+// LARS's trust ratio from the norms of a parameter and its gradient (optim/optimizer.h);
+// kernels/cuda/optim.cu computes the same in double.
+double lars_trust_ratio(double w_norm, double g_norm, double eta, double weight_decay, double epsilon);
+
+// One LARS update of a parameter (the rule in optim/optimizer.h): scaled_lr is lr times
+// the trust ratio (lr alone for an excluded parameter), weight_decay 0 for an excluded one.
+struct LarsScalars {
+  double scaled_lr = 0.0;
+  double momentum = 0.0;
+  double weight_decay = 0.0;
+  bool nesterov = false;
+};
+
+// p, g, v (the momentum buffer, zeros before the first step): n elements each. Per element,
+// in T: d = fma(wd, p, g) (g alone when wd is 0), s = scaled_lr * d, v = fma(momentum, v, s),
+// p = p - (nesterov ? fma(momentum, v, s) : v); the CUDA kernel performs the same operations.
+template <typename T>
+void lars_update(T* p, const T* g, T* v, int64_t n, const LarsScalars& s);
+
+// x *= T(coef) over n elements (clip_grad_norm's scaling).
+template <typename T>
+void scale(T* x, int64_t n, double coef);
+
 }  // namespace rt::optim::cpu

@@ -35,11 +35,13 @@ bool is_checkpoint(const std::map<std::string, std::string>& meta) {
   return meta.count("format") && meta.at("format") == kFormat;
 }
 
-// The "model." entries of a checkpoint, without the prefix.
-std::map<std::string, Tensor> model_part(const std::map<std::string, Tensor>& all) {
+// The entries of a checkpoint under `prefix` ("model." or the EMA's "model_ema.module."),
+// without it.
+std::map<std::string, Tensor> model_part(const std::map<std::string, Tensor>& all,
+                                         const std::string& prefix = "model.") {
   std::map<std::string, Tensor> out;
   for (const auto& [k, t] : all)
-    if (k.rfind("model.", 0) == 0) out[k.substr(6)] = t;
+    if (k.rfind(prefix, 0) == 0) out[k.substr(prefix.size())] = t;
   return out;
 }
 
@@ -67,11 +69,12 @@ void load_model_state(const std::string& what, const std::map<std::string, Tenso
 
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const Progress& p, const std::map<std::string, std::string>& flags,
-                     const std::map<std::string, Tensor>& scaler) {
+                     const std::map<std::string, Tensor>& scaler, const std::map<std::string, Tensor>& ema) {
   std::map<std::string, Tensor> tensors;
   for (const auto& [k, t] : model.state_dict()) tensors["model." + k] = t;
   for (const auto& [k, t] : opt.state()) tensors["optimizer." + k] = t;
   for (const auto& [k, t] : scaler) tensors["grad_scaler." + k] = t;
+  for (const auto& [k, t] : ema) tensors["model_ema." + k] = t;
   json::Value f = json::Value::object();
   for (const auto& [k, v] : flags) f.set(k, v);
   const std::map<std::string, std::string> meta = {
@@ -87,20 +90,23 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 }
 
 Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
-                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler) {
+                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler,
+                         std::map<std::string, Tensor>* ema) {
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
     throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
                      "'); to start from weights only, use --init-weights " + path);
-  std::map<std::string, Tensor> opt_state, scaler_state;
+  std::map<std::string, Tensor> opt_state, scaler_state, ema_state;
   for (const auto& [k, t] : all) {
     if (k.rfind("model.", 0) == 0) continue;
     if (k.rfind("optimizer.", 0) == 0) opt_state[k.substr(10)] = t;
     else if (k.rfind("grad_scaler.", 0) == 0) scaler_state[k.substr(12)] = t;
+    else if (k.rfind("model_ema.", 0) == 0) ema_state[k.substr(10)] = t;
     else RT_FAIL("checkpoint '", path, "': unexpected tensor '", clip_for_message(k), "'");
   }
   if (scaler) *scaler = std::move(scaler_state);
+  if (ema) *ema = std::move(ema_state);
   load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
                    "was it written with another --model, --width or --num-classes?");
   opt.load_state(opt_state);
@@ -121,13 +127,16 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   return p;
 }
 
-void load_checkpoint_model(const std::string& path, nn::Module& model) {
+void load_checkpoint_model(const std::string& path, nn::Module& model, bool ema) {
   std::map<std::string, std::string> meta;
   const std::map<std::string, Tensor> all = load_safetensors(path, &meta);
   if (!is_checkpoint(meta))
     throw UsageError("'" + path + "' is not a ringtape checkpoint (no format tag '" + kFormat +
                      "'): it looks like a weights file; evaluate it with --init-weights " + path);
-  load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
+  const std::map<std::string, Tensor> part = model_part(all, ema ? "model_ema.module." : "model.");
+  if (ema && part.empty())
+    throw UsageError("checkpoint '" + path + "' holds no EMA weights: it was trained without --model-ema");
+  load_model_state(std::string(ema ? "the EMA weights of " : "") + "checkpoint '" + path + "'", part, model, true,
                    "was it written with another --model, --width or --num-classes?");
 }
 

@@ -3,7 +3,8 @@
 // save never damages the previous checkpoint.
 //
 // Keys: "model.<torchvision state_dict key>", "optimizer.<optimizer state key>", and with
-// fp16's loss scaling "grad_scaler.scale" and "grad_scaler.growth_tracker".
+// fp16's loss scaling "grad_scaler.scale" and "grad_scaler.growth_tracker", with --model-ema
+// "model_ema.<optim::ModelEma::state() key>" (torchvision's checkpoint["model_ema"] keys).
 // Metadata: format, epoch, batch (next batch of that epoch), step (optimizer steps done),
 // samples_seen, and the run's flags as JSON (to refuse resuming with different settings).
 // The data order and augmentations are pure functions of (seed, epoch, index), so no
@@ -29,7 +30,8 @@ struct Progress {
 // NaN/Inf anywhere is an rt::Error naming the tensor and the step, and nothing is written.
 void save_checkpoint(const std::string& path, const nn::Module& model, const optim::Optimizer& opt,
                      const Progress& progress, const std::map<std::string, std::string>& flags,
-                     const std::map<std::string, Tensor>& scaler = {});
+                     const std::map<std::string, Tensor>& scaler = {},
+                     const std::map<std::string, Tensor>& ema = {});
 
 // Restores model and optimizer in place; returns the progress and (via `flags`) the flags
 // the checkpoint was written with, and via `scaler` (when given) the loss scaler's state
@@ -37,11 +39,13 @@ void save_checkpoint(const std::string& path, const nn::Module& model, const opt
 // name the file and what is wrong with it; a file that is not a checkpoint, or whose model
 // part does not match the model exactly, is a UsageError (a bad --resume).
 Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Optimizer& opt,
-                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler = nullptr);
+                         std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler = nullptr,
+                         std::map<std::string, Tensor>* ema = nullptr);
 
 // Only the model part of a checkpoint (for evaluation). A plain weights file is a
 // UsageError pointing to --init-weights.
-void load_checkpoint_model(const std::string& path, nn::Module& model);
+// ema: the EMA's weights instead (a UsageError when the checkpoint has none).
+void load_checkpoint_model(const std::string& path, nn::Module& model, bool ema = false);
 
 // The model's full state (every parameter and buffer, torchvision's keys): what
 // --init-weights reads and what a user takes to PyTorch. Refuses NaN/Inf like save_checkpoint.

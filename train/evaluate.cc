@@ -12,7 +12,7 @@ namespace rt::train {
 EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg, ParallelContext& par,
                     const InterruptHandler* interrupt, prof::ProfileSession* profile) {
   NoGradGuard ng;
-  nn::Module& model = *s.model;
+  nn::Module& model = mp.model();  // s.model, or the EMA's model
   par.before_evaluation(model);
   model.eval();
   // This rank's shard of the test set; the examples past shard.valid are the sampler's padding.

@@ -30,7 +30,7 @@ struct EvalResult {
   bool interrupted = false;
 };
 
-// Evaluates `s.model` on `s.test_set` in batches of cfg.loader.batch_size, the loss with
+// Evaluates mp.model() (s.model, or the EMA's) on `s.test_set` in batches of cfg.loader.batch_size, the loss with
 // cfg.label_smoothing, in eval mode (left in train mode after). `interrupt` (training only):
 // a signal ends the evaluation between batches, unfinished.
 // `profile` (may be null): a profile session over the batches (`ringtape eval --profile-steps`).

@@ -130,11 +130,14 @@ void TrainLog::train(const Progress& p, double lr, const LogWindow& w, const Mix
   metrics_->write(m);
 }
 
-void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_train) {
+void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_train, const EvalResult* ema) {
   if (!metrics_) return;
   end_line();
   std::printf("epoch %ld eval: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s)\n", p.epoch,
               fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str());
+  if (ema)
+    std::printf("epoch %ld eval EMA: loss %s  top-1 %.2f%%  top-5 %.2f%%\n", p.epoch, fmt_loss(ema->loss).c_str(),
+                ema->top1, ema->top5);
   if (skipped_train > 0 || e.skipped > 0)
     std::printf("epoch %ld: %ld unreadable training image(s) and %ld evaluation image(s) skipped and replaced "
                 "(named on stderr; --strict-images makes them errors)\n",
@@ -150,11 +153,21 @@ void TrainLog::eval(const Progress& p, const EvalResult& e, int64_t skipped_trai
   m.set("nonfinite_logits", e.nonfinite);
   m.set("skipped_train_images", skipped_train);
   m.set("skipped_eval_images", e.skipped);
+  if (ema) {
+    m.set("ema_loss", ema->loss);
+    m.set("ema_top1", ema->top1);
+    m.set("ema_top5", ema->top5);
+  }
   metrics_->write(m);
   if (tensorboard_) {
     tensorboard_->scalar("eval/loss", p.step, e.loss);
     tensorboard_->scalar("eval/top1", p.step, e.top1);
     tensorboard_->scalar("eval/top5", p.step, e.top5);
+    if (ema) {
+      tensorboard_->scalar("eval_ema/loss", p.step, ema->loss);
+      tensorboard_->scalar("eval_ema/top1", p.step, ema->top1);
+      tensorboard_->scalar("eval_ema/top5", p.step, ema->top5);
+    }
   }
 }
 

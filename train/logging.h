@@ -60,7 +60,8 @@ class TrainLog {
   // bar is drawn (then it is printed only when steps were skipped on NaN/Inf).
   void train(const Progress& p, double lr, const LogWindow& w, const MixedPrecision& mp);
   // The end-of-epoch evaluation's; `skipped_train`: unreadable training images of the epoch.
-  void eval(const Progress& p, const EvalResult& e, int64_t skipped_train);
+  // `ema` (may be null): the EMA weights' evaluation (--model-ema), logged next to the model's.
+  void eval(const Progress& p, const EvalResult& e, int64_t skipped_train, const EvalResult* ema = nullptr);
   // The memory this process's device allocator held over the epoch (peaks, what filled it
   // at the peak, by tag: engine/memory_report.h): printed by every rank (`rank K` when
   // data parallel; the other ranks' lines go to their logs/rank-K.log), and a metrics.jsonl

@@ -1,5 +1,7 @@
 #include "train/precision.h"
 
+#include "optim/clip_grad.h"
+
 #include "kernels/cuda/conv2d.cuh"
 #include "kernels/cuda/linear.cuh"
 #include "kernels/cuda/runtime.h"
@@ -91,11 +93,16 @@ void MixedPrecision::backward(const Tensor& loss) {
   if (copies_) copies_->accumulate_grads();
 }
 
-bool MixedPrecision::step(optim::Optimizer& opt) {
+bool MixedPrecision::step(optim::Optimizer& opt, double clip_grad_norm) {
   if (!scaler_) {
+    if (clip_grad_norm > 0) optim::clip_grad_norm(opt.params(), clip_grad_norm);
     opt.step();
     fresh_ = false;
     return true;
+  }
+  if (clip_grad_norm > 0) {
+    scaler_->unscale(opt);  // a step with inf/NaN gradients is still skipped by step() below
+    optim::clip_grad_norm(opt.params(), clip_grad_norm);
   }
   const bool stepped = scaler_->step(opt);
   scaler_->update();

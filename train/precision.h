@@ -77,9 +77,16 @@ class MixedPrecision {
   // The optimizer step on the masters' gradients. With loss scaling they are unscaled and
   // checked first; a step with an inf/NaN gradient is skipped and the scale backs off.
   // Returns whether the optimizer stepped. The gradients stay (opt.zero_grad() drops them).
-  bool step(optim::Optimizer& opt);
+  // With clip_grad_norm > 0 the gradients' total 2-norm is clipped to it first, after the
+  // loss scaler unscaled them (torch.nn.utils.clip_grad_norm_ after GradScaler.unscale_, as
+  // torchvision's training script does).
+  bool step(optim::Optimizer& opt, double clip_grad_norm = 0);
 
   bool loss_scaling() const { return scaler_.has_value(); }
+  nn::Module& model() { return model_; }
+  // The masters changed outside step() (the EMA's update of its model): the next forward
+  // casts them to the working copies again.
+  void weights_changed() { fresh_ = false; }
   // The 16-bit copies the graph computes with (null when the model computes in its own dtype).
   const nn::ComputeCopies* compute_copies() const { return copies_ ? &*copies_ : nullptr; }
   nn::ComputeCopies* compute_copies() { return copies_ ? &*copies_ : nullptr; }

@@ -8,10 +8,10 @@ namespace rt::train {
 
 Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp,
                 const std::map<std::string, std::string>& flags, const std::set<std::string>& trajectory,
-                int64_t steps_per_epoch) {
+                int64_t steps_per_epoch, optim::ModelEma* ema) {
   std::map<std::string, std::string> saved;
-  std::map<std::string, Tensor> scaler_state;
-  Progress p = load_checkpoint(path, model, opt, &saved, &scaler_state);
+  std::map<std::string, Tensor> scaler_state, ema_state;
+  Progress p = load_checkpoint(path, model, opt, &saved, &scaler_state, &ema_state);
   const auto ws = flags.find("world-size");
   const int64_t now_world = ws == flags.end() ? 1 : std::stoll(ws->second);
   const int64_t then_world = saved.count("world-size") ? std::stoll(saved.at("world-size")) : 1;
@@ -24,6 +24,12 @@ Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& op
                        " but this run has --" + k + " " + flags.at(k) +
                        "; resume with the same value (or start a new run)");
   mp.load_state(scaler_state);
+  if (ema) {
+    if (ema_state.empty())
+      throw UsageError("--resume: the checkpoint " + path + " holds no EMA weights (it was trained without "
+                       "--model-ema); resume without --model-ema, or start a new run");
+    ema->load_state(ema_state);
+  }
   // Note [Resume with another world size]
   // p.batch counts this epoch's batches per rank. With another number of ranks the epoch is
   // sharded anew; the run continues after the same number of the epoch's examples (rounded

@@ -20,19 +20,20 @@
 #include <string>
 
 #include "engine/nn/module.h"
+#include "optim/ema.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
 #include "train/precision.h"
 
 namespace rt::train {
 
-// Restores model, optimizer and loss scaler from the checkpoint at `path` and returns where
+// Restores model, optimizer, loss scaler (and `ema`, when given) from the checkpoint at `path` and returns where
 // training stands. A flag named in `trajectory` (TrainConfig::trajectory_flags) whose
 // recorded value differs from `flags` (this run's recorded flags) is a UsageError naming both
 // values; checkpoint errors are load_checkpoint's.
 // `steps_per_epoch`: this run's (Note [Resume with another world size]).
 Progress resume(const std::string& path, nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp,
                 const std::map<std::string, std::string>& flags, const std::set<std::string>& trajectory,
-                int64_t steps_per_epoch);
+                int64_t steps_per_epoch, optim::ModelEma* ema = nullptr);
 
 }  // namespace rt::train

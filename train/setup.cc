@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cstdio>
 
+#include "engine/nn/layers.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
 
@@ -60,6 +61,8 @@ data::DatasetOptions dataset_options(const CommonConfig& c) {
   o.image_folder.val_crop_size = int(c.data.val_crop_size);
   o.image_folder.seed = c.seed;
   o.image_folder.cache_dir = c.data.cache_dir;
+  o.image_folder.interpolation = c.data.interpolation;
+  o.image_folder.auto_augment = c.data.auto_augment;
   return o;
 }
 
@@ -108,12 +111,20 @@ Setup set_up(const CommonConfig& cfg, bool training) {
     const MemoryTagScope tag(MemoryTag::parameters);  // the allocator's attribution (engine/memory_tag.h)
     s.model = models::make_model(cfg.model.name, mo);
   }
+  s.model_options = mo;
   std::printf("model %s: width %ld, %s stem, %ld classes, %ld input channels, %.2fM parameters, %s, %s\n",
               cfg.model.name.c_str(), mo.width,
               !mo.small_stem ? "imagenet" : mo.stem_stride == 1 ? "small stride-1" : "small stride-2",
               mo.num_classes, mo.in_channels, double(s.model->num_parameters()) / 1e6, format_name(s.format),
               precision_name(s.precision));
   return s;
+}
+
+std::shared_ptr<nn::Module> make_model_like(const CommonConfig& cfg, const Setup& s) {
+  const MemoryTagScope tag(MemoryTag::parameters);
+  std::shared_ptr<nn::Module> m = models::make_model(cfg.model.name, s.model_options);
+  m->to(s.device, s.format);
+  return m;
 }
 
 void load_init_weights(const CommonConfig& cfg, nn::Module& model) {
@@ -128,12 +139,47 @@ data::LoaderOptions loader_options(const LoaderConfig& cfg, Device device) {
   return lo;
 }
 
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, const nn::Module& model) {
+// torchvision's set_weight_decay(model, weight_decay, norm_weight_decay, custom_keys=[("bias",
+// bias_weight_decay)]): a parameter named "bias" takes bias_weight_decay (also a batch norm's
+// bias), another parameter of a batch norm norm_weight_decay, each when given.
+optim::DecayByName decay_groups(const OptimizerConfig& cfg, nn::Module& model) {
+  optim::DecayByName by_name;
+  for (const auto& [path, m] : model.named_modules()) {
+    const bool norm = dynamic_cast<const nn::BatchNorm2d*>(m) != nullptr;
+    const std::string prefix = path.empty() ? "" : path + ".";
+    for (const char* local : {"weight", "bias"}) {
+      const std::string name = prefix + local;
+      const bool bias = std::string(local) == "bias";
+      if (bias && cfg.bias_weight_decay) by_name[name] = *cfg.bias_weight_decay;
+      else if (norm && cfg.norm_weight_decay) by_name[name] = *cfg.norm_weight_decay;
+    }
+  }
+  // Only the model's parameters (a module without a bias has none of that name).
+  optim::DecayByName out;
+  for (const auto& [name, p] : model.named_parameters())
+    if (by_name.count(name)) out[name] = by_name.at(name);
+  return out;
+}
+
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, nn::Module& model) {
+  const optim::DecayByName decay_of = decay_groups(cfg, model);
+  if (cfg.kind == OptimizerKind::lars) {
+    optim::LarsOptions o;
+    o.lr = cfg.lr;
+    o.momentum = cfg.momentum;
+    o.nesterov = cfg.nesterov;
+    o.weight_decay = cfg.weight_decay;
+    o.eta = cfg.lars_eta;
+    o.exclude_bn_bias = cfg.lars_exclude_bn_bias;
+    o.weight_decay_of = decay_of;
+    return optim::make_lars(model.named_parameters(), o);
+  }
   if (cfg.kind == OptimizerKind::adamw) {
     optim::AdamWOptions o;
     o.lr = cfg.lr;
     o.weight_decay = cfg.weight_decay;
     o.no_decay_1d = cfg.no_bn_bias_decay;
+    o.weight_decay_of = decay_of;
     return optim::make_adamw(model.named_parameters(), o);
   }
   optim::SgdOptions o;
@@ -142,6 +188,7 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, con
   o.nesterov = cfg.nesterov;
   o.weight_decay = cfg.weight_decay;
   o.no_decay_1d = cfg.no_bn_bias_decay;
+  o.weight_decay_of = decay_of;
   return optim::make_sgd(model.named_parameters(), o);
 }
 
@@ -152,6 +199,7 @@ TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dt
   so.drop_last = true;  // every step sees a full batch (batch-norm statistics, exact resume)
   so.rank = par.rank();
   so.world_size = par.world_size();
+  so.repetitions = cfg.data.ra_repetitions;
   TrainData d;
   d.loader = std::make_unique<data::Loader>(
       *s.train_set, data::Sampler(s.train_set->size(), cfg.loader.batch_size, so), loader_options(cfg.loader, s.device));

@@ -9,6 +9,7 @@
 #include "data/device_feeder.h"
 #include "data/loader.h"
 #include "engine/nn/module.h"
+#include "models/registry.h"
 #include "optim/optimizer.h"
 #include "train/parallel_context.h"
 #include "train/precision.h"
@@ -23,6 +24,7 @@ struct Setup {
   Device device;
   Precision precision = Precision::fp32;
   MemoryFormat format = MemoryFormat::channels_last;
+  models::ModelOptions model_options;  // what built `model`
 };
 
 // Sets the CPU thread count, resolves the device and precision (printing what auto chose),
@@ -31,11 +33,16 @@ struct Setup {
 // size. Prints one line describing the model.
 Setup set_up(const CommonConfig& cfg, bool training);
 
+// A second model of the same architecture (the EMA's), on the device, in the format.
+std::shared_ptr<nn::Module> make_model_like(const CommonConfig& cfg, const Setup& s);
+
 // --init-weights into `model`, when given.
 void load_init_weights(const CommonConfig& cfg, nn::Module& model);
 
 data::LoaderOptions loader_options(const LoaderConfig& cfg, Device device);
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, const nn::Module& model);
+// The optimizer of --optimizer over the model's parameters, with the weight-decay groups of
+// --norm-weight-decay and --bias-weight-decay.
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimizerConfig& cfg, nn::Module& model);
 
 // The training batches: this process's shard of each epoch (`par`), full batches only
 // (batch-norm statistics, Note [Exact resume]), on the device in the input dtype.

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "base/error.h"
+#include "data/batch_augment.h"
 #include "engine/ops.h"
 #include "engine/memory_tag.h"
 #include "engine/profiler.h"
@@ -12,13 +13,14 @@
 namespace rt::train {
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp, ParallelContext& par,
-                     const LoopConfig& loop, double label_smoothing, Device device)
+                     const LoopConfig& loop, double label_smoothing, Device device, const StepOptions& options)
     : model_(model),
       opt_(opt),
       mp_(mp),
       par_(par),
       accum_(loop.accum_steps),
       label_smoothing_(label_smoothing),
+      options_(options),
       skip_nonfinite_(loop.skip_nonfinite),
       loss_on_device_(device.is_cuda() && !loop.skip_nonfinite),
       losses_(!loss_on_device_) {
@@ -47,7 +49,7 @@ StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
     {
       const prof::RangeScope phase(EventKind::phase, "forward");
       const MemoryTagScope tag(MemoryTag::activations);  // what the allocator attributes (engine/memory_tag.h)
-      loss = cross_entropy(mp_.forward(b->input), b->labels, label_smoothing_);
+      loss = loss_of(*b);
       l = losses_.add(loss, accum_);  // nullopt: it stays on the device
     }
     if (skip_why.empty()) {
@@ -71,7 +73,7 @@ StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
   if (skip_why.empty()) {
     par_.before_optimizer_step();
     std::string mine = nonfinite_gradients();
-    if (mine.empty()) out.overflow = !mp_.step(opt_);
+    if (mine.empty()) out.overflow = !mp_.step(opt_, options_.clip_grad_norm);
     opt_.zero_grad();
     if (mine.empty()) mine = nonfinite_update(after);
     if (skip_nonfinite_) skip_why = agree_on_skip(mine);
@@ -87,6 +89,46 @@ StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
                  p.step + 1, skip_why.c_str());
   }
   return out;
+}
+
+StepOptions step_options(const TrainConfig& cfg) {
+  StepOptions o;
+  o.seed = cfg.seed;
+  o.mixup_alpha = cfg.data.mixup_alpha;
+  o.cutmix_alpha = cfg.data.cutmix_alpha;
+  o.random_erase = cfg.data.random_erase;
+  o.clip_grad_norm = cfg.optimizer.clip_grad_norm;
+  return o;
+}
+
+// Note [Batch augmentation order]
+// As torchvision's recipe applies them: RandomErasing is the last transform of each image
+// (after normalisation: an erased pixel is 0, the mean colour), then the batch's
+// collate_fn chooses mixup or cutmix and mixes the images with their roll by one and the
+// one-hot targets with theirs. Here both run on the training device on the normalised batch:
+// image n of batch k of an epoch draws its erase box from (seed, epoch, k * N + n), the batch
+// its mix from (seed, epoch, k) (data/batch_augment.h), so a resumed run draws the same. A
+// mixed batch's loss is the cross entropy with the mixed targets (label smoothing applied to
+// them, as CrossEntropyLoss does with probability targets).
+Tensor TrainStep::loss_of(data::DeviceBatch& b) {
+  const int64_t n = b.input.size(0), h = b.input.size(2), w = b.input.size(3);
+  if (options_.random_erase > 0) {
+    std::vector<ImageBox> boxes(static_cast<size_t>(n));
+    for (int64_t i = 0; i < n; ++i) {
+      Generator g = data::erase_generator(options_.seed, b.epoch, b.index * n + i);
+      boxes[size_t(i)] = data::draw_erase(options_.random_erase, h, w, g);
+    }
+    erase_boxes_(b.input, boxes);
+  }
+  if (options_.mixup_alpha <= 0 && options_.cutmix_alpha <= 0)
+    return cross_entropy(mp_.forward(b.input), b.labels, label_smoothing_);
+  Generator g = data::mix_generator(options_.seed, b.epoch, b.index);
+  const data::MixDraw d = data::draw_mix(options_.mixup_alpha, options_.cutmix_alpha, g, h, w);
+  Tensor input = b.input;
+  if (d.kind == data::MixKind::mixup) input = mix_with_rolled(b.input, d.lam, ImageBox{0, h, 0, w});
+  if (d.kind == data::MixKind::cutmix) input = mix_with_rolled(b.input, 0.0, d.box);
+  const Tensor logits = mp_.forward(input);
+  return cross_entropy_soft(logits, mix_targets(b.labels, logits.size(1), d.lam, logits.dtype()), label_smoothing_);
 }
 
 // Without --skip-nonfinite this throws, naming the cause; with it, returns why the step is

@@ -22,6 +22,15 @@
 
 namespace rt::train {
 
+// What a step does to its batches before the forward, and to the gradients before the
+// update (the configuration's --mixup-alpha, --cutmix-alpha, --random-erase, --clip-grad-norm).
+struct StepOptions {
+  uint64_t seed = 0;  // the draws: data/batch_augment.h, functions of (seed, epoch, batch or position)
+  double mixup_alpha = 0, cutmix_alpha = 0, random_erase = 0;
+  double clip_grad_norm = 0;
+};
+StepOptions step_options(const TrainConfig& cfg);
+
 struct StepOutcome {
   bool complete = false;    // false: the epoch ran out of batches within the step (dropped, like drop_last)
   int64_t samples = 0;      // images read, also those of a dropped step
@@ -34,7 +43,7 @@ class TrainStep {
   // `model`, `opt`, `mp` and `par` must outlive the step. Takes the --skip-nonfinite
   // snapshot of the state now, so construct it after resuming.
   TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp, ParallelContext& par,
-            const LoopConfig& loop, double label_smoothing, Device device);
+            const LoopConfig& loop, double label_smoothing, Device device, const StepOptions& options = {});
 
   // The step after `p` (p.step + 1), from the feed's next batches, at the optimizer's lr.
   StepOutcome run(data::DeviceFeeder& feed, const Progress& p);
@@ -54,6 +63,9 @@ class TrainStep {
   // `mine` (this rank's reason to skip, "" for none) or another rank's: what every rank
   // decides together (Note [Skipping together], step.cc).
   std::string agree_on_skip(const std::string& mine);
+  // The micro-batch's loss after random erasing and mixup/cutmix of its images (in place
+  // in `b`; Note [Batch augmentation order], step.cc).
+  Tensor loss_of(data::DeviceBatch& b);
 
   nn::Module& model_;
   optim::Optimizer& opt_;
@@ -61,6 +73,7 @@ class TrainStep {
   ParallelContext& par_;
   int64_t accum_;
   double label_smoothing_;
+  StepOptions options_;
   bool skip_nonfinite_;
   bool loss_on_device_;  // CUDA without --skip-nonfinite (Note [Loss on the device])
   LossMeter losses_;

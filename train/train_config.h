@@ -13,6 +13,8 @@
 #include <string>
 #include <utility>
 
+#include "data/auto_augment.h"
+#include "data/image_transforms.h"
 #include "distributed/communicator_ops.h"
 #include "distributed/reducer.h"
 #include "engine/device.h"
@@ -31,7 +33,7 @@ inline constexpr std::pair<const char*, DatasetKind> kDatasetNames[] = {
     {"tensors", DatasetKind::tensors}};
 const char* dataset_name(DatasetKind d);
 
-enum class OptimizerKind : uint8_t { sgd, adamw };
+enum class OptimizerKind : uint8_t { sgd, adamw, lars };
 
 struct ModelConfig {
   std::string name = "resnet18";  // a models/registry.h name (the registry is the closed set)
@@ -54,6 +56,16 @@ struct DataConfig {
   int64_t val_crop_size = 224;    // imagenet: then centre-crops this square
   std::string cache_dir;          // "" = $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or ~/.cache/ringtape
   bool augment = true;            // training only: random crop and flip of small images
+  data::Interpolation interpolation = data::Interpolation::bilinear;  // imagenet's crop and resize
+  // Training only, the imagenet pipeline: the policy after the crop and flip (its
+  // interpolation is --interpolation too).
+  data::AutoAugmentOptions auto_augment;
+  int ra_repetitions = 0;         // --ra-sampler: --ra-reps (Note [Repeated augmentation]); 0 = off
+  // On the batch, on the training device (data/batch_augment.h): RandomErasing's p, and
+  // the Beta parameters of mixup and cutmix (0 = off; both: one of the two per batch).
+  double random_erase = 0;
+  double mixup_alpha = 0;
+  double cutmix_alpha = 0;
 
   bool operator==(const DataConfig&) const = default;
 };
@@ -100,6 +112,13 @@ struct OptimizerConfig {
   bool nesterov = false;  // SGD
   double weight_decay = 5e-4;  // SGD: L2 added to the gradient; AdamW: decoupled
   bool no_bn_bias_decay = false;  // no weight decay for 1-D parameters
+  // torchvision's set_weight_decay: the decay of batch-norm parameters and of parameters
+  // named "bias" (which wins for a norm layer's bias); nullopt = weight_decay.
+  std::optional<double> norm_weight_decay;
+  std::optional<double> bias_weight_decay;
+  double lars_eta = 0.001;           // LARS's trust coefficient
+  bool lars_exclude_bn_bias = true;  // LARS: no trust ratio nor decay for 1-D parameters (MLPerf)
+  double clip_grad_norm = 0;         // the gradients' total 2-norm is clipped to this; 0 = off
 
   bool operator==(const OptimizerConfig&) const = default;
 };
@@ -111,6 +130,7 @@ struct LoopConfig {
   int64_t accum_steps = 1;  // micro-batches per optimizer step
   bool shuffle = true;      // false: --no-shuffle
   bool skip_nonfinite = false;  // Note [Non-finite steps]
+  bool test_only = false;       // evaluate the weights (and the EMA's) and stop, as torchvision's --test-only
 
   bool operator==(const LoopConfig&) const = default;
 };
@@ -154,8 +174,19 @@ struct ParallelConfig {
   bool operator==(const ParallelConfig&) const = default;
 };
 
+// torchvision's --model-ema: an exponential moving average of the weights and batch-norm
+// statistics (optim/ema.h), evaluated next to the model and saved as model_ema.safetensors.
+struct EmaConfig {
+  bool enabled = false;
+  int64_t steps = 32;       // iterations between updates
+  double decay = 0.99998;   // per update before torchvision's adjustment (optim::ema_decay_for)
+
+  bool operator==(const EmaConfig&) const = default;
+};
+
 struct TrainConfig : CommonConfig {
   OptimizerConfig optimizer;
+  EmaConfig ema;
   optim::LrScheduleOptions lr_schedule = default_lr_schedule();
   LoopConfig loop;
   OutputConfig output;

@@ -130,6 +130,29 @@ bool attach(ParallelContext& par, nn::Module& model, MixedPrecision& mp,
   return true;
 }
 
+// --model-ema: the EMA's model (a second model of the same architecture, on the device) and
+// the average kept in it, made with torchvision's decay adjustment (optim/ema.h).
+struct Ema {
+  std::shared_ptr<nn::Module> model;
+  std::unique_ptr<MixedPrecision> mp;  // its evaluation in the run's precision
+  std::unique_ptr<optim::ModelEma> average;
+};
+
+Ema make_ema(const TrainConfig& cfg, const Setup& s, nn::Module& model, const ParallelContext& par) {
+  Ema e;
+  if (!cfg.ema.enabled) return e;
+  e.model = make_model_like(cfg, s);
+  e.model->eval();
+  e.mp = std::make_unique<MixedPrecision>(*e.model, mixed_precision_options(s.precision));
+  optim::ModelEmaOptions o;
+  o.decay = optim::ema_decay_for(cfg.ema.decay, par.world_size(), cfg.loader.batch_size, cfg.ema.steps,
+                                 cfg.loop.epochs);
+  o.steps = cfg.ema.steps;
+  o.warmup_epochs = cfg.lr_schedule.warmup_epochs;
+  e.average = std::make_unique<optim::ModelEma>(model.state_dict(), e.model->state_dict(), o);
+  return e;
+}
+
 // The members are declared in the order they are set up.
 class Trainer {
  public:
@@ -150,12 +173,13 @@ class Trainer {
   ParallelContext& par_;
   Setup s_;
   OutputDirLock dir_lock_;  // Note [One run per directory]
-  fs::path dir_, ckpt_, weights_;
+  fs::path dir_, ckpt_, weights_, ema_weights_;
   LiveOutputs live_;
   RankLog* rank_log_;
   nn::Module& model_;
   std::unique_ptr<optim::Optimizer> opt_;
   MixedPrecision mp_;
+  Ema ema_;  // --model-ema
   TrainData data_;
   optim::LrSchedule schedule_;
   std::map<std::string, std::string> flags_;
@@ -177,6 +201,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
       dir_(run_dir(cfg, par, dir_lock_)),
       ckpt_(dir_ / "checkpoint.safetensors"),
       weights_(dir_ / "model.safetensors"),
+      ema_weights_(dir_ / "model_ema.safetensors"),
       live_(live_outputs(cfg, par, dir_, log)),
       rank_log_(open_rank_log(log, dir_, par)),
       model_(ready_to_train(cfg, s_)),
@@ -185,17 +210,19 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
         const MemoryTagScope tag(MemoryTag::parameters);  // the compute copies
         return MixedPrecision(model_, mixed_precision_options(s_.precision));
       }()),
+      ema_(make_ema(cfg, s_, model_, par)),
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
       flags_(flags_to_record(cfg, s_.precision, s_.device, par.world_size())),
       p_(cfg.output.resume.empty()
              ? Progress{}
-             : resume(cfg.output.resume, model_, *opt_, mp_, flags_, cfg.trajectory_flags, data_.steps_per_epoch)),
+             : resume(cfg.output.resume, model_, *opt_, mp_, flags_, cfg.trajectory_flags, data_.steps_per_epoch,
+                      ema_.average.get())),
       attached_(attach(par, model_, mp_, flags_, cfg.same_on_every_rank_flags, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
       log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
            live_),
-      step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device),
+      step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device, step_options(cfg)),
       window_(p_.step + 1),
       profile_(cfg.profile, s_.device, s_.precision == Precision::tf32,
                cfg.profile_dir.empty() ? dir_.string() : cfg.profile_dir, par.rank(), par.world_size()) {
@@ -239,6 +266,10 @@ int Trainer::run() {
   if (par_.is_logging_rank()) {
     SaveInProgress saving(weights_.string());
     save_weights(weights_.string(), model_);
+    if (ema_.model) {
+      SaveInProgress saving_ema(ema_weights_.string());
+      save_weights(ema_weights_.string(), *ema_.model);
+    }
   }
   log_.done(p_.step, skipped_steps_, weights_.string());
   par_.finish();  // first: on CUDA the last steps' timelines are read there (Note [Two clocks])
@@ -265,6 +296,8 @@ bool Trainer::train_epoch() {
     p_.samples_seen += o.samples;
     window_.samples += o.samples;
     if (!o.complete) return true;  // the epoch has no batches left
+    if (ema_.average && ema_.average->after_optimizer_step(p_.epoch, p_.batch / cfg_.loop.accum_steps))
+      ema_.mp->weights_changed();
     p_.batch += cfg_.loop.accum_steps;
     ++p_.step;
     ++window_.steps;
@@ -286,7 +319,9 @@ bool Trainer::end_epoch() {
   // end (Note [Stopping together]).
   const EvalResult e = evaluate(s_, mp_, cfg_, par_, par_.world_size() > 1 ? nullptr : &interrupt_);
   if (e.interrupted) return false;
-  log_.eval(p_, e, skipped_train);
+  std::optional<EvalResult> ema;  // the EMA's weights on the same images (torchvision reports both)
+  if (ema_.mp) ema = evaluate(s_, *ema_.mp, cfg_, par_, nullptr);
+  log_.eval(p_, e, skipped_train, ema ? &*ema : nullptr);
   Allocator& mem = allocator_for(s_.device);
   log_.memory(p_, s_.device, mem.stats(), par_.rank());
   mem.reset_peak();  // the next epoch's peaks are its own
@@ -356,12 +391,38 @@ void Trainer::checkpoint() {
   }
   if (!par_.is_logging_rank()) return;
   SaveInProgress saving(ckpt_.string());
-  save_checkpoint(ckpt_.string(), model_, *opt_, p_, flags_, mp_.state());
+  save_checkpoint(ckpt_.string(), model_, *opt_, p_, flags_, mp_.state(),
+                  ema_.average ? ema_.average->state() : std::map<std::string, Tensor>{});
 }
 
 }  // namespace
 
-int train(const TrainConfig& cfg, ParallelContext& par, RankLog* log) { return Trainer(cfg, par, log).run(); }
+// --test-only: torchvision evaluates the model (and with --model-ema the EMA's weights) and
+// returns; nothing is written.
+int test_only(const TrainConfig& cfg, ParallelContext& par) {
+  Setup s = set_up(cfg, /*training=*/false);
+  if (!cfg.output.resume.empty()) load_checkpoint_model(cfg.output.resume, *s.model);
+  else load_init_weights(cfg, *s.model);
+  s.model->to(s.device, s.format);
+  MixedPrecision mp(*s.model, mixed_precision_options(s.precision));
+  const auto t0 = std::chrono::steady_clock::now();
+  const EvalResult e = evaluate(s, mp, cfg, par);
+  const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  if (par.is_logging_rank()) print_eval(cfg.model.name, dataset_name(cfg.data.dataset), e, dt);
+  if (cfg.ema.enabled && !cfg.output.resume.empty()) {
+    const std::shared_ptr<nn::Module> ema = make_model_like(cfg, s);
+    load_checkpoint_model(cfg.output.resume, *ema, /*ema=*/true);
+    MixedPrecision ema_mp(*ema, mixed_precision_options(s.precision));
+    const EvalResult ee = evaluate(s, ema_mp, cfg, par);
+    if (par.is_logging_rank()) print_eval(cfg.model.name + " (EMA)", dataset_name(cfg.data.dataset), ee, dt);
+  }
+  return 0;
+}
+
+int train(const TrainConfig& cfg, ParallelContext& par, RankLog* log) {
+  if (cfg.loop.test_only) return test_only(cfg, par);
+  return Trainer(cfg, par, log).run();
+}
 
 int eval(const EvalConfig& cfg) {
   Setup s = set_up(cfg, /*training=*/false);

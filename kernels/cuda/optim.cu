@@ -1,4 +1,4 @@
-// Fused SGD and AdamW over a list of parameters.
+// Fused SGD, AdamW and LARS over a list of parameters.
 //
 // Note [Bit-exact updates on the GPU]
 // optim/update_cpu.cc rounds exactly where PyTorch does
@@ -16,6 +16,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/grad_norm.cuh"
 #include "kernels/cuda/optim.cuh"
 
 namespace rt::cuda {
@@ -63,7 +64,23 @@ struct AdamWBatch {
   AdamWSlot t[kMaxTensorsPerLaunch];
   double b1, one_minus_b1, b2, one_minus_b2, eps;
 };
-static_assert(sizeof(SgdBatch) < 4000 && sizeof(AdamWBatch) < 4000, "kernel parameters are limited to 4 KiB");
+
+struct LarsSlot {
+  void* p;
+  const void* g;
+  void* v;
+  int64_t n;
+  int64_t row;  // the parameter's index in the whole list: its norms' partials at rows 2*row, 2*row + 1
+  double wd;
+  int adapt;
+};
+struct LarsBatch {
+  LarsSlot t[kMaxTensorsPerLaunch];
+  double lr, mom, eta, eps;
+  int nesterov;
+};
+static_assert(sizeof(SgdBatch) < 4000 && sizeof(AdamWBatch) < 4000 && sizeof(LarsBatch) < 4000,
+              "kernel parameters are limited to 4 KiB");
 
 // ---- kernels ---------------------------------------------------------------------------
 
@@ -109,6 +126,40 @@ __global__ void adamw_kernel(AdamWBatch b) {
     const T np = add_rn(pi, div_rn(mul_rn(neg_step_size, m), denom));  // addcdiv_(m, denom, -step_size)
     p[i] = np;
     if (s.p_bf16 != nullptr) s.p_bf16[i] = __float2bfloat16(float(np));
+  }
+}
+
+// LARS: every thread adds its tensor's partials in index order (the same sums in every
+// thread and block: Note [Deterministic norms] in grad_norm.cu), computes the trust ratio
+// in double like optim/update_cpu.cc's lars_trust_ratio, then the fused update.
+template <typename T>
+__global__ void lars_kernel(LarsBatch b, const T* partials /* [2 * count, kNormBlocks] */) {
+  const LarsSlot& s = b.t[blockIdx.y];
+  double scaled_lr = b.lr;
+  if (s.adapt) {
+    const T* pw = partials + 2 * s.row * kNormBlocks;
+    const T* pg = pw + kNormBlocks;
+    double w2 = 0.0, g2 = 0.0;
+    for (int k = 0; k < kNormBlocks; ++k) {
+      w2 += double(pw[k]);
+      g2 += double(pg[k]);
+    }
+    const double w_norm = sqrt(w2), g_norm = sqrt(g2);
+    const double trust = w_norm > 0.0 && g_norm > 0.0 ? b.eta * w_norm / (g_norm + s.wd * w_norm + b.eps) : 1.0;
+    scaled_lr = b.lr * trust;
+  }
+  T* p = static_cast<T*>(s.p);
+  const T* g = static_cast<const T*>(s.g);
+  T* v = static_cast<T*>(s.v);
+  const bool decay = s.wd != 0.0;
+  const T wd = T(s.wd), lr = T(scaled_lr), mom = T(b.mom);
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < s.n; i += int64_t(gridDim.x) * blockDim.x) {
+    const T pi = p[i];
+    const T d = decay ? fma_rn(wd, pi, g[i]) : g[i];  // g + weight_decay * w
+    const T step = mul_rn(lr, d);                    // scaled_lr * (...)
+    const T vi = fma_rn(mom, v[i], step);            // v = momentum * v + scaled_lr * (...)
+    v[i] = vi;
+    p[i] = add_rn(pi, -(b.nesterov ? fma_rn(mom, vi, step) : vi));
   }
 }
 
@@ -192,6 +243,42 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
                               if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<float>)(b);
                               else RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<double>)(b);
                             });
+}
+
+void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, void* partials, cudaStream_t s) {
+  check_master_dtype(t, "lars_update");
+  if (list.empty()) return;
+  RT_CHECK(partials != nullptr, "lars_update: null partials");
+  std::vector<const void*> x;  // [2 * count]: w0, g0, w1, g1, ...
+  std::vector<int64_t> n;
+  for (const LarsTensor& e : list) {
+    RT_CHECK(e.n >= 0, "lars_update: negative element count ", e.n);
+    RT_CHECK(e.n == 0 || (e.p && e.g && e.v), "lars_update: null pointer");
+    // A tensor without the trust ratio needs no norms: its rows are written as zeros.
+    x.push_back(e.p);
+    x.push_back(e.g);
+    n.push_back(e.adapt ? e.n : 0);
+    n.push_back(e.adapt ? e.n : 0);
+  }
+  sum_squares_partials(t, x, n, partials, s);
+  LarsBatch b{};
+  b.lr = h.lr;
+  b.mom = h.momentum;
+  b.eta = h.eta;
+  b.eps = h.epsilon;
+  b.nesterov = h.nesterov;
+  launch_batched<LarsSlot>(list.size(), b,
+                           [&](LarsSlot& slot, size_t i) {
+                             const LarsTensor& e = list[i];
+                             slot = LarsSlot{e.p, e.g, e.v, e.n, int64_t(i), e.weight_decay, int(e.adapt)};
+                             return e.n;
+                           },
+                           [&](dim3 grid) {
+                             if (t == DType::f32)
+                               RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<float>)(b, static_cast<float*>(partials));
+                             else
+                               RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<double>)(b, static_cast<double*>(partials));
+                           });
 }
 
 }  // namespace rt::cuda

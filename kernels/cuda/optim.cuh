@@ -46,4 +46,25 @@ struct AdamWHyper {
 };
 void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, cudaStream_t s);
 
+// LARS (the rule in optim/optimizer.h) without a host synchronisation: the kernel of
+// sum_squares_partials (kernels/cuda/grad_norm.cuh) over every parameter and gradient of
+// the list, then one fused update per kMaxTensorsPerLaunch tensors, each block reading its
+// tensor's trust ratio from the partials (the same operations as optim/update_cpu.cc's
+// lars_update; the norms are summed in another order, so results match within rounding).
+struct LarsTensor {
+  void* p = nullptr;        // n elements of the parameter's dtype
+  const void* g = nullptr;  // its gradient
+  void* v = nullptr;        // momentum buffer (zeros before the first step)
+  int64_t n = 0;
+  double weight_decay = 0.0;  // 0 for an excluded parameter
+  bool adapt = true;          // trust ratio; false: scaled_lr = lr (an excluded parameter)
+};
+struct LarsHyper {
+  double lr = 0.0, momentum = 0.0, eta = 0.001, epsilon = 0.0;
+  bool nesterov = false;
+};
+// partials: 2 * list.size() * kNormBlocks elements of t on the device (scratch; the norms'
+// partial sums of parameter i at rows 2i (w) and 2i + 1 (g)).
+void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, void* partials, cudaStream_t s);
+
 }  // namespace rt::cuda

@@ -161,8 +161,8 @@ TEST_CASE("torch_randperm is torch.randperm after manual_seed (torch 1.13, CPU)"
   CHECK(torch_randperm(1, 3) == std::vector<int64_t>{0});
 }
 
-// Note [Repeated augmentation]: written by tests/data/gen_ra_sampler_golden.py from
-// RASampler's own code on torch's randperm.
+// Note [Repeated augmentation]. The expected values are written by
+// tests/data/gen_ra_sampler_golden.py from RASampler's own code on torch's randperm.
 TEST_CASE("repeated augmentation: every rank's indices are torchvision's RASampler's") {
   struct Case {
     int64_t n;

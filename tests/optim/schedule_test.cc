@@ -196,7 +196,7 @@ TEST_CASE("poly ends at lr_min") {
   check_lr(s, 20, 0.01);
 }
 
-// Note [MLPerf schedule]: the reference's poly_rate_schedule written out in its own terms
+// The reference's poly_rate_schedule (Note [MLPerf schedule]) written out in its own terms
 // (current_epoch = step / steps_per_epoch; wrate while current_epoch <= w_epochs;
 // polynomial_decay(plr, max(1, step - w_steps), train_steps - w_steps + 1, end_lr, power)).
 TEST_CASE("mlperf warmup and poly: the MLPerf ResNet reference's schedule") {

@@ -7,9 +7,11 @@
 #include <string>
 #include <vector>
 
-#include "cli/flags.h"
 #include "base/error.h"
+#include "base/usage_error.h"
+#include "cli/flags.h"
 #include "train/train_config.h"
+#include "cli/recipes.h"
 #include "cli/train_flags.h"
 
 namespace rt {
@@ -82,7 +84,10 @@ TEST_CASE("every choice a flag offers parses") {
     for (const std::string& v : flag.choices) {
       CAPTURE(flag.name);
       CAPTURE(v);
-      CHECK_NOTHROW(parse_train({"--" + flag.name, v}));
+      // The policies apply to the JPEG pipeline's RGB images only (check_combinations).
+      std::vector<std::string> args = {"--" + flag.name, v};
+      if (flag.name == "auto-augment") args.insert(args.end(), {"--dataset", "imagenet"});
+      CHECK_NOTHROW(parse_train(args));
     }
   for (const cli::Flag& flag : cli::eval_flags())
     for (const std::string& v : flag.choices) {
@@ -147,6 +152,86 @@ TEST_CASE("values land in their fields") {
   CHECK(parse_train({"--resume", "r/checkpoint.safetensors"}).output.resume == "r/checkpoint.safetensors");
   CHECK(c.compute.threads == 2);
   CHECK(c.compute.cudnn_benchmark);
+}
+
+TEST_CASE("the recipe flags land in their fields") {
+  const train::TrainConfig c = parse_train(
+      {"--dataset", "imagenet", "--auto-augment", "ta_wide", "--ra-magnitude", "5", "--augmix-severity", "4",
+       "--interpolation", "nearest", "--random-erase", "0.25", "--mixup-alpha", "0.2", "--cutmix-alpha", "1",
+       "--ra-sampler", "--ra-reps", "4", "--norm-weight-decay", "0", "--bias-weight-decay", "1e-5", "--optimizer",
+       "lars", "--lars-eta", "0.002", "--lars-exclude-bn-bias", "false", "--clip-grad-norm", "2.5", "--model-ema",
+       "--model-ema-steps", "8", "--model-ema-decay", "0.999", "--lr-warmup-method", "mlperf", "--test-only",
+       "--init-weights", "w.safetensors"});
+  CHECK(c.data.auto_augment.policy == data::AutoAugmentPolicy::ta_wide);
+  CHECK(c.data.auto_augment.ra_magnitude == 5);
+  CHECK(c.data.auto_augment.augmix_severity == 4);
+  CHECK(c.data.interpolation == data::Interpolation::nearest);
+  CHECK(c.data.auto_augment.interpolation == data::Interpolation::nearest);  // one flag for both
+  CHECK(c.data.random_erase == 0.25);
+  CHECK(c.data.mixup_alpha == 0.2);
+  CHECK(c.data.cutmix_alpha == 1.0);
+  CHECK(c.data.ra_repetitions == 4);
+  CHECK(parse_train({"--ra-reps", "4"}).data.ra_repetitions == 0);  // without --ra-sampler: off
+  CHECK(c.optimizer.norm_weight_decay == 0.0);
+  CHECK(c.optimizer.bias_weight_decay == 1e-5);
+  CHECK_FALSE(parse_train({}).optimizer.norm_weight_decay);
+  CHECK(c.optimizer.kind == OptimizerKind::lars);
+  CHECK(c.optimizer.lars_eta == 0.002);
+  CHECK_FALSE(c.optimizer.lars_exclude_bn_bias);
+  CHECK(c.optimizer.clip_grad_norm == 2.5);
+  CHECK(c.ema.enabled);
+  CHECK(c.ema.steps == 8);
+  CHECK(c.ema.decay == 0.999);
+  CHECK(c.lr_schedule.warmup_method == optim::WarmupMethod::mlperf);
+  CHECK(c.loop.test_only);
+  // Their refusals.
+  CHECK_THROWS_WITH_AS(parse_train({"--auto-augment", "ra"}), doctest::Contains("applies to --dataset imagenet"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(parse_train({"--norm-weight-decay", "x"}),
+                       doctest::Contains("--norm-weight-decay must be none (--weight-decay applies) or a number >= 0"),
+                       UsageError);
+  CHECK_THROWS_WITH_AS(parse_train({"--bias-weight-decay", "-1"}), doctest::Contains("got -1"), UsageError);
+  CHECK_THROWS_WITH_AS(parse_train({"--bias-weight-decay", "0", "--no-bn-bias-decay"}),
+                       doctest::Contains("pass one of them"), UsageError);
+  CHECK_THROWS_WITH_AS(parse_train({"--test-only"}), doctest::Contains("--test-only evaluates the weights of"),
+                       UsageError);
+}
+
+TEST_CASE("--recipe: its flags first, the command line's override them, eval takes what it has") {
+  std::string said;
+  const std::vector<std::string> args = {"--recipe", "torchvision-v2", "--epochs", "10", "--dataset", "imagenet"};
+  const std::vector<std::string> x = cli::expand_recipe(args, cli::train_flags(), &said);
+  cli::Flags f(cli::train_flags());
+  f.parse(x);
+  const train::TrainConfig c = cli::parse_train_config(f);
+  CHECK(c.loop.epochs == 10);  // the command line's
+  CHECK(c.optimizer.lr == 0.5);
+  CHECK(c.data.auto_augment.policy == data::AutoAugmentPolicy::ta_wide);
+  CHECK(c.ema.enabled);
+  CHECK(c.data.ra_repetitions == 4);
+  CHECK(c.data.train_crop_size == 176);
+  CHECK(c.optimizer.norm_weight_decay == 0.0);
+  CHECK(c.recorded_flags.at("recipe") == "torchvision-v2");
+  CHECK_MESSAGE(said.find("recipe torchvision-v2") == 0, said);
+  CHECK_MESSAGE(said.find("--epochs (the recipe's 600)") != std::string::npos, said);
+  // eval keeps the model and the evaluation sizes, not the training's flags.
+  const std::vector<std::string> e = cli::expand_recipe({"--recipe=torchvision-v2"}, cli::eval_flags(), nullptr);
+  cli::Flags ef(cli::eval_flags());
+  ef.parse(e);
+  CHECK(ef.integer("val-resize-size") == 232);
+  CHECK(ef.str("model") == "resnet50");
+  // Every recipe parses and passes the checks (on the JPEG pipeline they are written for).
+  for (const std::string& name : cli::recipe_names()) {
+    CAPTURE(name);
+    cli::Flags g(cli::train_flags());
+    g.parse(cli::expand_recipe({"--recipe", name, "--dataset", "imagenet"}, cli::train_flags(), nullptr));
+    CHECK_NOTHROW(cli::parse_train_config(g));
+  }
+  CHECK(parse_train(cli::expand_recipe({"--recipe", "mlperf"}, cli::train_flags(), nullptr)).optimizer.kind ==
+        OptimizerKind::lars);
+  CHECK_THROWS_WITH_AS(cli::expand_recipe({"--recipe", "v3"}, cli::train_flags(), nullptr),
+                       doctest::Contains("'v3' is not one of: none, torchvision-v1, torchvision-v2, mlperf"),
+                       UsageError);
 }
 
 TEST_CASE("the parsers check before they read") {

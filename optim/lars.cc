@@ -1,0 +1,122 @@
+// LARS with the rule of MLPerf's ResNet50 reference (TensorFlow's LARSOptimizer): a
+// per-parameter trust ratio scales the lr, and the velocity holds the scaled lr
+// (Note [LARS keeps the lr inside the velocity] in optimizer.h).
+#include <cmath>
+
+#include "engine/autograd.h"
+#include "engine/stream.h"
+#include "kernels/cuda/grad_norm.cuh"
+#include "kernels/cuda/optim.cuh"
+#include "optim/optimizer.h"
+#include "optim/param_util.h"
+#include "optim/update_cpu.h"
+
+namespace rt::optim {
+namespace {
+
+constexpr const char* kWho = "LARS";
+const std::string kMomentumBuffer = "momentum_buffer";
+
+void check_options(const LarsOptions& o) {
+  check_non_negative(o.lr, "lr", kWho);
+  check_non_negative(o.momentum, "momentum", kWho);
+  check_non_negative(o.weight_decay, "weight_decay", kWho);
+  check_non_negative(o.eta, "eta", kWho);
+  check_non_negative(o.epsilon, "epsilon", kWho);
+}
+
+class Lars final : public Optimizer {
+ public:
+  Lars(nn::NamedTensors params, const LarsOptions& opt)
+      : Optimizer(std::move(params), opt.lr), opt_(opt), buffers_(params_.size()) {}
+
+  void step() override {
+    Device cuda_device = Device::cpu();
+    // Norms: p and g read, 2 flops each; update: p, g, v read, p and v written, ~6 flops.
+    run_step<cuda::LarsTensor>(
+        "lars_step", params_, lr_, kWho, 10, 7,
+        [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::LarsTensor>& on_cuda) {
+          const bool excluded = opt_.exclude_bn_bias && p.ndim() <= 1;
+          const double wd = excluded ? 0.0 : decay_of(params_, i, opt_.weight_decay, false, opt_.weight_decay_of);
+          if (!buffers_[i].defined()) buffers_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+          const Tensor& v = buffers_[i];
+          const int64_t n = p.numel();
+          if (p.device().is_cuda()) {
+            cuda::LarsTensor e;
+            e.p = p.raw_data();
+            e.g = g.raw_data();
+            e.v = v.raw_data();
+            e.n = n;
+            e.weight_decay = wd;
+            e.adapt = !excluded;
+            on_cuda.add(p, e);
+            cuda_device = p.device();
+            return;
+          }
+          cpu::LarsScalars s;
+          s.momentum = opt_.momentum;
+          s.weight_decay = wd;
+          s.nesterov = opt_.nesterov;
+          s.scaled_lr = lr_;
+          if (p.dtype() == DType::f32) {
+            if (!excluded) s.scaled_lr *= trust_ratio(p.data<float>(), g.data<float>(), n, wd);
+            cpu::lars_update<float>(p.data<float>(), g.data<float>(), v.data<float>(), n, s);
+          } else {
+            if (!excluded) s.scaled_lr *= trust_ratio(p.data<double>(), g.data<double>(), n, wd);
+            cpu::lars_update<double>(p.data<double>(), g.data<double>(), v.data<double>(), n, s);
+          }
+        },
+        [&](DType t, const std::vector<cuda::LarsTensor>& list, cudaStream_t stream) {
+          if (list.empty()) return;
+          cuda::LarsHyper h;
+          h.lr = lr_;
+          h.momentum = opt_.momentum;
+          h.eta = opt_.eta;
+          h.epsilon = opt_.epsilon;
+          h.nesterov = opt_.nesterov;
+          // [2 * count, kNormBlocks] partial sums of squares; from the caching allocator on this
+          // stream, so freeing it after the launches is safe (Note [Streams and blocks]).
+          Tensor partials = Tensor::empty({int64_t(2 * list.size()), cuda::kNormBlocks}, t, cuda_device);
+          cuda::lars_update(t, list, h, partials.raw_data(), stream);
+        });
+  }
+
+  std::map<std::string, Tensor> state() const override {
+    std::map<std::string, Tensor> out;
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (buffers_[i].defined()) out[kMomentumBuffer + "." + params_[i].first] = buffers_[i].clone();
+    return out;
+  }
+
+  void load_state(const std::map<std::string, Tensor>& state) override {
+    StateByParam saved = split_state(state, params_, {kMomentumBuffer}, kWho);
+    std::vector<Tensor> restored(params_.size());
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& t = saved[kMomentumBuffer][i];
+      if (!t.defined()) continue;  // never stepped with a gradient: its buffer starts at zero
+      restored[i] = restore_buffer(t, kMomentumBuffer + "." + params_[i].first, params_[i].second, kWho);
+    }
+    buffers_ = std::move(restored);  // only once everything checked out
+  }
+
+ private:
+  template <typename T>
+  double trust_ratio(const T* p, const T* g, int64_t n, double wd) const {
+    const double w_norm = std::sqrt(cpu::sum_squares(p, n)), g_norm = std::sqrt(cpu::sum_squares(g, n));
+    return cpu::lars_trust_ratio(w_norm, g_norm, opt_.eta, wd, opt_.epsilon);
+  }
+
+  LarsOptions opt_;
+  std::vector<Tensor> buffers_;  // per parameter; undefined until its first step
+};
+
+}  // namespace
+
+std::unique_ptr<Optimizer> make_lars(nn::NamedTensors params, const LarsOptions& opt) {
+  check_options(opt);
+  check_param_list(params, kWho);
+  check_decay_by_name(opt.weight_decay_of, params, kWho);
+  return std::make_unique<Lars>(std::move(params), opt);
+}
+
+}  // namespace rt::optim
