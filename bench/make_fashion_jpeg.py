@@ -1,6 +1,6 @@
 #!/usr/bin/python3
 """Writes Fashion-MNIST as an ImageNet-style folder of JPEGs: the proxy on which ImageNet
-recipes (--recipe, bench/run_recipe_proxy.sh) train through the real ImageNet path (file
+recipes (--recipe; bench/run_recipe_proxy.sh) train through the real ImageNet path (file
 lists, JPEG decode, RandomResizedCrop, auto-augment, resize + centre crop) in minutes.
 
   /usr/bin/python3 bench/make_fashion_jpeg.py OUT_DIR [--source /usr/share/datasets/fashion-mnist]
