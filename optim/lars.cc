@@ -81,22 +81,11 @@ class Lars final : public Optimizer {
         });
   }
 
-  std::map<std::string, Tensor> state() const override {
-    std::map<std::string, Tensor> out;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (buffers_[i].defined()) out[kMomentumBuffer + "." + params_[i].first] = buffers_[i].clone();
-    return out;
-  }
+  std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 
+  // A parameter without a saved buffer starts at zero, as when it never stepped.
   void load_state(const std::map<std::string, Tensor>& state) override {
-    StateByParam saved = split_state(state, params_, {kMomentumBuffer}, kWho);
-    std::vector<Tensor> restored(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Tensor& t = saved[kMomentumBuffer][i];
-      if (!t.defined()) continue;  // never stepped with a gradient: its buffer starts at zero
-      restored[i] = restore_buffer(t, kMomentumBuffer + "." + params_[i].first, params_[i].second, kWho);
-    }
-    buffers_ = std::move(restored);  // only once everything checked out
+    buffers_ = restore_buffers(state, kMomentumBuffer, params_, kWho);
   }
 
  private:

@@ -63,6 +63,28 @@ void check_non_negative(double value, const char* what, const char* who) {
   RT_CHECK(std::isfinite(value) && value >= 0.0, who, ": ", what, " must be a finite number >= 0, got ", value);
 }
 
+std::map<std::string, Tensor> buffers_state(const std::string& kind, const nn::NamedTensors& params,
+                                            const std::vector<Tensor>& buffers) {
+  std::map<std::string, Tensor> out;
+  for (size_t i = 0; i < params.size(); ++i)
+    if (buffers[i].defined()) out[kind + "." + params[i].first] = buffers[i].clone();
+  return out;
+}
+
+std::vector<Tensor> restore_buffers(const std::map<std::string, Tensor>& state, const std::string& kind,
+                                    const nn::NamedTensors& params, const char* who, const char* refuse) {
+  StateByParam saved = split_state(state, params, {kind}, who);
+  std::vector<Tensor> restored(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
+    const Tensor& t = saved[kind][i];
+    if (!t.defined()) continue;  // never stepped with a gradient: starts afresh, like PyTorch
+    const std::string key = kind + "." + params[i].first;
+    RT_CHECK(refuse == nullptr, who, ": state entry '", key, "' ", refuse ? refuse : "");
+    restored[i] = restore_buffer(t, key, params[i].second, who);
+  }
+  return restored;
+}
+
 double decay_of(const nn::NamedTensors& params, size_t i, double weight_decay, bool no_decay_1d,
                 const std::map<std::string, double>& by_name) {
   if (no_decay_1d && params[i].second.ndim() <= 1) return 0.0;

@@ -75,6 +75,15 @@ double decay_of(const nn::NamedTensors& params, size_t i, double weight_decay, b
 void check_decay_by_name(const std::map<std::string, double>& by_name, const nn::NamedTensors& params,
                          const char* who);
 
+// One buffer per parameter saved as "<kind>.<param name>" (momentum buffers of SGD and
+// LARS): buffers_state copies the defined ones; restore_buffers takes them back from a saved
+// state, each checked by restore_buffer (and `refuse`, when given, names why this optimizer
+// takes none), undefined where there is none; nothing is kept unless every entry checks out.
+std::map<std::string, Tensor> buffers_state(const std::string& kind, const nn::NamedTensors& params,
+                                            const std::vector<Tensor>& buffers);
+std::vector<Tensor> restore_buffers(const std::map<std::string, Tensor>& state, const std::string& kind,
+                                    const nn::NamedTensors& params, const char* who, const char* refuse = nullptr);
+
 // Checks a learning rate or option is finite and >= 0 (`what` names it in the error).
 void check_non_negative(double value, const char* what, const char* who);
 

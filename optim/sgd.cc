@@ -72,25 +72,11 @@ class Sgd final : public Optimizer {
         });
   }
 
-  std::map<std::string, Tensor> state() const override {
-    std::map<std::string, Tensor> out;
-    for (size_t i = 0; i < params_.size(); ++i)
-      if (buffers_[i].defined()) out[kMomentumBuffer + "." + params_[i].first] = buffers_[i].clone();
-    return out;
-  }
+  std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 
   void load_state(const std::map<std::string, Tensor>& state) override {
-    StateByParam saved = split_state(state, params_, {kMomentumBuffer}, kWho);
-    std::vector<Tensor> restored(params_.size());
-    for (size_t i = 0; i < params_.size(); ++i) {
-      const Tensor& t = saved[kMomentumBuffer][i];
-      if (!t.defined()) continue;  // never stepped with a gradient: starts afresh, like PyTorch
-      const std::string key = kMomentumBuffer + "." + params_[i].first;
-      RT_CHECK(opt_.momentum != 0.0, kWho, ": state entry '", key,
-               "' is a momentum buffer, but this optimizer has momentum 0");
-      restored[i] = restore_buffer(t, key, params_[i].second, kWho);
-    }
-    buffers_ = std::move(restored);  // only once everything checked out
+    const char* refuse = "is a momentum buffer, but this optimizer has momentum 0";
+    buffers_ = restore_buffers(state, kMomentumBuffer, params_, kWho, opt_.momentum != 0.0 ? nullptr : refuse);
   }
 
  private:

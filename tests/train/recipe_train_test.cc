@@ -4,10 +4,8 @@
 // EMA's weights are evaluated, checkpointed and saved; --test-only writes nothing.
 #include <doctest/doctest.h>
 
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -17,21 +15,14 @@
 #include "cli/train_flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
+#include "tests/train/process_util.h"
 
 namespace rt {
 namespace {
 
 namespace fs = std::filesystem;
 
-fs::path dir_of(const std::string& name) {
-  const char* base = std::getenv("TEST_TMPDIR");
-  return fs::path(base ? base : "/tmp") / ("recipe_train_test_" + name);
-}
-
-std::string tmpdir(const std::string& name) {
-  fs::remove_all(dir_of(name));
-  return dir_of(name).string();
-}
+std::string tmpdir(const std::string& name) { return test::fresh_dir("recipe_train_test_", name).string(); }
 
 bool same_bytes(const Tensor& x, const Tensor& t) {
   return x.dtype() == t.dtype() && x.nbytes() == t.nbytes() && std::memcmp(x.raw_data(), t.raw_data(), t.nbytes()) == 0;
@@ -52,17 +43,10 @@ int train(std::vector<std::string> args, const std::vector<std::string>& more = 
   return cli::run_train(f);
 }
 
-std::string read(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 // The eval records of metrics.jsonl.
 std::vector<json::Value> evals(const fs::path& metrics) {
   std::vector<json::Value> out;
-  std::istringstream in(read(metrics));
+  std::istringstream in(test::read_file(metrics));
   for (std::string line; std::getline(in, line);) {
     json::Value v = json::parse(line);
     if (v.find("type") && v.find("type")->as_string() == "eval") out.push_back(v);
@@ -71,7 +55,8 @@ std::vector<json::Value> evals(const fs::path& metrics) {
 }
 
 // Runs `flags` straight through and as 5 steps + resume; both must end with the same files.
-void check_resume(const std::string& name, const std::vector<std::string>& flags) {
+// Returns the straight run's directory.
+fs::path check_resume(const std::string& name, const std::vector<std::string>& flags) {
   CAPTURE(name);
   const std::string a = tmpdir(name + "_full"), b = tmpdir(name + "_resumed");
   REQUIRE(train(tiny(a), flags) == 0);
@@ -81,7 +66,7 @@ void check_resume(const std::string& name, const std::vector<std::string>& flags
   std::vector<std::string> rest = flags;
   rest.insert(rest.end(), {"--resume", b + "/checkpoint.safetensors"});
   REQUIRE(train(tiny(b), rest) == 0);
-  CHECK(read(fs::path(a) / "model.safetensors") == read(fs::path(b) / "model.safetensors"));
+  CHECK(test::read_file(fs::path(a) / "model.safetensors") == test::read_file(fs::path(b) / "model.safetensors"));
   // The checkpoints' tensors (the optimizer's and the EMA's state too); their metadata holds
   // the flags as given (--steps, --resume), which differ.
   const auto ca = load_safetensors(a + "/checkpoint.safetensors"), cb = load_safetensors(b + "/checkpoint.safetensors");
@@ -95,6 +80,7 @@ void check_resume(const std::string& name, const std::vector<std::string>& flags
   REQUIRE(ea.size() == 2);
   REQUIRE(eb.size() == 2);
   CHECK(json::dump(ea.back()) == json::dump(eb.back()));
+  return a;
 }
 
 TEST_CASE("torchvision v2's pieces resume bit-identically; the EMA is evaluated and saved") {
@@ -102,8 +88,7 @@ TEST_CASE("torchvision v2's pieces resume bit-identically; the EMA is evaluated 
                                        "--label-smoothing", "0.1", "--model-ema", "--model-ema-steps", "2",
                                        "--clip-grad-norm", "1.0", "--norm-weight-decay", "0", "--bias-weight-decay",
                                        "0", "--ra-sampler", "--ra-reps", "2"};
-  check_resume("v2", v2);
-  const fs::path dir = dir_of("v2_full");
+  const fs::path dir = check_resume("v2", v2);
   const auto model = load_safetensors((dir / "model.safetensors").string());
   const auto ema = load_safetensors((dir / "model_ema.safetensors").string());
   REQUIRE(ema.size() == model.size());
@@ -124,10 +109,10 @@ TEST_CASE("torchvision v2's pieces resume bit-identically; the EMA is evaluated 
   CHECK(ckpt.count("model_ema.module.conv1.weight"));
 
   // --test-only evaluates the checkpoint's model and its EMA, and writes nothing.
-  const std::string before = read(dir / "metrics.jsonl");
+  const std::string before = test::read_file(dir / "metrics.jsonl");
   const std::string ckpt_path = (dir / "checkpoint.safetensors").string();
   CHECK(train(tiny(dir.string()), {"--test-only", "--model-ema", "--resume", ckpt_path}) == 0);
-  CHECK(read(dir / "metrics.jsonl") == before);
+  CHECK(test::read_file(dir / "metrics.jsonl") == before);
   // model_ema.safetensors loads as --init-weights (the model's keys).
   const std::string c = tmpdir("from_ema");
   CHECK(train(tiny(c), {"--steps", "1", "--init-weights", (dir / "model_ema.safetensors").string()}) == 0);
