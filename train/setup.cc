@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <set>
 
 #include "engine/nn/layers.h"
 #include "models/registry.h"
@@ -143,21 +144,16 @@ data::LoaderOptions loader_options(const LoaderConfig& cfg, Device device) {
 // bias_weight_decay)]): a parameter named "bias" takes bias_weight_decay (also a batch norm's
 // bias), another parameter of a batch norm norm_weight_decay, each when given.
 optim::DecayByName decay_groups(const OptimizerConfig& cfg, nn::Module& model) {
-  optim::DecayByName by_name;
-  for (const auto& [path, m] : model.named_modules()) {
-    const bool norm = dynamic_cast<const nn::BatchNorm2d*>(m) != nullptr;
-    const std::string prefix = path.empty() ? "" : path + ".";
-    for (const char* local : {"weight", "bias"}) {
-      const std::string name = prefix + local;
-      const bool bias = std::string(local) == "bias";
-      if (bias && cfg.bias_weight_decay) by_name[name] = *cfg.bias_weight_decay;
-      else if (norm && cfg.norm_weight_decay) by_name[name] = *cfg.norm_weight_decay;
-    }
-  }
-  // Only the model's parameters (a module without a bias has none of that name).
+  std::set<std::string> norms;  // the batch norms' module paths
+  for (const auto& [path, m] : model.named_modules())
+    if (dynamic_cast<const nn::BatchNorm2d*>(m)) norms.insert(path);
   optim::DecayByName out;
-  for (const auto& [name, p] : model.named_parameters())
-    if (by_name.count(name)) out[name] = by_name.at(name);
+  for (const auto& [name, p] : model.named_parameters()) {
+    const size_t dot = name.rfind('.');
+    const std::string owner = dot == std::string::npos ? "" : name.substr(0, dot);
+    if (name.substr(dot + 1) == "bias" && cfg.bias_weight_decay) out[name] = *cfg.bias_weight_decay;
+    else if (norms.count(owner) && cfg.norm_weight_decay) out[name] = *cfg.norm_weight_decay;
+  }
   return out;
 }
 

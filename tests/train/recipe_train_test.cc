@@ -6,6 +6,8 @@
 
 #include <cstring>
 #include <filesystem>
+#include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -15,6 +17,9 @@
 #include "cli/train_flags.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
+#include "engine/nn/module.h"
+#include "models/registry.h"
+#include "train/setup.h"
 #include "tests/train/process_util.h"
 
 namespace rt {
@@ -122,6 +127,41 @@ TEST_CASE("LARS with MLPerf's warmup and poly decay resumes bit-identically") {
   check_resume("lars", {"--optimizer", "lars", "--lr", "2.0", "--weight-decay", "5e-5", "--lr-scheduler", "poly",
                         "--lr-power", "2", "--lr-min", "1e-4", "--lr-warmup-method", "mlperf", "--label-smoothing",
                         "0.1"});
+}
+
+// torchvision's set_weight_decay: a parameter named bias takes --bias-weight-decay (a batch
+// norm's bias too), a batch norm's weight --norm-weight-decay, the rest --weight-decay. With
+// momentum 0 and zero gradients one SGD step at lr 1 scales each parameter by 1 - decay.
+TEST_CASE("--norm-weight-decay and --bias-weight-decay: torchvision's weight-decay groups") {
+  cli::Flags f(cli::train_flags());
+  f.parse({"--momentum", "0", "--lr", "1", "--weight-decay", "0.1", "--norm-weight-decay", "0.25",
+           "--bias-weight-decay", "0.5"});
+  const train::TrainConfig cfg = cli::parse_train_config(f);
+  models::ModelOptions mo;
+  mo.num_classes = 4;
+  mo.width = 4;
+  mo.small_stem = true;
+  const std::shared_ptr<nn::Module> model = models::make_model("resnet18", mo);
+  const auto opt = train::make_optimizer(cfg.optimizer, *model);
+  std::map<std::string, std::vector<double>> before;
+  for (auto& [name, p] : model->named_parameters()) {
+    before[name] = p.to(DType::f64).to_vector<double>();
+    p.set_grad(Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format()));
+  }
+  opt->step();
+  std::map<double, int> seen;  // decay -> parameters that had it
+  for (const auto& [name, p] : model->named_parameters()) {
+    CAPTURE(name);
+    const bool bias = name.size() >= 5 && name.substr(name.size() - 5) == ".bias";
+    const bool norm_weight = name.find("bn") != std::string::npos || name.find("downsample.1") != std::string::npos;
+    const double decay = bias ? 0.5 : norm_weight ? 0.25 : 0.1;
+    ++seen[decay];
+    const std::vector<double> now = p.to(DType::f64).to_vector<double>(), was = before.at(name);
+    for (size_t i = 0; i < now.size(); ++i) CHECK(now[i] == doctest::Approx(was[i] * (1 - decay)).epsilon(1e-6));
+  }
+  CHECK(seen[0.5] > 0);   // batch norms' biases and fc.bias
+  CHECK(seen[0.25] > 0);  // batch norms' weights
+  CHECK(seen[0.1] > 0);   // convolutions, fc.weight
 }
 
 }  // namespace
