@@ -11,6 +11,7 @@
 
 #include "cli/doctor.h"
 #include "cli/flags.h"
+#include "cli/pack.h"
 #include "cli/plot.h"
 #include "cli/recipes.h"
 #include "distributed/nccl_communicator.h"
@@ -30,7 +31,8 @@ const char* kUsage =
     "  eval    evaluate weights or a checkpoint on a dataset's test split\n"
     "  info    the devices ringtape sees, its CPU threads and instruction set\n"
     "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n"
-    "  plot    draw runs' metrics.jsonl (loss, accuracy, learning rate, images/s) as an SVG\n\n"
+    "  plot    draw runs' metrics.jsonl (loss, accuracy, learning rate, images/s) as an SVG\n"
+    "  pack    write an image folder as WebDataset tar shards (for --dataset webdataset)\n\n"
     "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
@@ -72,6 +74,7 @@ int main(int argc, char** argv) {
     if (cmd == "info") return cmd_info();
     if (cmd == "doctor") return rt::cli::doctor_command(args);
     if (cmd == "plot") return rt::cli::plot_command(args);
+    if (cmd == "pack") return rt::cli::pack_command(args);
     if (cmd == "train" || cmd == "eval") {
       rt::cli::Flags flags(cmd == "train" ? rt::cli::train_flags() : rt::cli::eval_flags());
       for (const auto& a : args)

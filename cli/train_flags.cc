@@ -154,8 +154,17 @@ std::vector<FlagRow> data_rows() {
            [](const FlagValue& v, CommonConfig& c) { c.data.dataset = choice(v, kDatasetNames); }),
       both(flag("data-path", FlagType::string, "", Topic::data,
                 "dataset location (fashion-mnist: /usr/share/datasets/fashion-mnist; imagenet: DIR with train/ and "
-                "val/; tensors: a .safetensors file)"),
+                "val/; webdataset: the folder `ringtape pack` wrote (train-*.tar, val-*.tar) or the training shards' "
+                "brace pattern, e.g. 'shards/train-{000000..000146}.tar'; tensors: a .safetensors file)"),
            [](const FlagValue& v, CommonConfig& c) { c.data.data_path = v.str(); }),
+      both(flag("val-data-path", FlagType::string, "", Topic::data,
+                "webdataset: the evaluation shards (a folder's val-*.tar, a .tar or a brace pattern); default: the "
+                "val-*.tar beside the training shards"),
+           [](const FlagValue& v, CommonConfig& c) { c.data.val_data_path = v.str(); }),
+      train_only(flag("shuffle-buffer", FlagType::integer, "5000", Topic::data,
+                      "webdataset: examples in the shuffle buffer after the shards' shuffled order (0 = none)", {},
+                      within(0, int64_t(1) << 30, "in [0, 2^30] (examples)"), kCourse),
+                 [](const FlagValue& v, TrainConfig& c) { c.data.shuffle_buffer = v.integer(); }),
       both(flag("synthetic-size", FlagType::string, "1024x3x32x32", Topic::data,
                 "synthetic dataset: NxCxHxW (with --dataset synthetic)", {}, {}, kCourse),
            [](const FlagValue& v, CommonConfig& c) {
@@ -607,8 +616,12 @@ void check_combinations(const Flags& f) {
       throw UsageError("--no-bn-bias-decay and --" + std::string(name) +
                        " both set the decay of batch-norm parameters and biases; pass one of them");
   }
-  if (f.has("auto-augment") && f.str("auto-augment") != "none" && f.str("dataset") != "imagenet")
-    throw UsageError("--auto-augment " + f.str("auto-augment") + " applies to --dataset imagenet (RGB images "
+  if (f.given("val-data-path") && f.str("dataset") != "webdataset")
+    throw UsageError("--val-data-path applies to --dataset webdataset (the evaluation shards), not to " +
+                     f.str("dataset") + "; drop it");
+  if (f.has("auto-augment") && f.str("auto-augment") != "none" && f.str("dataset") != "imagenet" &&
+      f.str("dataset") != "webdataset")
+    throw UsageError("--auto-augment " + f.str("auto-augment") + " applies to --dataset imagenet or webdataset (RGB images "
                      "through the JPEG pipeline), not to " + f.str("dataset") + "; drop --auto-augment");
   if (f.has("test-only") && f.boolean("test-only") && f.str("resume").empty() && f.str("init-weights").empty())
     throw UsageError("--test-only evaluates the weights of --resume CHECKPOINT or --init-weights FILE; give one");

@@ -6,7 +6,7 @@
 
 namespace rt::data {
 
-const char* dataset_names() { return "fashion-mnist, cifar10, imagenet, synthetic, tensors"; }
+const char* dataset_names() { return "fashion-mnist, cifar10, imagenet, webdataset, synthetic, tensors"; }
 
 std::string default_data_path(const std::string& name) {
   if (name == "fashion-mnist") return kFashionMnistDefaultPath;
@@ -44,6 +44,11 @@ std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string
     RT_CHECK(!path.empty(), "dataset imagenet needs a path DIR: ImageNet-1k in the ImageFolder layout, ",
              "DIR/train/<wnid>/*.JPEG and DIR/val/<wnid>/*.JPEG (or DIR/val/*.JPEG with DIR/LOC_val_solution.csv)");
     return open_image_folder(path, split, opt.image_folder);
+  }
+  if (name == "webdataset") {
+    RT_CHECK(!path.empty(), "dataset webdataset needs a path: the folder `ringtape pack` wrote (train-*.tar for ",
+             "training, val-*.tar for evaluation), or a brace pattern like 'shards/train-{000000..000146}.tar'");
+    return open_webdataset(path, split, opt.image_folder, opt.webdataset);
   }
   if (name == "tensors") {
     RT_CHECK(!path.empty(), "dataset tensors needs a path: a .safetensors file with \"images\" (N,C,H,W) ",

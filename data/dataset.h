@@ -60,6 +60,9 @@ class Dataset {
   virtual int64_t label(int64_t i) const = 0;
   // Where the examples come from, for messages: the file or folder ("" when computed).
   virtual std::string location() const { return ""; }
+  // A sharded dataset (read sequentially, Note [Shard order] in data/sampler.h): the number
+  // of examples in each shard, shard 0's being indices [0, n0), ...; empty otherwise.
+  virtual std::vector<int64_t> shard_sizes() const { return {}; }
 
   // Bytes of one example (image_shape() of pixel_dtype()); every dataset checks at open
   // time that they fit in int64.
@@ -95,12 +98,24 @@ struct ImageFolderOptions {
   bool use_cache = true;
 };
 
+// "webdataset": ImageNet as tar shards (`ringtape pack`; data/webdataset.cc). The image
+// pipeline is ImageFolderOptions'.
+struct WebDatasetOptions {
+  // The test split's shards (a folder's val-*.tar, a pattern or a .tar); "" = the data
+  // path's val-*.tar when it is a folder, else the val-*.tar beside its shards.
+  std::string val_path;
+  // Bytes of each shard the reader asks the kernel to read ahead of the samples it decodes
+  // (posix_fadvise WILLNEED), so that reads stream in large sequential requests.
+  int64_t readahead_bytes = int64_t(64) << 20;
+};
+
 struct DatasetOptions {
   SyntheticOptions synthetic;
   // In-memory u8 datasets (fashion-mnist, cifar10, u8 tensors), split "train" only:
   // random crop from the zero-padded image and flip.
   AugmentOptions augment;
   ImageFolderOptions image_folder;
+  WebDatasetOptions webdataset;
   // "tensors" with uint8 images: per-channel mean and std applied after /255. Empty: no
   // normalisation; one value: the same for every channel; else one per channel.
   std::vector<double> mean;

@@ -2,10 +2,14 @@
 // Split and path are already checked to be non-empty and "train" or "test".
 #pragma once
 
+#include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "data/dataset.h"
+#include "data/image_folder.h"
 
 namespace rt::data {
 
@@ -21,5 +25,25 @@ std::unique_ptr<Dataset> open_tensors(const std::string& path, const std::string
 // ImageNet in torchvision's ImageFolder layout (data/image_folder_dataset.cc).
 std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
                                            const ImageFolderOptions& opt);
+// ImageNet as WebDataset tar shards (data/webdataset.cc): `path` as list_shards takes it
+// (data/shard_index.h), the train split's shards "train-*.tar", the test split's "val-*.tar"
+// or opt.val_path.
+std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::string& split,
+                                         const ImageFolderOptions& image, const WebDatasetOptions& opt);
+
+// What the ImageNet datasets (folders and shards) share:
+// The training or evaluation transform of example i (index in the dataset) in `epoch`, on its
+// encoded bytes (JPEG or PNG): training flips, crops (RandomResizedCrop) and applies the
+// policy, drawn from (opt.seed, epoch, i); evaluation resizes and centre-crops. Writes
+// crop * crop * 3 bytes; undecodable bytes throw BadExample(source).
+void imagenet_example(std::span<const uint8_t> bytes, const std::string& source, bool train,
+                      const ImageFolderOptions& opt, int64_t i, int64_t epoch, uint8_t* out);
+// Throws rt::Error, starting with `dataset`, on crop and resize sizes that cannot work.
+void check_imagenet_sizes(const ImageFolderOptions& opt, const char* dataset);
+// The files and labels of ImageNet's split "train" (root/train) or "test" (root/val, as class
+// folders or the flat layout with LOC_val_solution.csv), labelled with the train split's
+// class indices; `classes` gets the class names (wnids) the labels index.
+ImageFolderIndex imagenet_split_index(const std::string& root, const std::string& split, const IndexOptions& io,
+                                      std::vector<std::string>* classes);
 
 }  // namespace rt::data

@@ -47,6 +47,44 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
   if (buf.empty()) throw BadExample(path, path + ": empty file (0 bytes)");
 }
 
+}  // namespace
+
+void imagenet_example(std::span<const uint8_t> bytes, const std::string& source, bool train,
+                      const ImageFolderOptions& opt, int64_t i, int64_t epoch, uint8_t* out) {
+  try {
+    if (train) {
+      Generator g = example_generator(opt.seed, epoch, i);
+      // Flip first, then the crop draws (torchvision draws the crop first; both are
+      // uniform and independent, only the stream order differs).
+      const bool flip = g.next_u64() >> 63;
+      train_transform(bytes, source, opt.train_crop_size, g, flip, out, DecodeMode::region_scaled, opt.interpolation);
+      // The policy draws after the crop's, from the same generator (torchvision's order:
+      // RandomResizedCrop, RandomHorizontalFlip, then the policy).
+      if (opt.auto_augment.policy != AutoAugmentPolicy::none)
+        auto_augment(out, opt.train_crop_size, opt.train_crop_size, opt.auto_augment, g);
+    } else {
+      eval_transform(bytes, source, opt.val_resize_size, opt.val_crop_size, out, DecodeMode::region_scaled,
+                     opt.interpolation);
+    }
+  } catch (const BadExample&) {
+    throw;
+  } catch (const Error& e) {
+    throw BadExample(source, e.what());
+  }
+}
+
+void check_imagenet_sizes(const ImageFolderOptions& opt, const char* dataset) {
+  RT_CHECK(opt.train_crop_size > 0 && opt.val_crop_size > 0 && opt.val_resize_size >= opt.val_crop_size, dataset,
+           ": sizes train_crop_size ", opt.train_crop_size, ", val_resize_size ", opt.val_resize_size,
+           ", val_crop_size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
+  for (const int px : {opt.train_crop_size, opt.val_resize_size})
+    RT_CHECK(uint64_t(px) * uint64_t(px) <= kMaxImagePixels, dataset, ": a size of ", px, " px makes images of ",
+             uint64_t(px) * uint64_t(px), " pixels, more than the ", kMaxImagePixels,
+             " (2^28) the decoders accept; use crop and resize sizes of at most 16384");
+}
+
+namespace {
+
 class ImageFolderDataset final : public Dataset {
  public:
   ImageFolderDataset(ImageFolderIndex index, bool train, const ImageFolderOptions& opt, int64_t num_classes)
@@ -68,27 +106,7 @@ class ImageFolderDataset final : public Dataset {
     const std::string path = (fs::path(index_.root) / index_.files[size_t(i)]).string();
     thread_local std::vector<uint8_t> bytes;
     read_file(path, bytes);
-    auto* out = static_cast<uint8_t*>(pixels);
-    try {
-      if (train_) {
-        Generator g = example_generator(opt_.seed, epoch, i);
-        // Flip first, then the crop draws (torchvision draws the crop first; both are
-        // uniform and independent, only the stream order differs).
-        const bool flip = g.next_u64() >> 63;
-        train_transform(bytes, path, int(size_), g, flip, out, DecodeMode::region_scaled, opt_.interpolation);
-        // The policy draws after the crop's, from the same generator (torchvision's order:
-        // RandomResizedCrop, RandomHorizontalFlip, then the policy).
-        if (opt_.auto_augment.policy != AutoAugmentPolicy::none)
-          auto_augment(out, int(size_), int(size_), opt_.auto_augment, g);
-      } else {
-        eval_transform(bytes, path, opt_.val_resize_size, opt_.val_crop_size, out, DecodeMode::region_scaled,
-                       opt_.interpolation);
-      }
-    } catch (const BadExample&) {
-      throw;
-    } catch (const Error& e) {
-      throw BadExample(path, e.what());
-    }
+    imagenet_example(bytes, path, train_, opt_, i, epoch, static_cast<uint8_t*>(pixels));
     *label = index_.labels[size_t(i)];
   }
   int64_t label(int64_t i) const override {
@@ -123,28 +141,18 @@ bool has_class_folders(const fs::path& dir) {
 
 }  // namespace
 
-std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
-                                           const ImageFolderOptions& opt) {
+ImageFolderIndex imagenet_split_index(const std::string& root, const std::string& split, const IndexOptions& io,
+                                      std::vector<std::string>* classes_out) {
   std::error_code ec;
   RT_CHECK(fs::is_directory(root, ec), "imagenet: '", root, "' is not a folder; ", kLayout);
-  RT_CHECK(opt.train_crop_size > 0 && opt.val_crop_size > 0 && opt.val_resize_size >= opt.val_crop_size,
-           "imagenet: sizes train_crop_size ", opt.train_crop_size, ", val_resize_size ", opt.val_resize_size,
-           ", val_crop_size ", opt.val_crop_size, " must be positive, with the resize at least the crop");
-  for (const int px : {opt.train_crop_size, opt.val_resize_size})
-    RT_CHECK(uint64_t(px) * uint64_t(px) <= kMaxImagePixels, "imagenet: a size of ", px, " px makes images of ",
-             uint64_t(px) * uint64_t(px), " pixels, more than the ", kMaxImagePixels,
-             " (2^28) the decoders accept; use crop and resize sizes of at most 16384");
-  IndexOptions io;
-  io.cache_dir = opt.cache_dir;
-  io.use_cache = opt.use_cache;
   const fs::path train_dir = fs::path(root) / "train", val_dir = fs::path(root) / "val";
   const bool have_train = fs::is_directory(train_dir, ec);
   if (split == "train") {
     RT_CHECK(have_train, "imagenet: '", train_dir.string(), "' not found; ", kLayout);
     ImageFolderIndex idx = index_image_folder(train_dir.string(), io);
     report_empty(idx);
-    const int64_t classes = int64_t(idx.classes.size());
-    return std::make_unique<ImageFolderDataset>(std::move(idx), true, opt, classes);
+    *classes_out = idx.classes;
+    return idx;
   }
   RT_CHECK(fs::is_directory(val_dir, ec), "imagenet: '", val_dir.string(), "' not found; ", kLayout);
   // The classes labels refer to: the train split's, when there is one.
@@ -177,7 +185,19 @@ std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::s
     idx = index_flat_val(val_dir.string(), csv.string(), classes);
   }
   report_empty(idx);
-  return std::make_unique<ImageFolderDataset>(std::move(idx), false, opt, int64_t(classes.size()));
+  *classes_out = std::move(classes);
+  return idx;
+}
+
+std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
+                                           const ImageFolderOptions& opt) {
+  check_imagenet_sizes(opt, "imagenet");
+  IndexOptions io;
+  io.cache_dir = opt.cache_dir;
+  io.use_cache = opt.use_cache;
+  std::vector<std::string> classes;
+  ImageFolderIndex idx = imagenet_split_index(root, split, io, &classes);
+  return std::make_unique<ImageFolderDataset>(std::move(idx), split == "train", opt, int64_t(classes.size()));
 }
 
 }  // namespace rt::data

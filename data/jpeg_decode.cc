@@ -9,41 +9,16 @@
 #include <jerror.h>
 
 #include "base/error.h"
+#include "data/jpeg_error.h"
 
 namespace rt::data {
 
 namespace {
 
-// libjpeg reports fatal errors through error_exit, which must not return. We longjmp back
-// to a setjmp taken in `guarded`, whose only job is to run one libjpeg call: no C++ object
-// with a destructor lives in the frames that the jump skips (libjpeg's C frames and the
-// small lambda), so no destructor is bypassed. The C++ side then throws rt::Error.
-struct ErrorManager {
-  jpeg_error_mgr pub;
-  std::jmp_buf jump;
-  char message[JMSG_LENGTH_MAX];
-};
-
-[[noreturn]] void on_error_exit(j_common_ptr cinfo) {
-  auto* err = reinterpret_cast<ErrorManager*>(cinfo->err);
-  (*cinfo->err->format_message)(cinfo, err->message);
-  std::longjmp(err->jump, 1);
-}
-
-// Warnings (msg_level -1) are tolerated (real datasets hold files with a few extraneous
-// bytes that every decoder accepts), except running out of data: libjpeg would pad the
-// image with grey, and a truncated file should be reported, not silently trained on.
-void on_emit_message(j_common_ptr cinfo, int msg_level) {
-  if (msg_level == -1 && cinfo->err->msg_code == JWRN_JPEG_EOF) on_error_exit(cinfo);
-  if (msg_level == -1) cinfo->err->num_warnings++;
-}
-
-template <typename F>
-[[gnu::noinline]] bool guarded(ErrorManager* err, const F& f) {
-  if (setjmp(err->jump)) return false;
-  f();
-  return true;
-}
+using jpeg_detail::ErrorManager;
+using jpeg_detail::guarded;
+using jpeg_detail::on_emit_message;
+using jpeg_detail::on_error_exit;
 
 class Decompressor {
  public:

@@ -17,6 +17,19 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
   RT_CHECK(opt.rank >= 0 && opt.rank < opt.world_size, "sampler: rank ", opt.rank, " must be in [0, ",
            opt.world_size, ") for world size ", opt.world_size);
   RT_CHECK(opt.repetitions >= 0, "sampler: repetitions ", opt.repetitions, " must be >= 0 (0 = none)");
+  if (!opt.shard_sizes.empty()) {
+    int64_t total = 0;
+    for (const int64_t n : opt.shard_sizes) {
+      RT_CHECK(n >= 0, "sampler: a shard of ", n, " examples");
+      total += n;
+    }
+    RT_CHECK(total == dataset_size, "sampler: the shards hold ", total, " examples but the dataset has ",
+             dataset_size);
+    RT_CHECK(opt.repetitions == 0, "sampler: repeated augmentation (--ra-sampler) draws from a permutation of all "
+             "examples, which sequentially read shards (--dataset webdataset) do not have; drop --ra-sampler or use "
+             "--dataset imagenet");
+    RT_CHECK(opt.shuffle_buffer >= 0, "sampler: shuffle buffer ", opt.shuffle_buffer, " must be >= 0");
+  }
   // Ceiling divisions written so that sizes near 2^63 cannot overflow.
   per_rank_ = (dataset_size - 1) / opt.world_size + 1;
   if (opt.repetitions > 0) {  // RASampler's num_selected_samples (Note [Repeated augmentation])
@@ -42,8 +55,71 @@ std::vector<int64_t> torch_randperm(int64_t n, uint64_t seed) {
   return r;
 }
 
+std::vector<int64_t> Sampler::shard_order(int64_t epoch) const {
+  const std::vector<int64_t>& sizes = opt_.shard_sizes;
+  const int64_t shards = int64_t(sizes.size());
+  std::vector<int64_t> first(sizes.size());  // index of each shard's first example
+  for (int64_t s = 1; s < shards; ++s) first[size_t(s)] = first[size_t(s - 1)] + sizes[size_t(s - 1)];
+  // 1. The shards' order.
+  std::vector<int64_t> perm(sizes.size());
+  std::iota(perm.begin(), perm.end(), int64_t(0));
+  if (opt_.shuffle) {
+    Generator g(derive_seed(derive_seed(opt_.seed, kShardStream), uint64_t(epoch)));
+    for (int64_t i = shards - 1; i > 0; --i) std::swap(perm[size_t(i)], perm[size_t(g.randint(0, i + 1))]);
+  }
+  // Stream position p -> example index, walking the permuted shards.
+  auto at = [&](int64_t p) {
+    for (const int64_t s : perm) {
+      if (p < sizes[size_t(s)]) return first[size_t(s)] + p;
+      p -= sizes[size_t(s)];
+    }
+    RT_FAIL("sampler: stream position past the end");  // unreachable: p < N
+  };
+  // 2. and 3. This rank's range, then its repeat.
+  const int64_t n = dataset_size_, w = opt_.world_size, r = opt_.rank;
+  const int64_t count = n / w + (r < n % w ? 1 : 0), start = r * (n / w) + std::min(r, n % w);
+  std::vector<int64_t> stream;
+  stream.reserve(size_t(per_rank_));
+  if (count > 0) {
+    int64_t p = start, s = 0;
+    while (p >= sizes[size_t(perm[size_t(s)])]) p -= sizes[size_t(perm[size_t(s++)])];
+    while (int64_t(stream.size()) < count) {  // the shards from (s, p) on, in order
+      const int64_t shard = perm[size_t(s)];
+      for (; p < sizes[size_t(shard)] && int64_t(stream.size()) < count; ++p) stream.push_back(first[size_t(shard)] + p);
+      p = 0;
+      ++s;
+    }
+  }
+  if (count < per_rank_) stream.push_back(count > 0 ? stream.front() : at(r % n));
+  // 4. The shuffle buffer.
+  const int64_t b = opt_.shuffle_buffer;
+  if (!opt_.shuffle || b <= 1) return stream;
+  Generator g(derive_seed(derive_seed(derive_seed(opt_.seed, kShardStream), uint64_t(epoch)), uint64_t(r) + 1));
+  std::vector<int64_t> buffer, out;
+  buffer.reserve(size_t(std::min<int64_t>(b, int64_t(stream.size()))));
+  out.reserve(stream.size());
+  for (const int64_t x : stream) {
+    if (int64_t(buffer.size()) < b) {
+      buffer.push_back(x);
+      continue;
+    }
+    const size_t k = size_t(g.randint(0, b));
+    out.push_back(buffer[k]);
+    buffer[k] = x;
+  }
+  for (int64_t i = int64_t(buffer.size()) - 1; i > 0; --i) std::swap(buffer[size_t(i)], buffer[size_t(g.randint(0, i + 1))]);
+  out.insert(out.end(), buffer.begin(), buffer.end());
+  return out;
+}
+
 std::vector<int64_t> Sampler::order_for(int64_t epoch, std::vector<int64_t>* draws) const {
   RT_CHECK(epoch >= 0, "sampler: epoch ", epoch, " must be >= 0");
+  if (!opt_.shard_sizes.empty()) {
+    std::vector<int64_t> mine = shard_order(epoch);
+    mine.resize(size_t(num_samples_));  // drop_last
+    if (draws) draws->assign(mine.size(), epoch);
+    return mine;
+  }
   std::vector<int64_t> order, mine;
   try {
     order.resize(static_cast<size_t>(dataset_size_));

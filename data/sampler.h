@@ -21,6 +21,29 @@
 // distinct images, each R times on different ranks. The copies of one image must be
 // augmented differently: copy k of an image in epoch e is drawn as "epoch" e * R + k
 // (epoch_draws), the coordinate its random crop, flip and policy draws are keyed by.
+//
+// Note [Shard order]
+// A sharded dataset (webdataset tar shards, data/webdataset.h) is read sequentially, so its
+// order is not a permutation of all examples but the order WebDataset's pipelines give, as a
+// function of (seed, epoch, rank, world_size) alone (exact resume):
+//  1. The epoch's stream: the shards in a permutation drawn from (seed, epoch) (file order
+//     without shuffling), each shard's examples in file order; N examples in all.
+//  2. Rank r of W reads the contiguous stream range of n_r = floor(N / W) + (r < N % W)
+//     examples starting at r * floor(N / W) + min(r, N % W). Ranks count node-major
+//     (torchrun's RANK = node * LOCAL_WORLD_SIZE + LOCAL_RANK), so each node reads one
+//     contiguous range too: about 1 / nodes of the shards, sharing at most the two shards on
+//     its boundaries with its neighbours (each reads its own part of those).
+//  3. Uneven counts: a rank with n_r < ceil(N / W) appends the first example of its range
+//     (stream position r % N when its range is empty), so every rank has ceil(N / W)
+//     examples, as collective averaging needs. Every example is read exactly once per epoch
+//     across the world, except those at most W - 1 repeats; the repeats come last in the
+//     rank's stream (evaluation counts only the first n_r, as with DistributedSampler).
+//  4. With shuffling and shuffle_buffer B > 1 the rank's stream passes through WebDataset's
+//     shuffle buffer: the first B examples fill it, then each next one takes the place of a
+//     uniformly drawn buffered example, which is emitted; at the end the buffer is emitted
+//     in a random order. Draws come from (seed, epoch, rank). Reading stays sequential: the
+//     example emitted at position p was read at stream position p + B - 1 at the latest.
+//  5. drop_last then cuts the short last batch, as for the other orders.
 #pragma once
 
 #include <cstdint>
@@ -39,6 +62,11 @@ struct SamplerOptions {
   // 0: the DistributedSampler above; R >= 1: RASampler with R repetitions
   // (Note [Repeated augmentation]). Shuffling then follows torch's generator.
   int repetitions = 0;
+  // A sharded dataset's example counts per shard, in the dataset's index order (shard 0's
+  // examples are indices [0, shard_sizes[0]), ...); non-empty: Note [Shard order]. Their sum
+  // must be the dataset's size.
+  std::vector<int64_t> shard_sizes;
+  int64_t shuffle_buffer = 0;  // B of Note [Shard order]; 0 or 1 = no buffer
 };
 
 // torch.randperm(n, generator=g) after g.manual_seed(seed), as torch 1.13 computes it on the
@@ -72,6 +100,7 @@ class Sampler {
   SamplerOptions opt_;
   // The rank's indices and, when `draws` is given, their draw coordinates.
   std::vector<int64_t> order_for(int64_t epoch, std::vector<int64_t>* draws) const;
+  std::vector<int64_t> shard_order(int64_t epoch) const;  // Note [Shard order]
   int64_t per_rank_ = 0;  // before drop_last
   int64_t num_samples_ = 0;
   int64_t num_batches_ = 0;

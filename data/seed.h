@@ -25,5 +25,6 @@ inline uint64_t derive_seed(uint64_t seed, uint64_t a) { return mix64(seed ^ mix
 inline constexpr uint64_t kShuffleStream = 0x7368756666'6c65ull;   // "shuffle"
 inline constexpr uint64_t kAugmentStream = 0x6175676d65'6e74ull;   // "augment"
 inline constexpr uint64_t kSyntheticStream = 0x73796e7468'6574ull; // "synthet"
+inline constexpr uint64_t kShardStream = 0x7368617264'73ull;       // "shards"
 
 }  // namespace rt::data

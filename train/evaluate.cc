@@ -21,6 +21,7 @@ EvalResult evaluate(const Setup& s, MixedPrecision& mp, const CommonConfig& cfg,
   so.shuffle = false;
   so.rank = shard.rank;
   so.world_size = shard.world;
+  so.shard_sizes = s.test_set->shard_sizes();  // shards: each rank reads a contiguous part (Note [Shard order])
   data::Loader loader(*s.test_set, data::Sampler(s.test_set->size(), cfg.loader.batch_size, so),
                       loader_options(cfg.loader, s.device));
   data::DeviceFeeder feed(loader, s.device, s.format, mp.input_dtype());

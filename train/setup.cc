@@ -64,6 +64,7 @@ data::DatasetOptions dataset_options(const CommonConfig& c) {
   o.image_folder.cache_dir = c.data.cache_dir;
   o.image_folder.interpolation = c.data.interpolation;
   o.image_folder.auto_augment = c.data.auto_augment;
+  o.webdataset.val_path = c.data.val_data_path;
   return o;
 }
 
@@ -72,7 +73,7 @@ models::ModelOptions model_options(const CommonConfig& c, const Shape& image, in
   // The architecture follows the training image size, also in `ringtape eval` (whose
   // ImageNet evaluation crop may sit on the other side of the threshold).
   const int64_t train_px =
-      c.data.dataset == DatasetKind::imagenet ? c.data.train_crop_size : std::max(image[1], image[2]);
+      is_imagenet_like(c.data.dataset) ? c.data.train_crop_size : std::max(image[1], image[2]);
   const bool small = train_px <= 64;
   models::ModelOptions mo;
   mo.num_classes = c.model.num_classes > 0 ? c.model.num_classes : classes;
@@ -196,6 +197,8 @@ TrainData open_train_data(const TrainConfig& cfg, const Setup& s, DType input_dt
   so.rank = par.rank();
   so.world_size = par.world_size();
   so.repetitions = cfg.data.ra_repetitions;
+  so.shard_sizes = s.train_set->shard_sizes();  // shards are read in Note [Shard order]'s order
+  so.shuffle_buffer = cfg.data.shuffle_buffer;
   TrainData d;
   d.loader = std::make_unique<data::Loader>(
       *s.train_set, data::Sampler(s.train_set->size(), cfg.loader.batch_size, so), loader_options(cfg.loader, s.device));

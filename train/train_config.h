@@ -26,11 +26,13 @@
 namespace rt::train {
 
 // --dataset; data::open_dataset takes dataset_name() of it.
-enum class DatasetKind : uint8_t { fashion_mnist, cifar10, imagenet, synthetic, tensors };
+enum class DatasetKind : uint8_t { fashion_mnist, cifar10, imagenet, webdataset, synthetic, tensors };
 inline constexpr std::pair<const char*, DatasetKind> kDatasetNames[] = {
     {"fashion-mnist", DatasetKind::fashion_mnist}, {"cifar10", DatasetKind::cifar10},
-    {"imagenet", DatasetKind::imagenet},           {"synthetic", DatasetKind::synthetic},
-    {"tensors", DatasetKind::tensors}};
+    {"imagenet", DatasetKind::imagenet},           {"webdataset", DatasetKind::webdataset},
+    {"synthetic", DatasetKind::synthetic},         {"tensors", DatasetKind::tensors}};
+// The ImageNet pipeline (crop, resize, policies): folders or shards.
+inline bool is_imagenet_like(DatasetKind d) { return d == DatasetKind::imagenet || d == DatasetKind::webdataset; }
 const char* dataset_name(DatasetKind d);
 
 enum class OptimizerKind : uint8_t { sgd, adamw, lars };
@@ -50,6 +52,8 @@ struct ModelConfig {
 struct DataConfig {
   DatasetKind dataset = DatasetKind::fashion_mnist;
   std::string data_path;  // "" = the dataset's default location
+  std::string val_data_path;      // webdataset: the evaluation shards ("" = beside the training ones)
+  int64_t shuffle_buffer = 5000;  // webdataset: Note [Shard order]'s buffer, in examples
   std::array<int64_t, 4> synthetic_size = {1024, 3, 32, 32};  // N, C, H, W of --dataset synthetic
   int64_t train_crop_size = 224;  // imagenet: RandomResizedCrop output
   int64_t val_resize_size = 256;  // imagenet: evaluation resizes the shorter side to this

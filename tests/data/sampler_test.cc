@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <set>
 
 #include "tests/data/data_test_util.h"
 
@@ -224,4 +225,133 @@ TEST_CASE("repeated augmentation: the copies of an image are drawn apart") {
   SamplerOptions small = opt(true, 1, false, 0, 2);
   small.repetitions = 3;
   check_error([&] { Sampler(255, 1, small); }, {"repeated augmentation", "none for 255 examples over 2 ranks"});
+}
+
+// Sharded datasets (Note [Shard order]).
+namespace {
+
+SamplerOptions sharded(std::vector<int64_t> sizes, bool shuffle, int64_t buffer, int rank = 0, int world = 1,
+                       uint64_t seed = 3) {
+  SamplerOptions o = opt(shuffle, seed, false, rank, world);
+  o.shard_sizes = std::move(sizes);
+  o.shuffle_buffer = buffer;
+  return o;
+}
+
+int64_t total(const std::vector<int64_t>& sizes) { return std::accumulate(sizes.begin(), sizes.end(), int64_t(0)); }
+
+// The epoch's stream (step 1): one rank, no buffer.
+std::vector<int64_t> stream_of(const std::vector<int64_t>& sizes, bool shuffle, int64_t epoch, uint64_t seed = 3) {
+  return Sampler(total(sizes), 1, sharded(sizes, shuffle, 0, 0, 1, seed)).epoch_indices(epoch);
+}
+
+}  // namespace
+
+TEST_CASE("shard order: one rank without shuffling reads the shards in file order") {
+  const std::vector<int64_t> sizes = {4, 0, 3, 5};
+  CHECK(stream_of(sizes, false, 0) == iota(12));
+  CHECK(stream_of(sizes, false, 7) == iota(12));
+}
+
+TEST_CASE("shard order: shuffling permutes whole shards, each read in file order, per (seed, epoch)") {
+  const std::vector<int64_t> sizes = {3, 5, 1, 4, 2, 6};
+  const std::vector<int64_t> first = {0, 3, 8, 9, 13, 15};
+  std::set<std::vector<int64_t>> seen;
+  for (int64_t epoch = 0; epoch < 6; ++epoch) {
+    const std::vector<int64_t> s = stream_of(sizes, true, epoch);
+    CHECK(s == stream_of(sizes, true, epoch));  // a pure function of (seed, epoch)
+    std::vector<int64_t> sorted = s;
+    std::sort(sorted.begin(), sorted.end());
+    CHECK(sorted == iota(21));
+    // Runs of consecutive indices, each a whole shard.
+    for (size_t p = 0; p < s.size();) {
+      const auto k = size_t(std::find(first.begin(), first.end(), s[p]) - first.begin());
+      REQUIRE(k < first.size());
+      for (int64_t j = 0; j < sizes[k]; ++j) CHECK(s[p + size_t(j)] == first[k] + j);
+      p += size_t(sizes[k]);
+    }
+    seen.insert(s);
+  }
+  CHECK(seen.size() >= 4);  // epochs differ
+  CHECK(stream_of(sizes, true, 0, 3) != stream_of(sizes, true, 0, 4));
+}
+
+TEST_CASE("shard order: every example once per epoch across 1, 2, 3 ranks and 2 nodes, repeats documented") {
+  const std::vector<int64_t> sizes = {7, 1, 0, 9, 4, 12, 3, 5};  // 41 examples, uneven shards
+  const int64_t n = total(sizes);
+  for (const int world : {1, 2, 3, 4, 6, 41, 50}) {
+    CAPTURE(world);
+    for (const int64_t buffer : {0, 5}) {
+      const int64_t per_rank = (n + world - 1) / world;
+      const std::vector<int64_t> stream = stream_of(sizes, true, 2);
+      std::map<int64_t, int> count;
+      std::vector<int64_t> node_last(2, -1);
+      for (int r = 0; r < world; ++r) {
+        const Sampler s(n, 4, sharded(sizes, true, buffer, r, world));
+        const std::vector<int64_t> mine = s.epoch_indices(2);
+        REQUIRE(int64_t(mine.size()) == per_rank);
+        CHECK(s.num_batches() == (per_rank + 3) / 4);
+        // Step 2: before the buffer, the rank's examples are a contiguous part of the stream,
+        // then its repeat.
+        const std::vector<int64_t> plain = Sampler(n, 4, sharded(sizes, true, 0, r, world)).epoch_indices(2);
+        const int64_t own = n / world + (r < n % world ? 1 : 0), start = r * (n / world) + std::min<int64_t>(r, n % world);
+        for (int64_t k = 0; k < own; ++k) CHECK(plain[size_t(k)] == stream[size_t(start + k)]);
+        if (own < per_rank) CHECK(plain.back() == (own > 0 ? plain.front() : stream[size_t(r % n)]));
+        // The buffer reorders the same examples.
+        std::vector<int64_t> a = mine, b = plain;
+        std::sort(a.begin(), a.end());
+        std::sort(b.begin(), b.end());
+        CHECK(a == b);
+        for (const int64_t i : mine) ++count[i];
+      }
+      // Every example at least once; exactly world * per_rank - n repeats, each seen twice.
+      REQUIRE(int64_t(count.size()) == n);
+      int64_t twice = 0;
+      for (const auto& [i, c] : count) {
+        CHECK(c >= 1);
+        CHECK(c <= 2);
+        twice += c == 2;
+      }
+      if (world <= n) CHECK(twice == world * per_rank - n);
+    }
+  }
+  // Two nodes of two ranks (RANK = node * 2 + local rank): each node reads one contiguous
+  // half of the stream, so the nodes share at most the shard on their boundary.
+  const std::vector<int64_t> stream = stream_of(sizes, true, 0);
+  std::set<int64_t> node0, node1;
+  for (int r = 0; r < 4; ++r)
+    for (const int64_t i : Sampler(n, 1, sharded(sizes, true, 0, r, 4)).epoch_indices(0)) (r < 2 ? node0 : node1).insert(i);
+  const std::set<int64_t> first_half(stream.begin(), stream.begin() + 21), second_half(stream.begin() + 21, stream.end());
+  CHECK(node0 == first_half);
+  CHECK(node1 == second_half);
+}
+
+TEST_CASE("shard order: the shuffle buffer keeps reads sequential and mixes within its reach") {
+  const std::vector<int64_t> sizes = {50, 50, 50, 50};
+  for (const int64_t buffer : {2, 8, 64, 1000}) {
+    CAPTURE(buffer);
+    const std::vector<int64_t> plain = Sampler(200, 1, sharded(sizes, true, 0)).epoch_indices(1);
+    const std::vector<int64_t> mixed = Sampler(200, 1, sharded(sizes, true, buffer)).epoch_indices(1);
+    CHECK(mixed == Sampler(200, 1, sharded(sizes, true, buffer)).epoch_indices(1));  // exact resume
+    CHECK(mixed != plain);
+    std::map<int64_t, int64_t> pos;  // stream position of each example
+    for (size_t q = 0; q < plain.size(); ++q) pos[plain[q]] = int64_t(q);
+    // The example emitted at position p was read at stream position p + B - 1 at the latest.
+    int64_t ahead = 0;
+    for (size_t p = 0; p < mixed.size(); ++p) {
+      CHECK(pos[mixed[p]] <= int64_t(p) + buffer - 1);
+      ahead = std::max(ahead, pos[mixed[p]] - int64_t(p));
+    }
+    if (buffer < 100) CHECK(ahead == buffer - 1);  // the bound is reached
+  }
+  // Without shuffling (evaluation) the buffer is not used.
+  CHECK(Sampler(200, 1, sharded(sizes, false, 64)).epoch_indices(0) == iota(200));
+}
+
+TEST_CASE("shard order: bad shard layouts and repeated augmentation are refused") {
+  check_error([] { Sampler(10, 2, sharded({4, 5}, true, 0)); }, {"shards hold 9", "dataset has 10"});
+  check_error([] { Sampler(9, 2, sharded({4, -1, 6}, true, 0)); }, {"shard of -1"});
+  SamplerOptions ra = sharded({4, 5}, true, 0);
+  ra.repetitions = 3;
+  check_error([&] { Sampler(9, 2, ra); }, {"--ra-sampler", "webdataset"});
 }

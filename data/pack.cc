@@ -1,0 +1,366 @@
+#include "data/pack.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "base/error.h"
+#include "data/datasets.h"
+#include "data/image_folder.h"
+#include "data/image_transforms.h"
+#include "data/jpeg_decode.h"
+#include "data/jpeg_encode.h"
+#include "data/png_decode.h"
+#include "data/seed.h"
+#include "data/shard_index.h"
+#include "data/tar.h"
+#include "engine/io/json.h"
+#include "engine/random.h"
+
+namespace rt::data {
+
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kPackStream = 0x7061636b'73ull;  // "packs"
+
+// One file's result, from a worker to the writer.
+struct Encoded {
+  bool ok = false;
+  std::vector<uint8_t> jpeg;
+  std::string reason;  // why it was skipped
+  bool reencoded = false;
+  int64_t bytes_in = 0;
+};
+
+std::vector<uint8_t> read_whole(const std::string& path) {
+  const RandomAccessFile f(path);
+  std::vector<uint8_t> b(size_t(f.size()));
+  f.read_exact(0, b);
+  return b;
+}
+
+// torchvision's Resize(max_side) on a decoded (possibly DCT-scaled) image, then JPEG.
+std::vector<uint8_t> resize_and_encode(const DecodedImage& img, int W, int H, int max_side, int quality,
+                                       const std::string& label) {
+  int ow = img.width, oh = img.height;
+  if (max_side > 0 && std::min(W, H) > max_side) {
+    const Box s = resize_shorter_size(W, H, max_side);
+    ow = s.w;
+    oh = s.h;
+  }
+  if (ow == img.width && oh == img.height) return encode_jpeg(img.rgb.data(), ow, oh, quality, label);
+  std::vector<uint8_t> out(size_t(ow) * size_t(oh) * 3);
+  resize_bilinear(img.rgb.data(), img.width, img.height, Box{0, 0, img.width, img.height}, ow, oh, out.data());
+  return encode_jpeg(out.data(), ow, oh, quality, label);
+}
+
+Encoded encode_file(const std::string& path, const PackOptions& opt) {
+  Encoded e;
+  try {
+    const std::vector<uint8_t> bytes = read_whole(path);
+    e.bytes_in = int64_t(bytes.size());
+    RT_CHECK(!bytes.empty(), path, ": empty file (0 bytes)");
+    if (is_png(bytes)) {
+      const DecodedImage img = decode_png(bytes, path);
+      e.jpeg = resize_and_encode(img, img.width, img.height, opt.max_side, opt.quality, path);
+      e.reencoded = true;
+    } else {
+      const ImageInfo info = jpeg_info(bytes, path);
+      const int W = info.width, H = info.height, shorter = std::min(W, H);
+      if (opt.max_side == 0 || shorter <= opt.max_side) {
+        decode_jpeg(bytes, path);  // the whole image must decode, as training will need it
+        e.jpeg = bytes;
+      } else {
+        // DCT scaling by the largest d that keeps the shorter side at least max_side.
+        int d = 1;
+        for (const int c : {8, 4, 2})
+          if ((shorter + c - 1) / c >= opt.max_side) {
+            d = c;
+            break;
+          }
+        const DecodedImage img = decode_jpeg_region(bytes, path, Box{0, 0, W, H}, d);
+        e.jpeg = resize_and_encode(img, W, H, opt.max_side, opt.quality, path);
+        e.reencoded = true;
+      }
+    }
+    e.ok = true;
+  } catch (const Error& err) {
+    e.ok = false;
+    e.jpeg.clear();
+    e.reason = err.what();
+  }
+  return e;
+}
+
+// WebDataset keys end at the first '.' of the file name and ringtape's .idx lines are
+// space-separated: the relative path without its extension, dots and spaces made '_'.
+std::string key_of(const std::string& rel) {
+  std::string k = fs::path(rel).replace_extension().string();
+  for (char& c : k)
+    if (c == '.' || std::isspace(static_cast<unsigned char>(c))) c = '_';
+  return k;
+}
+
+std::string shard_name(const std::string& output, int64_t k) {
+  char num[32];
+  std::snprintf(num, sizeof num, "-%06lld.tar", (long long)k);
+  return output + num;
+}
+
+std::string duration(double s) {
+  char b[32];
+  if (s >= 3600) std::snprintf(b, sizeof b, "%dh%02dm", int(s / 3600), int(s / 60) % 60);
+  else std::snprintf(b, sizeof b, "%dm%02ds", int(s / 60), int(s) % 60);
+  return b;
+}
+
+// The writer's view of the workers: results for positions [next_out, next_out + window).
+class Pipeline {
+ public:
+  Pipeline(const std::vector<std::string>& paths, int64_t first, const PackOptions& opt, int workers)
+      : paths_(paths), opt_(opt), window_(4 * int64_t(workers) + 16), ring_(size_t(window_)),
+        next_claim_(first), next_out_(first) {
+    for (int t = 0; t < workers; ++t) threads_.emplace_back([this] { work(); });
+  }
+  ~Pipeline() {
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      stop_ = true;
+    }
+    cv_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  Encoded take() {  // the result of position next_out_
+    std::unique_lock<std::mutex> lock(mu_);
+    std::optional<Encoded>& slot = ring_[size_t(next_out_ % window_)];
+    cv_.wait(lock, [&] { return slot.has_value(); });
+    Encoded e = std::move(*slot);
+    slot.reset();
+    ++next_out_;
+    lock.unlock();
+    cv_.notify_all();
+    return e;
+  }
+
+ private:
+  void work() {
+    std::unique_lock<std::mutex> lock(mu_);
+    for (;;) {
+      cv_.wait(lock, [&] { return stop_ || (next_claim_ < int64_t(paths_.size()) && next_claim_ < next_out_ + window_); });
+      if (stop_) return;
+      const int64_t p = next_claim_++;
+      lock.unlock();
+      Encoded e = encode_file(paths_[size_t(p)], opt_);
+      lock.lock();
+      ring_[size_t(p % window_)] = std::move(e);
+      cv_.notify_all();
+    }
+  }
+
+  const std::vector<std::string>& paths_;
+  const PackOptions& opt_;
+  const int64_t window_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::vector<std::optional<Encoded>> ring_;
+  int64_t next_claim_, next_out_;
+  bool stop_ = false;
+  std::vector<std::thread> threads_;
+};
+
+void write_summary(const std::string& output, const std::vector<std::string>& classes,
+                   const std::vector<ShardIndex>& shards, int64_t files, const std::string& options) {
+  json::Value v = json::Value::object();
+  v.set("wids_version", 1);
+  v.set("name", fs::path(output).filename().string());
+  v.set("options", options);
+  int64_t samples = 0;
+  json::Value list = json::Value::array();
+  for (const ShardIndex& s : shards) {
+    samples += int64_t(s.samples.size());
+    json::Value e = json::Value::object();
+    e.set("url", fs::path(s.path).filename().string());
+    e.set("nsamples", int64_t(s.samples.size()));
+    e.set("filesize", s.tar_bytes);
+    list.push_back(std::move(e));
+  }
+  v.set("num_samples", samples);
+  v.set("skipped", files - samples);
+  json::Value cls = json::Value::array();
+  for (const std::string& c : classes) cls.push_back(c);
+  v.set("classes", std::move(cls));
+  v.set("shardlist", std::move(list));
+  const std::string path = output + ".json", tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::trunc);
+    out << json::dump(v) << '\n';
+    RT_CHECK(out.good(), "pack: cannot write '", tmp, "'");
+  }
+  RT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "pack: cannot rename '", tmp, "' to '", path, "'");
+}
+
+}  // namespace
+
+PackResult pack_image_folder(const PackOptions& opt) {
+  const auto t0 = Clock::now();
+  RT_CHECK(opt.max_side >= 0, "pack: --max-side ", opt.max_side, " must be >= 0 (0 = none)");
+  RT_CHECK(opt.quality >= 1 && opt.quality <= 100, "pack: --quality ", opt.quality, " must be in [1, 100]");
+  RT_CHECK(opt.shard_bytes >= (int64_t(1) << 16), "pack: --shard-size of ", opt.shard_bytes,
+           " bytes is below 64 KiB; shards are meant to be hundreds of MB");
+  RT_CHECK(!opt.output.empty(), "pack: --output is empty; give a prefix like shards/train");
+  std::error_code ec;
+  RT_CHECK(fs::is_directory(opt.data_path, ec), "pack: --data-path '", opt.data_path, "' is not a folder; give ",
+           "the split folder, e.g. imagenet/train or imagenet/val");
+  const fs::path out_dir = fs::path(opt.output).parent_path();
+  if (!out_dir.empty()) fs::create_directories(out_dir, ec);
+  RT_CHECK(out_dir.empty() || fs::is_directory(out_dir, ec), "pack: cannot create the output folder '",
+           out_dir.string(), "'");
+
+  // The files: ImageNet's val split takes the train split's class indices (and may be flat).
+  IndexOptions io;
+  io.cache_dir = opt.cache_dir;
+  io.use_cache = opt.use_cache;
+  const fs::path split_dir = fs::path(opt.data_path).lexically_normal();
+  const fs::path dir = split_dir.filename().empty() ? split_dir.parent_path() : split_dir;
+  std::vector<std::string> classes;
+  ImageFolderIndex idx = dir.filename() == "val" ? imagenet_split_index(dir.parent_path().string(), "test", io, &classes)
+                                                 : index_image_folder(dir.string(), io);
+  if (dir.filename() != "val") classes = idx.classes;
+  const int64_t n = int64_t(idx.files.size());
+  RT_CHECK(n > 0, "pack: no images in '", opt.data_path, "'");
+  std::vector<int64_t> order(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
+  Generator g(derive_seed(opt.seed, kPackStream));
+  for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
+  std::vector<std::string> paths(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) paths[size_t(p)] = (fs::path(idx.root) / idx.files[size_t(order[size_t(p)])]).string();
+
+  const std::string options = "max_side=" + std::to_string(opt.max_side) + ",quality=" +
+                              std::to_string(opt.quality) + ",shard_bytes=" + std::to_string(opt.shard_bytes) +
+                              ",seed=" + std::to_string(opt.seed) + ",files=" + std::to_string(n);
+  // Keep the finished shards (Note [Resumable pack]).
+  PackResult r;
+  r.files = n;
+  std::vector<ShardIndex> done;
+  int64_t first = 0;
+  for (int64_t k = 0;; ++k) {
+    const std::string tar = shard_name(opt.output, k);
+    const auto bytes = fs::file_size(tar, ec);
+    ShardIndex x;
+    if (ec || !read_shard_index(tar, int64_t(bytes), &x)) break;
+    RT_CHECK(x.options == options, "pack: '", tar, "' was written with other options (", x.options, "; now ",
+             options, "); to resume, run with the same flags; to start over, delete ", opt.output,
+             "-*.tar and -*.idx or choose another --output");
+    RT_CHECK(x.source_first == first && x.source_end > first && x.source_end <= n, "pack: '", index_path_of(tar),
+             "' covers positions [", x.source_first, ", ", x.source_end, ") where [", first,
+             ", ...) was expected; the shards do not belong together: delete them or choose another --output");
+    first = x.source_end;
+    done.push_back(std::move(x));
+  }
+  r.resumed_shards = int64_t(done.size());
+  // After them: only what this pack leaves unfinished (a .partial tar, an .idx whose rename
+  // did not happen); a .tar there is somebody's data, never overwritten.
+  for (int64_t k = int64_t(done.size());; ++k) {
+    const std::string tar = shard_name(opt.output, k);
+    RT_CHECK(!fs::exists(tar, ec), "pack: '", tar, "' exists but is not a finished shard of this pack (no ",
+             "matching ", index_path_of(tar), "); move or delete it, or choose another --output");
+    const bool partial = fs::exists(tar + ".partial", ec), index = fs::exists(index_path_of(tar), ec);
+    if (!partial && !index) break;
+    fs::remove(tar + ".partial", ec);
+    fs::remove(index_path_of(tar), ec);
+    fs::remove(index_path_of(tar) + ".tmp", ec);
+  }
+  if (r.resumed_shards > 0 && opt.progress)
+    std::fprintf(stderr, "pack: resuming after %lld finished shard(s) (%lld of %lld images done)\n",
+                 (long long)r.resumed_shards, (long long)first, (long long)n);
+
+  const int workers = opt.workers > 0 ? opt.workers : std::max(1, int(std::thread::hardware_concurrency()));
+  const bool tty = ::isatty(2);
+  auto last_print = Clock::now();
+  std::optional<TarWriter> tar;
+  ShardIndex cur;
+  int64_t next_first = first, reported = 0;
+  // A shard is written as X.tar.partial, synced, indexed, then renamed X.tar: a file X.tar
+  // is always a finished shard.
+  auto close_shard = [&](int64_t end) {
+    tar->finish();
+    cur.tar_bytes = tar->bytes_written();
+    r.bytes_out += cur.tar_bytes;
+    cur.source_end = end;
+    tar.reset();
+    write_shard_index(cur);
+    RT_CHECK(std::rename((cur.path + ".partial").c_str(), cur.path.c_str()) == 0, "pack: cannot rename '", cur.path,
+             ".partial' to '", cur.path, "': ", std::strerror(errno));
+    done.push_back(std::move(cur));
+    cur = ShardIndex{};
+    next_first = end;
+  };
+  {
+    Pipeline pipe(paths, first, opt, workers);
+    for (int64_t p = first; p < n; ++p) {
+      Encoded e = pipe.take();
+      r.bytes_in += e.bytes_in;
+      if (!e.ok) {
+        ++r.skipped;
+        if (++reported <= 20) std::fprintf(stderr, "%sskipping unreadable image %s\n", tty ? "\n" : "", e.reason.c_str());
+      } else {
+        if (!tar) {
+          cur.path = shard_name(opt.output, int64_t(done.size()));
+          cur.source_first = next_first;
+          cur.options = options;
+          tar.emplace(cur.path + ".partial");
+        }
+        r.reencoded += e.reencoded;
+        const std::string rel = idx.files[size_t(order[size_t(p)])];
+        ShardSample s;
+        s.key = key_of(rel);
+        s.field = "jpg";
+        s.size = int64_t(e.jpeg.size());
+        s.label = idx.labels[size_t(order[size_t(p)])];
+        tar->add(s.key + ".jpg", e.jpeg);
+        s.offset = tar->bytes_written() - (s.size + 511) / 512 * 512;
+        const std::string cls = std::to_string(s.label);
+        tar->add(s.key + ".cls", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cls.data()), cls.size()));
+        cur.samples.push_back(std::move(s));
+        if (tar->bytes_written() >= opt.shard_bytes) close_shard(p + 1);
+      }
+      const auto now = Clock::now();
+      if (opt.progress && (p + 1 == n || now - last_print > std::chrono::milliseconds(tty ? 500 : 30000))) {
+        last_print = now;
+        const double secs = std::chrono::duration<double>(now - t0).count(), rate = double(p + 1 - first) / secs;
+        std::fprintf(stderr, "%spack: %lld/%lld images (%.1f%%), %lld shard(s), %.0f images/s, ETA %s, %lld skipped%s",
+                     tty ? "\r" : "", (long long)(p + 1), (long long)n, 100.0 * double(p + 1) / double(n),
+                     (long long)(done.size() + (tar ? 1 : 0)), rate,
+                     duration(rate > 0 ? double(n - p - 1) / rate : 0).c_str(), (long long)r.skipped,
+                     tty ? "" : "\n");
+      }
+    }
+  }
+  if (tar) close_shard(n);
+  if (opt.progress && tty) std::fprintf(stderr, "\n");
+  if (reported > 20) std::fprintf(stderr, "pack: %lld unreadable images skipped in all\n", (long long)reported);
+  RT_CHECK(!done.empty(), "pack: none of the ", n, " images in '", opt.data_path, "' could be read");
+  for (const ShardIndex& s : done) r.packed += int64_t(s.samples.size());
+  r.skipped = n - r.packed;
+  r.shards = int64_t(done.size());
+  write_summary(opt.output, classes, done, n, options);
+  r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
+  return r;
+}
+
+}  // namespace rt::data
