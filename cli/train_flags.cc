@@ -616,6 +616,9 @@ void check_combinations(const Flags& f) {
       throw UsageError("--no-bn-bias-decay and --" + std::string(name) +
                        " both set the decay of batch-norm parameters and biases; pass one of them");
   }
+  if (f.has("shuffle-buffer") && f.given("shuffle-buffer") && f.str("dataset") != "webdataset")
+    throw UsageError("--shuffle-buffer applies to --dataset webdataset (shards read in order), not to " +
+                     f.str("dataset") + ", whose examples are shuffled as a whole; drop it");
   if (f.given("val-data-path") && f.str("dataset") != "webdataset")
     throw UsageError("--val-data-path applies to --dataset webdataset (the evaluation shards), not to " +
                      f.str("dataset") + "; drop it");
