@@ -1,6 +1,6 @@
 // ringtape's whole training input path on the CPU, as `ringtape train` runs it: open_dataset
 // ("imagenet": a folder of JPEGs; "webdataset": `ringtape pack`'s tar shards), a shuffling
-// Sampler (for shards Note [Shard order]: shard permutation + a 5000-example shuffle buffer),
+// Sampler (for shards, a shard permutation + a 5000-example shuffle buffer, Note [Shard order]),
 // a Loader with T worker threads building (B, 224, 224, 3) uint8 batches (read, decode,
 // RandomResizedCrop(224) with region/DCT-scaled decoding, flip: imagenet_example), consumed
 // by the main thread; with --normalize the consumer turns each batch into the normalised f32
