@@ -135,7 +135,7 @@ const char* dataset_names();
 // Where `name` looks when no data path is given ("" when it needs one).
 std::string default_data_path(const std::string& name);
 
-// name: fashion-mnist | cifar10 | imagenet | synthetic | tensors; split: "train" | "test"
+// name: fashion-mnist | cifar10 | imagenet | webdataset | synthetic | tensors; split: "train" | "test"
 // (imagenet: the train and val folders). data_path: a folder (fashion-mnist, cifar10,
 // imagenet), a .safetensors file or a folder holding <split>.safetensors (tensors),
 // ignored by synthetic; "" = default_data_path(name).
