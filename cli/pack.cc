@@ -75,10 +75,10 @@ int pack_command(const std::vector<std::string>& args) {
   if (o.output.empty()) throw UsageError("--output is missing: the shards' prefix, e.g. shards/train");
   const std::string side = flags.str("max-side");
   if (side != "none") {
-    const auto v = parse_byte_size(side);  // a plain integer
-    if (!v || side.find_first_not_of("0123456789") != std::string::npos || *v < 1 || *v > 65500)
+    if (side.empty() || side.size() > 5 || side.find_first_not_of("0123456789") != std::string::npos ||
+        std::stoi(side) < 1 || std::stoi(side) > 65500)
       throw UsageError("--max-side must be a number of pixels in [1, 65500] or none, got '" + side + "'");
-    o.max_side = int(*v);
+    o.max_side = std::stoi(side);
   }
   const auto bytes = parse_byte_size(flags.str("shard-size"));
   if (!bytes) throw UsageError("--shard-size must be a size like 1GB, 500MB or 256MiB, got '" +

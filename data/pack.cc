@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>

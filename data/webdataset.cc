@@ -88,8 +88,7 @@ class WebDataset final : public Dataset {
   }
 
   void get(int64_t i, int64_t epoch, void* pixels, int64_t* label) const override {
-    check_index("webdataset", i, size());
-    const size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+    const size_t s = shard_of(i);
     const ShardSample& x = shards_[s].samples[size_t(i - starts_[s])];
     const std::string source = shards_[s].path + ":" + x.key + "." + x.field;
     thread_local std::vector<uint8_t> bytes;
@@ -106,12 +105,16 @@ class WebDataset final : public Dataset {
     *label = x.label;
   }
   int64_t label(int64_t i) const override {
-    check_index("webdataset", i, size());
-    const size_t s = size_t(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+    const size_t s = shard_of(i);
     return shards_[s].samples[size_t(i - starts_[s])].label;
   }
 
  private:
+  size_t shard_of(int64_t i) const {  // the shard holding example i (checked)
+    check_index("webdataset", i, size());
+    return size_t(std::upper_bound(starts_.begin(), starts_.end(), i) - starts_.begin() - 1);
+  }
+
   // At most this many shards open at once (readers hold their file while they read): a
   // worker moves through about world_size / shards of them per epoch, never all 1024.
   static constexpr size_t kMaxOpen = 32;

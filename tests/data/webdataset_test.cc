@@ -21,6 +21,7 @@
 #include "data/png_decode.h"
 #include "data/shard_index.h"
 #include "data/tar.h"
+#include "engine/io/json.h"
 #include "engine/random.h"
 #include "tests/data/data_test_util.h"
 #include "tests/data/imagenet_tree.h"
@@ -142,7 +143,14 @@ TEST_CASE("pack -> read: every readable image once, bit for bit at max-side none
     }
   }
   // The summary names the classes in order; the test split takes the train split's indices.
-  CHECK(read_bytes(out + "/train.json").size() > 0);
+  const Bytes summary = read_bytes(out + "/train.json");
+  const rt::json::Value j = rt::json::parse(std::string(summary.begin(), summary.end()));
+  std::vector<std::string> classes;
+  for (const rt::json::Value& c : j.find("classes")->as_array()) classes.push_back(c.as_string());
+  CHECK(classes == t.classes);
+  CHECK(j.find("num_samples")->as_int() == 33);
+  CHECK(j.find("skipped")->as_int() == 3);
+  CHECK(int64_t(j.find("shardlist")->as_array().size()) == r.shards);
   const PackResult v = pack_image_folder(pack_options(t.root + "/val", out + "/val", cache));
   CHECK(v.packed == 9);
   CHECK(v.skipped == 1);
