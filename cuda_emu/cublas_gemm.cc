@@ -251,7 +251,20 @@ cublasStatus_t gemm(const GemmCall& g) {
 
   // The operation's name is the kernel's in reports and in CUPTI's records.
   const std::string name = fn + " " + t.name + (j.tf32 ? "/tf32 " : " ") + (ta ? "t" : "n") + (tb ? "t" : "n");
-  const cudaError_t e = enqueue(stream, name, std::move(uses), [j] { run_gemm(j); });
+  // The kernel lab's view (emu.h): 2mnk FLOPs per matrix; A, B read once, C written once
+  // (read too when beta != 0); bf16/f16 and TF32 on the tensor cores.
+  LibraryCost cost;
+  cost.api = fn;
+  cost.shape = "m " + std::to_string(g.m) + " n " + std::to_string(g.n) + " k " + std::to_string(g.k) +
+               (g.batch > 1 ? " batch " + std::to_string(g.batch) : "");
+  const double mats = double(g.batch), sz = double(t.size);
+  cost.flops = product ? 2.0 * double(g.m) * double(g.n) * double(g.k) * mats : 0.0;
+  cost.min_bytes = mats * sz * ((product ? double(g.m) * double(g.k) + double(g.k) * double(g.n) : 0.0) +
+                                double(g.m) * double(g.n) * (j.beta == 0 ? 1.0 : 2.0));
+  cost.math = t.elem == Elem::bf16 ? "bf16" : t.elem == Elem::f16 ? "f16" : t.elem == Elem::f64 ? "f64-tensor"
+              : j.tf32                ? "tf32"
+                                      : "f32";
+  const cudaError_t e = enqueue(stream, name, std::move(uses), [j] { run_gemm(j); }, std::move(cost));
   if (e != cudaSuccess)
     return refuse(CUBLAS_STATUS_EXECUTION_FAILED,
                   fn + ": queueing on the stream failed: " + cudaGetErrorName(e) + " (an earlier fault on cuda:" +

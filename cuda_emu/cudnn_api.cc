@@ -250,12 +250,32 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   const double alpha = op.alpha, beta = op.beta;
   note_engine_executed(spec.name);
   const std::string name = "cudnn " + spec.name + " convolution " + conv_op_name(p.op);
+  // The kernel lab's view (emu.h): 2 FLOPs per multiply-add of the direct convolution, in
+  // each of the three directions; each operand read once, the output written once (and
+  // read when beta != 0); bounded by the tensor cores of the storage type (f32: TF32 when
+  // the engine rounds its inputs so, else the CUDA cores).
+  rt::emu::LibraryCost cost;
+  cost.api = where;
+  cost.shape = p.str();
+  cost.flops = 2.0 * double(p.N) * double(p.O) * double(p.HO) * double(p.WO) * double(p.C / p.groups) *
+               double(p.KH) * double(p.KW);
+  const double esz = double(dtype_size(p.dtype));
+  const double x_bytes = double(p.N * p.C * p.H * p.W) * esz, w_bytes = double(p.O * (p.C / p.groups) * p.KH * p.KW) * esz,
+               y_bytes = double(p.N * p.O * p.HO * p.WO) * esz;
+  const double out_bytes = written == 2 ? y_bytes : written == 0 ? x_bytes : w_bytes;
+  cost.min_bytes = x_bytes + w_bytes + y_bytes + (beta != 0 ? out_bytes : 0.0);
+  cost.math = p.dtype == CUDNN_DATA_BFLOAT16 ? "bf16"
+              : p.dtype == CUDNN_DATA_HALF   ? "f16"
+              : p.dtype == CUDNN_DATA_DOUBLE ? "f64"
+              : num.input == Numerics::Input::tf32 ? "tf32"
+                                                   : "f32";
   const cudaError_t e = rt::emu::enqueue(
       h.stream, name, std::move(uses), [p, num, x = ptrs[0], w = ptrs[1], y = ptrs[2], ws, ws_bytes, alpha, beta] {
         // The engine's scratch: every byte written (the emulator checked the whole range).
         if (ws_bytes > 0) std::memset(ws, 0xA5, ws_bytes);
         run_conv(p, num, x, w, y, alpha, beta);
-      });
+      },
+      std::move(cost));
   if (e != cudaSuccess)
     return fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, where,
                 std::string("queueing the convolution failed: ") + cudaGetErrorString(e) +

@@ -28,6 +28,27 @@ struct MemUse {
 // after. Returns the launch error (the device's sticky error, an invalid stream).
 cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
                     std::function<void()> fn);
+// The kernel lab's view of a library call (Note [Kernel lab] in perf.cc): its FLOPs and the
+// fewest bytes it must move (each operand read once, each output written once; workspace
+// not counted), from the call's shape, and the math mode whose peak bounds it ("bf16",
+// "f16", "tf32", "f32", "f64-tensor"). `api` is the library function ("cublasGemmEx").
+struct LibraryCost {
+  std::string api, shape, math;
+  double flops = 0, min_bytes = 0;
+};
+cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                    std::function<void()> fn, LibraryCost cost);
+
+// ---- the kernel lab (docs/kernel-lab.md) --------------------------------------------------
+// With RINGTAPE_EMU_PERF=FILE the emulator counts, per kernel instantiation and launch
+// configuration, what Nsight Compute would report of its memory behaviour, and writes FILE
+// at exit. By default every launch of the process is recorded; the first call of
+// perf_window starts a window: from then on only work queued while it is open (between
+// perf_window(true) and perf_window(false)) is recorded. The profiler opens it around its
+// --profile-steps (profile/session.cc).
+void perf_window(bool open);
+// Writes the records now (they are written at exit too); false when the lab is off.
+bool perf_write();
 // Inside queued work: ends it with a fault, reported like a kernel's (Note [Sticky faults]
 // in internal.h). `what` names the problem.
 [[noreturn]] void fail(cudaError_t code, const std::string& what);

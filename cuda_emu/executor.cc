@@ -59,6 +59,7 @@
 #include <string>
 #include <thread>
 
+#include "cuda_emu/perf.h"
 #include "cuda_emu/stream.h"
 
 #if defined(__SANITIZE_ADDRESS__)
@@ -528,6 +529,7 @@ bool release_or_fault(BlockCtx& b) {
         return false;
       }
     }
+    perf_epoch_end(b);  // no memory instruction spans a barrier (Note [Warp-level requests])
     ++b.epoch;
     for (uint32_t id : at_barrier) ts[id].state = TState::ready;
     return true;
@@ -592,6 +594,7 @@ void run_block(Job& job, uint64_t linear_block) {
   for (uint32_t t = 0; t < b.nthreads; ++t) w.order[t] = t;
   shuffle_order(w.order, b, linear_block);
   b.order = &w.order;
+  if (job.op->launch_perf) perf_block_begin(b);
   const size_t free_before = w.free_slots.size();
 
   while (!b.faulted && b.finished < b.nthreads) {
@@ -616,6 +619,7 @@ void run_block(Job& job, uint64_t linear_block) {
     if (!release_or_fault(b)) break;
     if (b.epoch != epoch) shuffle_order(w.order, b, linear_block);
   }
+  perf_block_end(b);
   if (w.free_slots.size() != free_before) {
     // A faulted block: its runners are dropped without unwinding (Note [Fibers]), and the
     // worker with them (Note [Worker ownership]); under TSan their fibers go, with the
@@ -689,6 +693,7 @@ Pool& pool() {
 }  // namespace
 
 void run_kernel(Op& op) {
+  if (op.perf) op.launch_perf = perf_new_launch();
   Job job;
   job.op = &op;
   const KernelLaunch& L = *op.kernel;
@@ -824,6 +829,9 @@ void note_kernel(const LaunchSite& where) {
 
 void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const LaunchSite& where,
             KernelEntry entry, std::shared_ptr<const void> args, size_t args_bytes) {
+  double flops = 0;  // the hint is this launch's, whether it is queued or not
+  bool flops_f64 = false;
+  take_launch_flops(&flops, &flops_f64);
   CUstream_st* s = resolve(stream);
   if (!s) {
     set_last_error(cudaErrorInvalidResourceHandle);
@@ -858,6 +866,8 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
   L.args = std::move(args);
   L.args_bytes = args_bytes;
   L.id = ++launches;
+  L.flops = flops;
+  L.flops_f64 = flops_f64;
   if (const cudaError_t e = submit(s, std::move(op))) set_last_error(e);
 }
 

@@ -59,6 +59,8 @@ struct SmemCell {
   uint16_t w_wep, r_wep;  // the thread's warp epoch at the access
 };
 
+struct BlockPerf;
+
 struct BlockCtx {
   const Op* op = nullptr;
   const KernelLaunch* launch = nullptr;
@@ -79,6 +81,7 @@ struct BlockCtx {
   size_t smem_used = 0;  // dynamic part + static arrays declared so far
   std::vector<std::pair<const void*, size_t>> sites;  // static array -> offset
   bool faulted = false;
+  BlockPerf* perf = nullptr;  // the kernel lab's logs, when the launch is recorded (perf.h)
 };
 
 }  // namespace rt::emu

@@ -84,6 +84,8 @@ cudaError_t take_last_error();  // and clears it
 cudaError_t sticky_error(int device);
 void set_sticky(int device, cudaError_t e, const std::string& report);
 std::string symbolize(const void* pc);  // "file:line (function)" where line tables allow
+// The demangled name of the function at `fn` ("void rt::cuda::k<float>(long, float*)"), or "".
+std::string function_name(const void* fn);
 
 // ---- vector clocks (stream.cc) -------------------------------------------------------------------
 // Note [Cross-stream hazards]
@@ -114,7 +116,11 @@ struct KernelLaunch {
   std::shared_ptr<const void> args;
   size_t args_bytes = 0;
   uint64_t id = 0;  // launch number: seeds the thread order
+  double flops = 0;   // the launcher's hint (rt::cuda::flops_hint), for the kernel lab
+  bool flops_f64 = false;
 };
+
+struct LaunchPerf;
 
 struct Op {
   enum class Kind { kernel, copy, memset, library, record, wait, host };
@@ -134,6 +140,9 @@ struct Op {
   std::function<bool()> ready;         // wait: true once the awaited work is done
   bool writes_discarded = false;       // set by discard_writes() inside its work
   bool skipped = false;                // not run: the device had faulted before it
+  bool perf = false;                   // recorded by the kernel lab (perf_recording() when queued)
+  std::shared_ptr<LaunchPerf> launch_perf;      // a recorded kernel's counters while it runs
+  std::shared_ptr<const LibraryCost> library_cost;  // a library call's, for the lab
 };
 
 // The operation the calling thread executes (null outside device work).

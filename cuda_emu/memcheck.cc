@@ -35,6 +35,7 @@
 #include <cstring>
 
 #include "cuda_emu/executor.h"
+#include "cuda_emu/perf.h"
 
 namespace rt::emu {
 namespace {
@@ -232,6 +233,7 @@ inline bool fast_ok(const BlockCtx& b, uintptr_t a, size_t n, bool write) {
 }
 
 void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
+  if (t.block->perf) [[unlikely]] perf_access(t, a, n, write, atomic, pc);  // Note [Kernel lab] in perf.cc
   if (!atomic && fast_ok(*t.block, a, n, write)) return;
   if (g_heap->contains(a)) return check_global(t, a, n, write, atomic, pc);
   if (a - uintptr_t(t.block->smem) < kStaticSmemLimit) return check_shared(t, a, n, write, atomic, pc);

@@ -72,21 +72,29 @@ void set_sticky(int device, cudaError_t e, const std::string& report) {
   if (abort_on_fault()) std::abort();
 }
 
-std::string symbolize(const void* pc) {
+namespace {
+// addr2line's first line for `a` in the loaded file holding it, with `flags` ("" or "-f -C").
+std::string addr2line(const void* a, const char* flags) {
   Dl_info info{};
-  if (!pc || !dladdr(pc, &info) || !info.dli_fname) return "";
-  // The return address points after the call: the faulting access is the instruction before.
-  const auto a = reinterpret_cast<uintptr_t>(pc) - 1;
-  const uintptr_t addr = is_position_independent(info.dli_fname) ? a - reinterpret_cast<uintptr_t>(info.dli_fbase) : a;
+  if (!a || !dladdr(a, &info) || !info.dli_fname) return "";
+  const auto v = reinterpret_cast<uintptr_t>(a);
+  const uintptr_t addr = is_position_independent(info.dli_fname) ? v - reinterpret_cast<uintptr_t>(info.dli_fbase) : v;
   char cmd[1200];
-  std::snprintf(cmd, sizeof cmd, "addr2line -e '%s' %#" PRIxPTR " 2>/dev/null", info.dli_fname, addr);
+  std::snprintf(cmd, sizeof cmd, "addr2line %s -e '%s' %#" PRIxPTR " 2>/dev/null", flags, info.dli_fname, addr);
   FILE* p = popen(cmd, "r");
   if (!p) return "";
-  std::array<char, 1024> buf{};
+  std::array<char, 4096> buf{};
   std::string line = std::fgets(buf.data(), int(buf.size()), p) ? buf.data() : "";
   pclose(p);
   while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  if (line.empty() || line[0] == '?') return "";
+  return line.empty() || line[0] == '?' ? "" : line;
+}
+}  // namespace
+
+std::string symbolize(const void* pc) {
+  // The return address points after the call: the faulting access is the instruction before.
+  std::string line = pc ? addr2line(static_cast<const char*>(pc) - 1, "") : "";
+  if (line.empty()) return "";
   // The innermost source line, as a repository path (Bazel compiles in /proc/self/cwd).
   for (const char* prefix : {"/proc/self/cwd/", "/execroot/ringtape/"}) {
     const size_t k = line.rfind(prefix);
@@ -95,6 +103,8 @@ std::string symbolize(const void* pc) {
   if (line.rfind("./", 0) == 0) line = line.substr(2);
   return line;
 }
+
+std::string function_name(const void* fn) { return addr2line(fn, "-f -C"); }
 
 std::string last_fault() {
   Sticky& s = sticky();

@@ -70,7 +70,36 @@ struct LaunchSite {
   const char* kernel;  // as written at the launch, template arguments included
   const char* file;
   int line;
+  const char* pretty;  // GCC's __PRETTY_FUNCTION__ of instance_name<&kernel>: the instantiated name
+  const void* entry;   // else the kernel function itself (its symbol names it), or null
 };
+
+// The kernel's instantiated name, e.g. "rt::cuda::transpose_kernel<unsigned int>" where the
+// launch wrote transpose_kernel<T> (the lab's records, Note [Kernel lab] in perf.cc): the
+// function &kernel names when the launch gives every template argument. Otherwise the
+// kernel's template arguments are deduced from the call (as <<<>>> does; GCC then prints
+// the argument unresolved, "(& kernel)"): the function taking the launch's argument types as
+// they are (kernels take their parameters by value) is the launch's entry, named by its
+// symbol when the records are written. A kernel that is neither (its deduced parameters
+// converted at the call) is named as written.
+template <auto Kernel>
+const char* instance_name() {
+  return __PRETTY_FUNCTION__;
+}
+
+// ptxas's resource report of one translation unit's kernels (nvcc -arch=sm_90
+// --resource-usage): tools/cuda.bzl appends one to every .cu file compiled under
+// --config=cuda-emu, so the registers, shared memory and spills of every kernel the
+// emulator runs are known (cuda_emu/ptxas.h).
+void register_ptxas_report(const char* source, const char* text) noexcept;
+struct PtxasReport {
+  PtxasReport(const char* source, const char* text) noexcept { register_ptxas_report(source, text); }
+};
+
+// The floating-point operations of the next kernel this host thread launches, for the
+// kernel lab's roofline (kernels/cuda/launch.cuh: rt::cuda::flops_hint). `f64`: counted
+// against the FP64 peak instead of FP32's.
+void next_launch_flops(double flops, bool f64) noexcept;
 using KernelEntry = void (*)(const void* args);
 // Queues the kernel on `stream`: `entry(args)` runs once per GPU thread. Configuration
 // errors set the error cudaGetLastError returns, as a real launch does.
@@ -79,17 +108,20 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
 
 // RT_LAUNCH(...)(args...): the arguments are copied once at the launch, as CUDA copies
 // them to parameter memory, and each GPU thread calls the kernel with them.
-template <typename Body>
+// `Namer{}(site, args...)` names the instantiation in `site` (RT_LAUNCH, instance_name).
+template <typename Body, typename Namer>
 class Launcher {
  public:
-  Launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, LaunchSite site, Body body)
+  Launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, LaunchSite site, Body body, Namer)
       : grid_(grid), block_(block), smem_(smem), stream_(stream), site_(site), body_(body) {}
 
   template <typename... A>
   void operator()(A&&... a) const {
     using Args = std::tuple<std::decay_t<A>...>;
+    LaunchSite site = site_;
+    Namer{}(site, a...);
     auto args = std::make_shared<const Args>(std::forward<A>(a)...);
-    launch(grid_, block_, smem_, stream_, site_, &entry<Args>, args, sizeof(Args));
+    launch(grid_, block_, smem_, stream_, site, &entry<Args>, args, sizeof(Args));
   }
 
  private:
@@ -127,10 +159,20 @@ using std::isnan;
 
 // `kernel<<<grid, block, smem, stream>>>(args...)` is written
 // `RT_LAUNCH(grid, block, smem, stream, kernel)(args...)` (kernels/cuda/launch.cuh).
-#define RT_LAUNCH(grid, block, smem, stream, ...)                                                   \
-  ::rt::emu::Launcher(dim3(grid), dim3(block), size_t(smem), (stream),                             \
-                      ::rt::emu::LaunchSite{#__VA_ARGS__, __FILE__, __LINE__},                     \
-                      [](const auto&... rt_emu_args) { __VA_ARGS__(rt_emu_args...); })
+#define RT_LAUNCH(grid, block, smem, stream, ...)                                                     \
+  ::rt::emu::Launcher(                                                                               \
+      dim3(grid), dim3(block), size_t(smem), (stream), ::rt::emu::LaunchSite{#__VA_ARGS__, __FILE__, __LINE__, nullptr, nullptr}, \
+      [](const auto&... rt_emu_args) { __VA_ARGS__(rt_emu_args...); },                               \
+      [](::rt::emu::LaunchSite& rt_emu_site, const auto&... rt_emu_args) {                           \
+        ((void)rt_emu_args, ...);                                                                    \
+        if constexpr (requires { ::rt::emu::instance_name<&__VA_ARGS__>(); })                        \
+          rt_emu_site.pretty = ::rt::emu::instance_name<&__VA_ARGS__>();                             \
+        if constexpr (requires {                                                                     \
+                             static_cast<void (*)(std::decay_t<decltype(rt_emu_args)>...)>(&__VA_ARGS__); \
+                           })                                                                        \
+          rt_emu_site.entry = reinterpret_cast<const void*>(                                         \
+              static_cast<void (*)(std::decay_t<decltype(rt_emu_args)>...)>(&__VA_ARGS__));          \
+      })
 
 // `__shared__ T name[d1][d2];` is written `RT_SHARED(T, name, [d1][d2]);`.
 #define RT_SHARED(T, name, dims)     \

@@ -9,6 +9,8 @@
 // operations, so they order both the execution and the clocks.
 #include "cuda_emu/stream.h"
 
+#include "cuda_emu/perf.h"
+
 #include <chrono>
 #include <memory>
 #include <cstdio>
@@ -117,6 +119,7 @@ void worker_loop(CUstream_st* s) {
     const uint64_t start = now_ns();
     try {
       run_op(*op);
+      perf_op_done(*op);
     } catch (const OpFault& f) {
       set_sticky(op->device, f.code, f.report);
     }
@@ -347,6 +350,9 @@ cudaError_t submit_seq(CUstream_st* s, std::unique_ptr<Op> op, uint64_t* seq) {
   if (const cudaError_t st = sticky_error(s->device)) return st;
   op->correlation_id = ++g_correlation;
   op->external_ids = tls_external_ids;
+  // Decided when queued, as the host's window is (Note [Kernel lab] in perf.cc).
+  op->perf = op->kind != Op::Kind::record && op->kind != Op::Kind::wait && op->kind != Op::Kind::host &&
+             perf_recording();
   std::lock_guard<std::mutex> g(g_clock_mu);
   legacy_waits_locked(s);
   push_locked(s, std::move(op));
@@ -429,7 +435,9 @@ bool stream_done(CUstream_st* s) {
 Op* current_op() { return tls_op; }
 
 // ---- emu.h -----------------------------------------------------------------------------------
-cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses, std::function<void()> fn) {
+namespace {
+cudaError_t enqueue_library(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                            std::function<void()> fn, std::shared_ptr<const LibraryCost> cost) {
   CUstream_st* s = resolve(stream);
   if (!s) return cudaErrorInvalidResourceHandle;
   auto op = std::make_unique<Op>();
@@ -437,7 +445,19 @@ cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<Me
   op->name = name;
   op->uses = std::move(uses);
   op->fn = std::move(fn);
+  op->library_cost = std::move(cost);
   return submit(s, std::move(op));
+}
+}  // namespace
+
+cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses, std::function<void()> fn) {
+  return enqueue_library(stream, name, std::move(uses), std::move(fn), nullptr);
+}
+
+cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses, std::function<void()> fn,
+                    LibraryCost cost) {
+  return enqueue_library(stream, name, std::move(uses), std::move(fn),
+                         std::make_shared<const LibraryCost>(std::move(cost)));
 }
 
 int stream_device(cudaStream_t stream) {

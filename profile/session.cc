@@ -10,8 +10,22 @@
 #include "profile/cupti_tracer.h"
 #include "profile/trace.h"
 
+#if RINGTAPE_CUDA_EMU
+#include "cuda_emu/emu.h"
+#endif
+
 namespace rt::prof {
 namespace {
+
+// Under --config=cuda-emu the kernel lab records the profiled steps only (Note [Kernel lab]
+// in cuda_emu/perf.cc): a training command's --profile-steps is the step report's window.
+void lab_window(bool open) {
+#if RINGTAPE_CUDA_EMU
+  rt::emu::perf_window(open);
+#else
+  (void)open;
+#endif
+}
 
 int64_t parse_step(const std::string& s, const std::string& spec) {
   size_t used = 0;
@@ -50,7 +64,9 @@ ProfileSession::ProfileSession(const ProfileConfig& cfg, Device device, bool tf3
     : cfg_(cfg), device_(device), tf32_(tf32), out_dir_(std::move(out_dir)), rank_(rank), world_(world) {}
 
 ProfileSession::~ProfileSession() {
-  if (recording_) prof::stop();  // an exception left a profiled step: drop what was recorded
+  if (!recording_) return;
+  lab_window(false);
+  prof::stop();  // an exception left a profiled step: drop what was recorded
 }
 
 void ProfileSession::begin_step(int64_t step) {
@@ -63,6 +79,7 @@ void ProfileSession::begin_step(int64_t step) {
   thread_id("main");
   allocator_for(device_).reset_peak();
   prof::start(tracer_.get());
+  lab_window(true);
   recording_ = true;
 }
 
@@ -82,6 +99,7 @@ void ProfileSession::stop() {
 }
 
 void ProfileSession::finish() {
+  lab_window(false);
   std::vector<Event> events = prof::stop();
   recording_ = false;
   done_ = true;

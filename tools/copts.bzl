@@ -14,12 +14,20 @@ NVCC_COPTS = ["-Xcompiler", "-Wall,-Wextra", "--Werror", "all-warnings", "-linei
 # AddressSanitizer instrumentation would not do: it drops the check of a store to an
 # address it has just checked for a load, and the race and initialisation checks need
 # every store. Line tables let a report name the faulting line.
+# The kernel lab (Note [Kernel lab] in cuda_emu/perf.cc) counts a GPU thread's accesses as
+# nvcc issues them, one per source access: g++ must not vectorise loops or straight-line code
+# into wider accesses, merge adjacent stores, or turn a loop into a memset/memcpy call (which
+# no check would see either).
 CUDA_EMU_COPTS = [
     "-include",
     "cuda_emu/simt.h",
     "-g1",
     "-fsanitize=thread",
     "--param=tsan-instrument-func-entry-exit=0",
+    "-fno-tree-loop-vectorize",
+    "-fno-tree-slp-vectorize",
+    "-fno-store-merging",
+    "-fno-tree-loop-distribute-patterns",
 ]
 
 # Under cuda-emu-asan and cuda-emu-tsan the kernels get the config's own sanitizer instead.

@@ -144,8 +144,10 @@ RT_UNROLL
 // Welford state (count, mean, sum of squared deviations), merged with Chan et al.'s
 // formula: one pass over x for the mean and a variance free of the cancellation of
 // sum(x^2) - sum(x)^2 / n.
+// Aligned to its size where that is a power of two (16 bytes for float), so that a whole
+// state moves as one vector access (Note [Whole states] in channel_reduce.cuh).
 template <typename A>
-struct WelfordState {
+struct alignas(sizeof(A) == 4 ? 16 : 8) WelfordState {
   A mean, m2;
   int64_t n;
   RT_HOST_DEVICE static WelfordState empty() { return {A(0), A(0), 0}; }
@@ -177,9 +179,9 @@ RT_UNROLL
   }
 };
 
-// Two plain sums.
+// Two plain sums (aligned to their size, as WelfordState).
 template <typename A>
-struct SumState {
+struct alignas(2 * sizeof(A)) SumState {
   A a, b;
   RT_HOST_DEVICE static SumState empty() { return {A(0), A(0)}; }
   RT_HOST_DEVICE void merge(const SumState& o) {

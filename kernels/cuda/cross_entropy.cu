@@ -113,6 +113,9 @@ void cross_entropy_forward(DType t, int64_t N, int64_t K, const void* logits, co
     using T = decltype(z);
     using A = acc_t<T>;
     const int grid = int(std::min<int64_t>(N, 65535));
+    // The kernel lab's FLOPs: max, exp, sum and the smoothed loss terms, about 5 per logit
+    // (an exp counted as one).
+    rt::cuda::flops_hint(5.0 * double(N) * double(K), std::is_same_v<T, double>);
     RT_LAUNCH(grid, kThreads, 0, s, rows_kernel<T>)(N, K, static_cast<const T*>(logits), target, A(smoothing),
                                              static_cast<T*>(probs), static_cast<A*>(row_loss), bad_target);
     CUDA_CHECK_LAUNCH();
@@ -129,6 +132,7 @@ void cross_entropy_backward(DType t, int64_t N, int64_t K, const void* probs, co
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
+    rt::cuda::flops_hint(3.0 * double(N) * double(K), std::is_same_v<T, double>);  // (p - target) * g
     RT_LAUNCH(detail::grid_for(N * K, kThreads), kThreads, 0, s, backward_kernel<T>)(
         N, K, static_cast<const T*>(probs), target, A(smoothing), static_cast<const T*>(g), static_cast<T*>(dlogits));
     CUDA_CHECK_LAUNCH();

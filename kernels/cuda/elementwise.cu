@@ -209,6 +209,9 @@ void launch_map(int64_t n, const Ptrs<T, F::kIn, F::kOut>& p, F f, cudaStream_t 
     RT_CHECK(p.out[k] != nullptr, "elementwise: null pointer");
     vec = vec && detail::aligned16(p.out[k]);
   }
+  // The kernel lab's FLOPs: one operation per element produced (their exact count per op
+  // matters little: a few per 2-8 bytes is far under any roof).
+  rt::cuda::flops_hint(double(n) * F::kOut, std::is_same_v<T, double>);
   if (vec) {
     const int64_t np = n / W;
     RT_LAUNCH(detail::grid_for(np, kThreads), kThreads, 0, s, map_vec<T, F>)(np, p, f);
@@ -256,7 +259,8 @@ void binary_broadcast(Binary op, DType t, const ew::BroadcastPlan& p, const void
     ew::visit(op, [&](auto o) {
       with_index_type(n, [&](auto i) {
         using I = decltype(i);
-        RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, binary_broadcast_kernel<T, I, decltype(o)>)(
+        using Op = decltype(o);  // a type, not the lambda's variable: RT_LAUNCH's lambdas capture nothing
+        RT_LAUNCH(detail::grid_for(n, kThreads), kThreads, 0, s, binary_broadcast_kernel<T, I, Op>)(
             I(n), p, static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(y));
         CUDA_CHECK_LAUNCH();
       });

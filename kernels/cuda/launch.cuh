@@ -9,7 +9,9 @@
 //   RT_UNROLL for (...)                                   #pragma unroll
 //
 // The kernel comes last in RT_LAUNCH so that template arguments with commas need no
-// parentheses; the kernel's template arguments are deduced from the call as with <<<>>>.
+// parentheses; the kernel's template arguments are deduced from the call as with <<<>>>
+// (under --config=cuda-emu the kernel lab names the instantiation: cuda_emu/simt.h,
+// instance_name).
 #pragma once
 
 #if !defined(RINGTAPE_CUDA_EMU_DEVICE)  // nvcc; the emulation defines these in simt.h
@@ -24,3 +26,17 @@
 #define RT_UNROLL
 #endif
 #endif
+
+namespace rt::cuda {
+// The floating-point operations of the next kernel this host thread launches (an FMA counts
+// 2), for the kernel lab's roofline under --config=cuda-emu (docs/kernel-lab.md); `f64`
+// when they run at FP64's rate. Nothing anywhere else.
+inline void flops_hint(double flops, bool f64 = false) {
+#if defined(RINGTAPE_CUDA_EMU_DEVICE)
+  ::rt::emu::next_launch_flops(flops, f64);
+#else
+  (void)flops;
+  (void)f64;
+#endif
+}
+}  // namespace rt::cuda

@@ -46,6 +46,7 @@ template <typename T>
 struct ColumnSumFold {
   using A = acc_t<T>;
   using State = detail::SumState<A>;
+  static constexpr double kFlopsPerValue = 1;
   const T* dy;
   template <int U>
   __device__ void fold(State& st, int64_t, const int64_t (&idx)[U], int u) const {

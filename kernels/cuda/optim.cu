@@ -172,14 +172,20 @@ void check_master_dtype(DType t, const char* op) {
   RT_CHECK(t == DType::f32 || t == DType::f64, op, ": master weights must be f32 or f64, got ", dtype_name(t));
 }
 
+// `flops`: the rule's arithmetic per element, for the kernel lab; `f64`: master weights in f64.
 template <typename Slot, typename Batch, typename Fill, typename Launch>
-void launch_batched(size_t count, Batch& batch, Fill&& fill, Launch&& launch) {
+void launch_batched(size_t count, Batch& batch, Fill&& fill, Launch&& launch, double flops, bool f64) {
   for (size_t first = 0; first < count; first += kMaxTensorsPerLaunch) {
     const size_t k = std::min<size_t>(kMaxTensorsPerLaunch, count - first);
-    int64_t max_n = 0;
-    for (size_t j = 0; j < k; ++j) max_n = std::max(max_n, fill(batch.t[j], first + j));
+    int64_t max_n = 0, total = 0;
+    for (size_t j = 0; j < k; ++j) {
+      const int64_t n = fill(batch.t[j], first + j);
+      max_n = std::max(max_n, n);
+      total += n;
+    }
     if (max_n == 0) continue;
     const dim3 grid(std::min(detail::grid_for(max_n, kThreads), kMaxBlocksX), unsigned(k));
+    rt::cuda::flops_hint(flops * double(total), f64);
     launch(grid);
     CUDA_CHECK_LAUNCH();
   }
@@ -209,7 +215,8 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
                           [&](dim3 grid) {
                             if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<float>)(b);
                             else RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<double>)(b);
-                          });
+                          },
+                          6.0, t == DType::f64);  // decay, momentum and the step: three FMAs
 }
 
 void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, cudaStream_t s) {
@@ -242,7 +249,8 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
                             [&](dim3 grid) {
                               if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<float>)(b);
                               else RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<double>)(b);
-                            });
+                            },
+                            14.0, t == DType::f64);  // two moments, a square root, a division, the decay
 }
 
 void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, void* partials, cudaStream_t s) {
@@ -278,7 +286,8 @@ void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& 
                                RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<float>)(b, static_cast<float*>(partials));
                              else
                                RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<double>)(b, static_cast<double*>(partials));
-                           });
+                           },
+                           6.0, t == DType::f64);
 }
 
 }  // namespace rt::cuda

@@ -30,11 +30,15 @@ struct Geom {
 // The last rows split every channel over several row blocks
 // (Note [Two-stage channel reduction]), with a short last block: NCHW with S above and
 // below the 256-thread stride, and the row layout with chunks that are not a multiple of
-// the 8 row lanes.
+// the 8 row lanes. NHWC with C a multiple of the pack width takes the channel-stationary
+// passes (Note [Channel-stationary packs]): C = 64 (packs per pixel dividing the block),
+// 24 (3 or 6 packs per pixel: a grid rounded to their multiple) and 2560 (more packs per
+// pixel than a block has threads).
 const std::vector<Geom> kGeoms = {
     {1, 3, 15, false},   {1, 3, 15, true},    {2, 1, 9, false},   {2, 1, 9, true},    {4, 5, 49, false},
     {4, 5, 49, true},    {8, 37, 1, true},    {3, 70, 25, false}, {3, 70, 25, true},  {16, 64, 64, false},
     {16, 64, 64, true},  {3, 2, 4099, false}, {300, 2, 49, false}, {6, 37, 97, true}, {1001, 3, 1, false},
+    {5, 24, 7, true},    {2, 2560, 3, true},
 };
 
 // A device workspace of `bytes`, every byte 0xFF (NaN in any float view).
