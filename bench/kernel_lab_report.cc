@@ -79,7 +79,7 @@ int main(int argc, char** argv) {
   try {
     const rt::cli::Flags f = rt::bench::parse_flags(argc, argv, flag_table(), kUsage);
     const auto runs = parse_runs(f.str("runs"));
-    const rt::prof::lab::Lab lab = rt::prof::lab::build(runs, int(f.integer("target-batch")));
+    const rt::prof::lab::Lab lab = rt::prof::lab::load(runs, int(f.integer("target-batch")));
     std::printf("%s", rt::prof::lab::table(lab, int(f.integer("top"))).c_str());
     if (!f.str("json").empty()) write_file(rt::bench::user_path(f.str("json")), rt::json::dump(rt::prof::lab::to_json(lab)) + "\n");
     if (!f.str("svg").empty())

@@ -163,7 +163,7 @@ std::string short_name(const std::string& kernel) {
   return out;
 }
 
-Lab build(const std::vector<std::pair<int, std::string>>& files, int target) {
+Lab load(const std::vector<std::pair<int, std::string>>& files, int target) {
   std::vector<std::pair<int, json::Value>> docs;
   for (const auto& [batch, path] : files) {
     std::ifstream in(path);

@@ -70,8 +70,8 @@ struct Lab {
 
 // Reads the records of the step at each (batch, file) and extrapolates to `target`.
 // Errors name the file: not the lab's format, a batch given twice, fewer than two batches.
-Lab build(const std::vector<std::pair<int, std::string>>& files, int target);
-// The same from parsed documents (for tests).
+Lab load(const std::vector<std::pair<int, std::string>>& files, int target);
+// The same from parsed documents.
 Lab build(const std::vector<std::pair<int, json::Value>>& docs, int target);
 
 // The table: `top` rows (0: all), then the summary lines.

@@ -16,8 +16,10 @@ NVCC_COPTS = ["-Xcompiler", "-Wall,-Wextra", "--Werror", "all-warnings", "-linei
 # every store. Line tables let a report name the faulting line.
 # The kernel lab (Note [Kernel lab] in cuda_emu/perf.cc) counts a GPU thread's accesses as
 # nvcc issues them, one per source access: g++ must not vectorise loops or straight-line code
-# into wider accesses, merge adjacent stores, or turn a loop into a memset/memcpy call (which
-# no check would see either).
+# into wider accesses, merge adjacent stores, turn a loop into a memset/memcpy call (which
+# no check would see either), or split an aggregate's load or store into its fields
+# (scalar replacement of aggregates: a 16-byte Pack<bf16> load became eight 2-byte loads,
+# where nvcc issues one 16-byte LDG).
 CUDA_EMU_COPTS = [
     "-include",
     "cuda_emu/simt.h",
@@ -28,6 +30,7 @@ CUDA_EMU_COPTS = [
     "-fno-tree-slp-vectorize",
     "-fno-store-merging",
     "-fno-tree-loop-distribute-patterns",
+    "-fno-tree-sra",
 ]
 
 # Under cuda-emu-asan and cuda-emu-tsan the kernels get the config's own sanitizer instead.

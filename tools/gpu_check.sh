@@ -5,20 +5,25 @@
 #                                CUDA runtime included) and packs them, with copies of the non-system
 #                                shared libraries they need (libjpeg, libpng, ...) for machines that
 #                                lack them, into gpu_check_out/payload.tar.xz (git-ignored), next to
-#                                a manifest and their ldd.
-#   tools/gpu_check.sh run [--tier smoke|full|all]
+#                                a manifest and their ldd; and the kernel lab's report (GPU_CHECK_LAB_REPORT,
+#                                default out/kernel_lab/resnet50-bf16-channels_last/report.json) when there is one.
+#   tools/gpu_check.sh run [--tier smoke|full|lab|all]
 #                                on the GPU machine, in the copied tree's root with gpu_check_out/ carried:
-#                                finds the CUDA libraries, queries the device, then runs two tiers, each
+#                                finds the CUDA libraries, queries the device, then runs three tiers, each
 #                                within its own budget (GPU_CHECK_SMOKE_S, default 180; GPU_CHECK_FULL_S,
-#                                default 240): smoke = data parallel at world 1 against one process (fp32,
-#                                bf16 with bf16 reduction, fp16, --sync-bn, accumulation), every GPU test
-#                                binary (CUDA_LAUNCH_BLOCKING=1), a
-#                                short CUDA training run and the kernel bandwidth benchmark; full = fp32
+#                                default 240; GPU_CHECK_LAB_S, default 200): smoke = data parallel at world 1
+#                                against one process (fp32, bf16 with bf16 reduction, fp16, --sync-bn,
+#                                accumulation), every GPU test binary (CUDA_LAUNCH_BLOCKING=1), a short
+#                                CUDA training run and the kernel bandwidth benchmark; full = fp32
 #                                training, compute-sanitizer memcheck (no leak check), racecheck and
 #                                synccheck, ResNet50 bf16 batch-256 throughput and peak memory, and the
-#                                throughput benchmark against PyTorch. Summary tables last, then one
+#                                throughput benchmark against PyTorch; lab = every hand-written kernel of
+#                                a ResNet50 bf16 batch-256 step timed (CUPTI, median of 5 warm steps) and,
+#                                where ncu is present, counted (Nsight Compute), against the kernel lab's
+#                                bounds and counters (Note [Lab tier]). Summary tables last, then one
 #                                "RESULT <tier>: P passed, F failed, N not run" line per tier run.
-#                                Default --tier all; a session can run smoke, fix, rerun, then full.
+#                                Default --tier all (smoke, full, lab); a session can run smoke, fix, rerun,
+#                                then full, then lab.
 # Exit codes: 0 nothing failed (steps "not yet available" (N/A) count as passed; steps the budget left
 # out or cut short are NOT RUN, not failures: see the RESULT lines); 1 a step failed (failure, crash,
 # sanitizer error, a step's own timeout); 2 usage; 3 prepare's output missing or over the size limit,
@@ -30,15 +35,17 @@ ROOT=$PWD
 DEST=gpu_check_out
 LIMIT_BYTES=$((64 * 1024 * 1024))  # the device tool's limit for the whole travelling tree
 WARN_BYTES=$((56 * 1024 * 1024))
+LAB_REPORT=$DEST/kernel_lab_report.json  # the kernel lab's report, as prepare copies it (Note [Lab tier])
 
 usage() {
   cat >&2 <<'EOF'
-usage: tools/gpu_check.sh prepare | run [--tier smoke|full|all]
+usage: tools/gpu_check.sh prepare | run [--tier smoke|full|lab|all]
   prepare  (no GPU) build the GPU test binaries, //cli:ringtape, //bench:train_step_bench and
            //bench:cuda_kernel_bench statically and pack them (bin/) with copies of the non-system
            shared libraries they need (lib/) into gpu_check_out/payload.tar.xz, with MANIFEST.txt
-           and ldd.txt
-  run [--tier smoke|full|all]   (GPU machine, repository root, gpu_check_out/ present; default all)
+           and ldd.txt; copy the kernel lab's report there (GPU_CHECK_LAB_REPORT, default
+           out/kernel_lab/resnet50-bf16-channels_last/report.json; none: a warning)
+  run [--tier smoke|full|lab|all]   (GPU machine, repository root, gpu_check_out/ present; default all)
            find the CUDA libraries and query the device, then
            smoke (GPU_CHECK_SMOKE_S=180): data parallel at world 1 (NCCL) against one process in
                  five variants, every GPU test binary with CUDA_LAUNCH_BLOCKING=1,
@@ -47,6 +54,11 @@ usage: tools/gpu_check.sh prepare | run [--tier smoke|full|all]
                  (--leak-check no) of a test, racecheck and synccheck of small tests, memcheck of a
                  short training run, ResNet50 bf16 b256 throughput + peak memory, the same against
                  PyTorch eager
+           lab   (GPU_CHECK_LAB_S=200): ResNet50 bf16 b256 channels-last, each hand-written kernel's
+                 device time per step (CUPTI, median of 5 warm steps); where ncu is found, its
+                 counters for one step at batch GPU_CHECK_LAB_NCU_BATCH (default: the lab's largest
+                 measured batch), as many launches as the budget allows (GPU_CHECK_LAB_NCU_LAUNCH_S=0.1
+                 s per launch assumed); both against the kernel lab's report (tools/kernel_lab_compare.py)
            a step the tier's budget cuts is NOT RUN (not FAIL); one "RESULT <tier>: ..." line per
            tier; log, results snippet and JSON go to $OUT (else gpu_check_out/last_run/)
 exit codes: 0 nothing failed, 1 a step failed, 2 usage, 3 prepare output missing/too large or build failed,
@@ -71,6 +83,31 @@ gpu_test_labels() {
     bazel query --output=label "$expr" >&2 || true
     return 1
   }
+}
+
+# The kernel lab's report (bench/run_kernel_lab.sh, about 12 minutes here) into $DEST for the lab
+# tier, noted in the manifest. None at the default place is a warning (the tier then times the
+# kernels with nothing to compare them with); a GPU_CHECK_LAB_REPORT that is not a report fails.
+copy_lab_report() {  # manifest
+  local src=${GPU_CHECK_LAB_REPORT:-out/kernel_lab/resnet50-bf16-channels_last/report.json} ok=0
+  [[ -f "$src" ]] && python3 -c 'import json, sys
+sys.exit(json.load(open(sys.argv[1])).get("format") != "ringtape kernel lab report 1")' "$src" 2>/dev/null && ok=1
+  if ((ok)); then
+    cp "$src" "$LAB_REPORT"
+    local made
+    made=$(date -u -r "$src" +%Y-%m-%dT%H:%M:%SZ)
+    echo "# kernel lab report: $(basename "$LAB_REPORT") from $src, made $made" >>"$1"
+    echo "== kernel lab report: $src ($(stat -c %s "$src") bytes, made $made)"
+  elif [[ -n "${GPU_CHECK_LAB_REPORT:-}" ]]; then
+    echo "gpu_check prepare: GPU_CHECK_LAB_REPORT=$src is not a kernel lab report (no such file, or no" \
+      "\"format\": \"ringtape kernel lab report 1\"): give the report.json of bench/run_kernel_lab.sh" >&2
+    exit 3
+  else
+    echo "# kernel lab report: none (the lab tier times the kernels alone)" >>"$1"
+    echo "gpu_check prepare: WARNING: no kernel lab report at $src: the lab tier will time the kernels with" \
+      "no bounds to compare them with; run 'bash bench/run_kernel_lab.sh' first (about 12 minutes), then" \
+      "prepare again" >&2
+  fi
 }
 
 cmd_prepare() {
@@ -153,6 +190,8 @@ cmd_prepare() {
   done < <(for b in "$DEST"/bin/*; do ldd "$b"; done | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}' | sort -u |
     grep -vE '^(libc|libm|libdl|libpthread|librt|libutil|libresolv|libstdc\+\+|libgcc_s|ld-linux[^ ]*|libcuda|libcudart|libcublas|libcublasLt|libcudnn[^ ]*|libnccl|libnvrtc|libnvJitLink)[.-]' || true)
 
+  copy_lab_report "$manifest"
+
   # bin/ and lib/ travel as one xz'd tar, payload.tar.xz (the limit counts what travels); `run`
   # unpacks it into a temporary folder. xz, not gzip: the binaries repeat one another (each
   # links the engine and the CUDA kernels), which gzip's 32 KiB window cannot see and xz's
@@ -196,7 +235,7 @@ cmd_prepare() {
 # --------------------------------------------------------------------------------------------
 # run
 # --------------------------------------------------------------------------------------------
-# Two tiers, each with its own time budget, run in this order:
+# Three tiers, each with its own time budget, run in this order:
 #   smoke  the device query, data parallel at world 1 against one process in five variants (no
 #          CUDA_LAUNCH_BLOCKING), every GPU test binary (CUDA_LAUNCH_BLOCKING=1: an asynchronous
 #          error surfaces at the launch that caused it), the short CUDA training run and the
@@ -205,6 +244,7 @@ cmd_prepare() {
 #          racecheck and synccheck on small tests, memcheck of a short training run, ResNet50
 #          bf16 batch-256 throughput and peak memory, then the same against PyTorch; cheapest
 #          first, so a cut loses the least (GPU_CHECK_FULL_S, default 240 s).
+#   lab    the kernel lab's report against the GPU (Note [Lab tier]; GPU_CHECK_LAB_S, default 200 s).
 # A step the tier's budget leaves no time for, or cuts short, is NOT RUN: not a failure.
 #
 # Note [No leak check]
@@ -212,10 +252,11 @@ cmd_prepare() {
 # purpose; memcheck's leak check would report them every time.
 SMOKE_S=${GPU_CHECK_SMOKE_S:-180}
 FULL_S=${GPU_CHECK_FULL_S:-240}
+LAB_S=${GPU_CHECK_LAB_S:-200}
 TIER="" TIER_T0=$SECONDS TIER_BUDGET=0 NO_GPU=""
 STEPS=()  # "tier|name|status|seconds|note"
 FAILED=0
-KERNEL_TABLE="" TSB_TABLE="" RN50_LINE=""  # the benchmarks' results, for the summary and the snippet
+KERNEL_TABLE="" TSB_TABLE="" RN50_LINE="" LAB_TABLE=""  # the benchmarks' results, for the summary and the snippet
 
 begin_tier() {  # name budget
   TIER=$1 TIER_BUDGET=$2 TIER_T0=$SECONDS
@@ -357,7 +398,7 @@ tier_counts() {  # tier -> "P F N" (passed incl. N/A, failed, not run)
 
 result_lines() {
   local t p f n
-  for t in smoke full; do
+  for t in smoke full lab; do
     [[ " $TIERS " == *" $t "* ]] || continue
     read -r p f n <<<"$(tier_counts "$t")"
     if [[ -n "$NO_GPU" && $t != smoke ]]; then echo "RESULT $t: not run: no usable GPU"
@@ -405,6 +446,10 @@ write_results() {
       echo "$TSB_TABLE"
       echo '```'
     fi
+    if [[ -n "$LAB_TABLE" ]]; then
+      echo
+      echo "$LAB_TABLE"
+    fi
   } >"$f"
   echo
   echo "=== results snippet for bench/RESULTS.md ($f):"
@@ -433,6 +478,11 @@ print_summary() {
     echo
     echo "=== training throughput (run_train_step_bench.sh --gpu --no-compile)"
     echo "$TSB_TABLE"
+  fi
+  if [[ -n "$LAB_TABLE" ]]; then
+    echo
+    echo "=== kernel lab against the GPU (tools/kernel_lab_compare.py)"
+    echo "$LAB_TABLE"
   fi
   echo
   result_lines
@@ -729,6 +779,160 @@ tier_full() {
   fi
 }
 
+# Note [Lab tier]
+# The kernel lab (docs/kernel-lab.md) bounds every hand-written kernel of one ResNet50 bf16
+# channels-last training step at batch 256 on a modelled H200; this tier measures that step.
+#  1. Times: train_step_bench in the report's configuration, 2 warm-up steps, then 5 recorded
+#     by the profiler (--profile-steps 3:8). CUPTI's activity records stamp each kernel's start
+#     and end on the GPU, so a kernel's time is the device's own, as CUDA events recorded around
+#     it would give, without a host in the loop or an event of ours between kernels; per kernel
+#     name the step's times are summed, and the median over the 5 steps is its time per step.
+#  2. Counters, where Nsight Compute (ncu) is found: the hand-written kernels of one step (the
+#     NVTX range "step 3", which every step pushes) with kernel_lab_compare.py's metrics, clocks
+#     left alone (--clock-control none), caches flushed before each kernel (the lab's DRAM bytes
+#     are what a kernel must move), at the lab's largest measured batch (4): the lab's counters
+#     there are measured, not extrapolated, so they compare one for one; and small tensors keep
+#     ncu's replays (it saves and restores the memory a kernel may write) cheap. As many launches
+#     as the budget leaves (GPU_CHECK_LAB_NCU_LAUNCH_S per launch assumed); no counters (ncu
+#     missing, or a sandbox that keeps them from it) is N/A, not a failure.
+#  3. tools/kernel_lab_compare.py joins both with the report: a Markdown table for the snippet,
+#     JSON; the inputs go back packed (the device tool returns at most 8 files).
+LAB_ARGS=(--model resnet50 --size 3x224x224 --classes 1000 --width 64 --channels-last --device cuda --precision bf16)
+LAB_NCU_LAUNCH_S=${GPU_CHECK_LAB_NCU_LAUNCH_S:-0.1}
+LAB_NCU_MIN_LAUNCHES=20
+
+# kernel_lab_compare.py as a step: on success LAB_TABLE holds its Markdown.
+lab_compare() {  # step-name args...
+  local name=$1
+  shift
+  if run_cmd "$name" 40 python3 tools/kernel_lab_compare.py --md "$WORK/lab/compare.md" \
+    --json "$RESULTS_DIR/kernel_lab_compare.json" "$@"; then
+    local st note=""
+    st=$(status_of_rc)
+    if [[ $st == PASS ]]; then
+      LAB_TABLE=$(cat "$WORK/lab/compare.md")
+      note=$(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1])); t = r["totals"]
+both = sum(1 for x in r["rows"] if x["lab_key"] and x["device_key"])
+b = t["lab_kernel_bound_us"]
+print("%d kernels on both sides, %d lab only, %d GPU only; hand-written %.2f ms/step%s" % (both, len(r["lab_only"]),
+      len(r["device_only"]), t["hand_written_us"] / 1e3, " against a bound of %.2f ms" % (b / 1e3) if b else ""))' \
+        "$RESULTS_DIR/kernel_lab_compare.json" 2>&1 | cut -c1-120 || true)
+    else
+      note=$(grep -m1 'kernel_lab_compare:' "$STEP_OUT" | cut -c1-120 || true)
+    fi
+    record "$name" "$st" "$SECS" "$note"
+  fi
+}
+
+tier_lab() {
+  begin_tier lab "$LAB_S"
+  mkdir -p "$WORK/lab"
+  if [[ ! -x "$BENCH" ]]; then
+    record "lab: kernel times (CUPTI)" FAIL 0 "$BENCH missing: rerun prepare"
+    return 0
+  fi
+  local report=() batch=256 ncu_batch=4 st note
+  if [[ -f "$LAB_REPORT" ]]; then
+    report=(--report "$LAB_REPORT")
+    read -r batch ncu_batch note < <(python3 -c 'import json, sys
+r = json.load(open(sys.argv[1])); s = r["summary"]
+print(r["target_batch"], max(r["measured_batches"]), "hand-written %.2f ms of a %.2f ms step bound at batch %d" %
+      (s["kernel_bound_us"] / 1e3, s["bound_us"] / 1e3, r["target_batch"]))' "$LAB_REPORT") || true
+    record "lab: kernel lab report" PASS 0 "$note; $(grep -m1 '^# kernel lab report' "$DEST/MANIFEST.txt" |
+      grep -oE 'made [0-9TZ:-]+' || true)"
+  else
+    record "lab: kernel lab report" N/A 0 "none in $DEST: run 'bash bench/run_kernel_lab.sh', then prepare"
+  fi
+  batch=${batch:-256}
+  ncu_batch=${GPU_CHECK_LAB_NCU_BATCH:-${ncu_batch:-4}}
+
+  # 1. Each kernel's device time per step.
+  local prof=$WORK/lab/profile t_setup
+  if ! run_cmd "lab: kernel times (CUPTI)" 120 "$BENCH" "${LAB_ARGS[@]}" --batch "$batch" --warmup 2 --steps 5 \
+    --profile-steps 3:8 --profile-group kernel --profile-dir "$prof"; then return 0; fi
+  t_setup=$SECS
+  st=$(status_of_rc) note=""
+  if [[ $st == PASS && ! -s "$prof/trace.json" ]]; then st=FAIL note="no $prof/trace.json: the profile was not written"
+  elif [[ $st == PASS ]]; then
+    note="batch $batch, step $(grep -m1 -oE '"profiled_step_ms": [0-9.]+' "$STEP_OUT" | grep -oE '[0-9.]+$' ||
+      echo '?') ms (median of 5 profiled), $(grep -m1 -oE '"img_per_s": [0-9.]+' "$STEP_OUT" | grep -oE '[0-9.]+$' ||
+      echo '?') img/s"
+  fi
+  [[ $st == FAIL && -z "$note" ]] && note=$(grep -v '^\s*$' "$STEP_OUT" | tail -1 | cut -c1-90 || true)
+  [[ $st == CRASH ]] && note="signal $((RC - 128))"
+  record "lab: kernel times (CUPTI)" "$st" "$SECS" "$note"
+  cp "$prof/profile.json" "$prof/trace.json" "$WORK/lab/" 2>/dev/null || true
+  [[ $st == PASS ]] || return 0
+  local cmp=(--trace "$prof/trace.json" --profile "$prof/profile.json" --batch "$batch" "${report[@]}")
+  lab_compare "lab: compare times" "${cmp[@]}"
+
+  # 2. Nsight Compute's counters for one step's hand-written kernels, at ncu_batch.
+  local ncu="" csv=$WORK/lab/ncu.csv
+  if command -v ncu >/dev/null; then ncu=ncu
+  elif [[ -x /usr/local/cuda/bin/ncu ]]; then ncu=/usr/local/cuda/bin/ncu
+  fi
+  if [[ -z "$ncu" ]]; then
+    record "lab: ncu counters" N/A 0 "Nsight Compute (ncu) is not on PATH nor in /usr/local/cuda/bin"
+    lab_compare "lab: compare" "${cmp[@]}" --ncu-note "not run: ncu not found"
+    lab_pack
+    return 0
+  fi
+  local per_step count
+  per_step=$(python3 -c 'import json, sys
+print(round(json.load(open(sys.argv[1]))["totals"]["hand_written_launches"]))' "$RESULTS_DIR/kernel_lab_compare.json" \
+    2>/dev/null || echo 2000)
+  # What the budget leaves, less the bench's own start (about the timed run's) and the last compare.
+  count=$(awk -v left="$(remaining)" -v setup="$t_setup" -v per="$LAB_NCU_LAUNCH_S" -v n="$per_step" \
+    'BEGIN { c = int((left - setup - 30) / per); print (c > n ? n : c) }')
+  if ((count < per_step && count < LAB_NCU_MIN_LAUNCHES)); then
+    record "lab: ncu counters" "NOT RUN" 0 \
+      "tier lab's ${LAB_S}s budget leaves time for $count launches (raise GPU_CHECK_LAB_S)"
+    lab_compare "lab: compare" "${cmp[@]}" --ncu-note "not run: the budget left too little time"
+    lab_pack
+    return 0
+  fi
+  local metrics
+  metrics=$(python3 tools/kernel_lab_compare.py --ncu-metrics)
+  if run_cmd "lab: ncu counters" 600 "$ncu" --nvtx --nvtx-include "step 3/" --kernel-name-base demangled \
+    --kernel-name "regex:rt::cuda::" --print-kernel-base demangled --launch-count "$count" --clock-control none \
+    --cache-control all --csv --print-units base --metrics "$metrics" --log-file "$csv" \
+    "$BENCH" "${LAB_ARGS[@]}" --batch "$ncu_batch" --warmup 2 --steps 1; then
+    echo "--- ncu's own lines ($csv):"
+    grep '^==' "$csv" 2>/dev/null | tail -20 || true
+    local rows
+    rows=$(grep -c '^"[0-9]' "$csv" 2>/dev/null || true)
+    if ((${rows:-0} > 0)); then
+      st=PASS
+      note="batch $ncu_batch: $(python3 -c 'import csv, sys
+print(len({r["ID"] for r in csv.DictReader(l for l in open(sys.argv[1]) if l.startswith("\""))}))' "$csv" 2>/dev/null ||
+        echo '?') of $per_step launches in ${SECS}s (limit $count)"
+      ((RC == 0)) || note+="; ncu exit $RC"
+    else
+      # No counters: ncu's own error (a sandbox without access to the counters, a driver that
+      # refuses them) makes the step N/A, not a failure (Note [Lab tier]).
+      st=N/A
+      note="no counters: $(cat "$csv" "$STEP_OUT" 2>/dev/null | grep -m1 -E '==ERROR==|ERR_|rror' | cut -c1-90 ||
+        true)"
+      [[ $note != "no counters: " ]] || note="no counters: ncu profiled no kernel (exit $RC)"
+    fi
+    record "lab: ncu counters" "$st" "$SECS" "$note"
+    if [[ $st == PASS ]]; then
+      lab_compare "lab: compare with ncu" "${cmp[@]}" --ncu "$csv" --ncu-batch "$ncu_batch"
+    else
+      lab_compare "lab: compare" "${cmp[@]}" --ncu-note "$note"
+    fi
+  fi
+  lab_pack
+}
+
+# The tier's inputs and table, packed as one file (the device tool returns at most 8).
+lab_pack() {
+  local f files=()
+  for f in compare.md profile.json trace.json ncu.csv; do [[ -f "$WORK/lab/$f" ]] && files+=("$f"); done
+  ((${#files[@]} == 0)) || tar -C "$WORK/lab" -czf "$RESULTS_DIR/kernel_lab.tar.gz" "${files[@]}" || true
+}
+
 cmd_run() {
   if [[ ! -f "$DEST/MANIFEST.txt" ]]; then
     echo "gpu_check run: $DEST/MANIFEST.txt not found: run 'tools/gpu_check.sh prepare' on the build machine" \
@@ -743,7 +947,8 @@ cmd_run() {
   TEE_PID=$!
   # On any exit: let tee finish writing the log before the script ends.
   trap 'exit_rc=$?; exec >&- 2>&-; wait "$TEE_PID" 2>/dev/null; rm -rf "$WORK"; exit "$exit_rc"' EXIT
-  echo "=== tools/gpu_check.sh run --tier $TIER_ARG (smoke ${SMOKE_S}s, full ${FULL_S}s), $(date -u +%Y-%m-%dT%H:%M:%SZ)," \
+  echo "=== tools/gpu_check.sh run --tier $TIER_ARG (smoke ${SMOKE_S}s, full ${FULL_S}s, lab ${LAB_S}s)," \
+    "$(date -u +%Y-%m-%dT%H:%M:%SZ)," \
     "host $(uname -n), log $log"
   grep '^#' "$DEST/MANIFEST.txt"
   # prepare's binaries and libraries, unpacked where they do not travel back (WORK is removed
@@ -807,13 +1012,14 @@ cmd_run() {
 
   [[ " $TIERS " == *" smoke "* ]] && tier_smoke
   [[ " $TIERS " == *" full "* ]] && tier_full
+  [[ " $TIERS " == *" lab "* ]] && tier_lab
 
   write_results
   print_summary
   ((FAILED == 0)) || exit 1
 }
 
-TIER_ARG=all TIERS="smoke full"
+TIER_ARG=all TIERS="smoke full lab"
 case "${1:-}" in
   prepare) [[ $# -eq 1 ]] || { usage; exit 2; }; cmd_prepare ;;
   run)
@@ -826,8 +1032,8 @@ case "${1:-}" in
       esac
     done
     case "$TIER_ARG" in
-      smoke | full) TIERS=$TIER_ARG ;;
-      all) TIERS="smoke full" ;;
+      smoke | full | lab) TIERS=$TIER_ARG ;;
+      all) TIERS="smoke full lab" ;;
       *) usage; exit 2 ;;
     esac
     cmd_run

@@ -220,9 +220,25 @@ __global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool vec, Op
 // dx passes of ResNet50's channels-last step (eight 32-sector loads per array for one
 // 16-sector load of data). When C is a multiple of W, channel_rows_kernel instead gives
 // each thread one pack position q of every pixel it visits (Q = C / W positions per pixel,
-// the grid's thread count a multiple of Q): it loads its W channels' coefficients once and
-// strides over pixels, and a warp's packs stay consecutive in memory. The arithmetic per
-// element is the same function of the same values (ApplyOp::apply, DxOp::dx).
+// the grid's thread count a multiple of Q): it loads its W channels' coefficients once, in
+// 16-byte vectors, and strides over kRowsPerThread pixels or more, and a warp's packs stay
+// consecutive in memory. The coefficients' loads then cost a 16th of the data's or less
+// (the grid grows with the batch, so this holds at every batch). The arithmetic per element
+// is the same function of the same values (ApplyOp::apply, DxOp::dx_of).
+constexpr int64_t kRowsPerThread = 16;
+
+// The W values p[c0 .. c0 + W), c0 a multiple of W and p + c0 16-byte aligned, in 16-byte loads.
+template <int W, typename A>
+__device__ __forceinline__ void load_channels(const A* p, int64_t c0, A (&out)[W]) {
+  constexpr int V = Pack<A>::kWidth;
+  static_assert(W % V == 0, "a pack's channels are whole vectors of coefficients");
+  RT_UNROLL
+  for (int j = 0; j < W / V; ++j) {
+    const Pack<A> q = reinterpret_cast<const Pack<A>*>(p + c0)[j];
+    RT_UNROLL
+    for (int k = 0; k < V; ++k) out[j * V + k] = q.v[k];
+  }
+}
 template <typename T, typename Op>
 __global__ void channel_rows_kernel(int64_t rows, int64_t Q, Op op) {
   constexpr int W = Pack<T>::kWidth;
@@ -268,8 +284,17 @@ struct ApplyOp {
   template <int W>
   __device__ Coefs<W> coefs(int64_t c0) const {
     Coefs<W> k;
+    A is[W];
+    load_channels<W>(mean, c0, k.m);
+    load_channels<W>(invstd, c0, is);
+    Pack<T> g, b;
+    if (gamma) g = reinterpret_cast<const Pack<T>*>(gamma + c0)[0];
+    if (beta) b = reinterpret_cast<const Pack<T>*>(beta + c0)[0];
     RT_UNROLL
-    for (int j = 0; j < W; ++j) k.m[j] = mean[c0 + j], k.scale[j] = scale_of(c0 + j), k.shift[j] = shift_of(c0 + j);
+    for (int j = 0; j < W; ++j) {
+      k.scale[j] = is[j] * (gamma ? to_acc(g.v[j]) : A(1));  // scale_of's product
+      k.shift[j] = beta ? to_acc(b.v[j]) : A(0);
+    }
     return k;
   }
   template <int W>
@@ -322,9 +347,10 @@ struct DxOp {
   template <int W>
   __device__ Coefs<W> coefs(int64_t c0) const {
     Coefs<W> r;
-    RT_UNROLL
-    for (int j = 0; j < W; ++j)
-      r.k[j] = coef[c0 + j], r.a[j] = coef[C + c0 + j], r.b[j] = coef[2 * C + c0 + j], r.m[j] = mean[c0 + j];
+    load_channels<W>(coef, c0, r.k);
+    load_channels<W>(coef + C, c0, r.a);
+    load_channels<W>(coef + 2 * C, c0, r.b);
+    load_channels<W>(mean, c0, r.m);
     return r;
   }
   template <int W>
@@ -360,20 +386,23 @@ void check_geom(const BatchNormGeom& g, const char* op) {
 }
 
 // Runs an elementwise op over the tensor, in 16-byte packs when every pointer allows;
-// `flops`: the op's arithmetic per element, for the kernel lab.
+// `coefs`: the per-channel arrays the op reads (Note [Channel-stationary packs] reads them
+// as vectors); `flops`: the op's arithmetic per element, for the kernel lab.
 template <typename T, typename Op>
-void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void*> ptrs, Op op, double flops,
-                        cudaStream_t s) {
+void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void*> ptrs,
+                        std::initializer_list<const void*> coefs, Op op, double flops, cudaStream_t s) {
   constexpr int W = Pack<T>::kWidth;
   bool vec = true;
   for (const void* p : ptrs) vec = vec && detail::aligned16(p);
   const int64_t n = g.N * g.C * g.S;
   rt::cuda::flops_hint(flops * double(n), std::is_same_v<T, double>);
-  if (vec && g.nhwc && g.C % W == 0) {  // Note [Channel-stationary packs]
+  bool coefs_vec = true;
+  for (const void* p : coefs) coefs_vec = coefs_vec && detail::aligned16(p);
+  if (vec && coefs_vec && g.nhwc && g.C % W == 0) {  // Note [Channel-stationary packs]
     const int64_t rows = g.N * g.S, Q = g.C / W;
     // Blocks in multiples of `unit`, so that the grid's threads are a multiple of Q.
     const int64_t unit = Q / std::gcd<int64_t>(Q, kThreads);
-    const int64_t want = (rows * Q + kThreads - 1) / kThreads;
+    const int64_t want = ((rows + kRowsPerThread - 1) / kRowsPerThread * Q + kThreads - 1) / kThreads;
     const int64_t blocks = std::max<int64_t>(unit, std::min<int64_t>(want + unit - 1, 65535) / unit * unit);
     RT_LAUNCH(unsigned(blocks), kThreads, 0, s, channel_rows_kernel<T, Op>)(rows, Q, op);
     CUDA_CHECK_LAUNCH();
@@ -395,7 +424,7 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
                        static_cast<const A*>(invstd), static_cast<const T*>(gamma),    static_cast<const T*>(beta),
                        relu,                          static_cast<T*>(y)};
     // (x - mean) * (invstd * gamma) + beta [+ res], then the relu: 5 or 6 operations.
-    launch_channel_map<T>(g, {x, residual, y}, f, residual ? 6.0 : 5.0, s);
+    launch_channel_map<T>(g, {x, residual, y}, {mean, invstd, gamma, beta}, f, residual ? 6.0 : 5.0, s);
   });
 }
 
@@ -427,7 +456,8 @@ void backward_dx(const BatchNormGeom& g, const T* x, const T* y, const T* dy, co
     y = nullptr;
   }
   const DxOp<T> f{x, y, dy, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
-  launch_channel_map<T>(g, {x, y, dy, dx}, f, 5.0, s);  // k*z + a*(x - mean) + b
+  // k*z + a*(x - mean) + b; coef's three arrays are C apart (C a multiple of W keeps each aligned).
+  launch_channel_map<T>(g, {x, y, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f, 5.0, s);
 }
 
 void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy, const void* mean,
