@@ -334,6 +334,14 @@ State& state() {
   static State* s = [] {
     auto* st = new State;  // leaked: stream workers may still record while the process exits
     const char* v = std::getenv("RINGTAPE_EMU_PERF");
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+    // The sanitizer's runtime receives the kernels' accesses (Note [Instrumented kernels]):
+    // the lab would see none, and records of zeros would mislead.
+    if (v && *v)
+      std::fprintf(stderr, "cuda-emu: RINGTAPE_EMU_PERF is ignored under --config=cuda-emu-asan/-tsan: the kernel "
+                           "lab counts under --config=cuda-emu\n");
+    v = nullptr;
+#endif
     if (v && *v) {
       st->enabled = true;
       st->path = v;

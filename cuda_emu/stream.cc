@@ -9,13 +9,13 @@
 // operations, so they order both the execution and the clocks.
 #include "cuda_emu/stream.h"
 
-#include "cuda_emu/perf.h"
-
 #include <chrono>
 #include <memory>
 #include <cstdio>
 #include <unordered_set>
 #include <unordered_map>
+
+#include "cuda_emu/perf.h"
 
 namespace rt::emu {
 namespace {

@@ -86,7 +86,7 @@ struct Building {
   double most_launches = -1;  // of the configuration the row's shape is taken from
 };
 
-// Note [Extrapolating the lab]: the line through the two largest batches.
+// The line through the two largest batches (Note [Extrapolating the lab]).
 void extrapolate(Row& row, const std::vector<int>& batches, int target) {
   const size_t n = batches.size();
   const double b_lo = batches[n - 2], b_hi = batches[n - 1];

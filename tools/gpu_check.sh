@@ -318,6 +318,8 @@ status_of_rc() {  # plain pass/fail/timeout/crash from RC
 find_cuda_libs() {
   local dirs=() d
   [[ -d /usr/local/cuda/lib64 ]] && dirs+=(/usr/local/cuda/lib64)
+  # CUPTI (the profiler's GPU records; the lab tier) where a toolkit keeps it apart from lib64.
+  [[ -d /usr/local/cuda/extras/CUPTI/lib64 ]] && dirs+=(/usr/local/cuda/extras/CUPTI/lib64)
   local py
   for py in python3 /opt/torch/.venv/bin/python3; do
     command -v "$py" >/dev/null || continue
@@ -353,7 +355,7 @@ EOF
   [[ ${#dirs[@]} -gt 0 ]] || echo "   (none found: only the system's ldconfig paths)"
   echo "=== where each library resolves:"
   local lib hit
-  for lib in libcuda.so.1 libcudart.so libcublas.so libcublasLt.so libcudnn.so libnccl.so; do
+  for lib in libcuda.so.1 libcudart.so libcublas.so libcublasLt.so libcudnn.so libnccl.so libcupti.so; do
     hit=""
     for d in ${LD_LIBRARY_PATH//:/ }; do
       hit=$(find "$d" -maxdepth 1 -name "$lib*" 2>/dev/null | sort | head -1) && [[ -n "$hit" ]] && break

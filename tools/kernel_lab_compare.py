@@ -385,8 +385,19 @@ class Name:
         return all(a == b or wa or wb for a, b, wa, wb in zip(self.args, other.args, self.wild, other.wild))
 
 
+_NAMES = {}
+
+
+def parse_name(raw):
+    """Name(raw), parsed once per spelling: a step repeats each kernel's name hundreds of times."""
+    n = _NAMES.get(raw)
+    if n is None:
+        n = _NAMES[raw] = Name(raw)
+    return n
+
+
 def kernel_key(name):
-    return Name(name).key
+    return parse_name(name).key
 
 
 # ---- inputs --------------------------------------------------------------------------------------
@@ -485,7 +496,7 @@ def load_trace(path):
             outside += 1
             continue
         if e["cat"] == "kernel":
-            name = Name(e.get("name", ""))
+            name = parse_name(e.get("name", ""))
             key, cls = name.key, "kernel" if name.hand_written() else "library"
         else:
             name, key, cls = None, e["cat"], "copy"
@@ -543,7 +554,7 @@ def load_ncu(path):
             launch[field] = _number(row.get("Metric Value"), row.get("Metric Unit"))
     by_key = {}
     for launch in launches.values():
-        name = Name(launch["name"])
+        name = parse_name(launch["name"])
         k = by_key.setdefault(name.key, {"name": name, "launches": 0, **{f: [] for f, _ in NCU_METRICS}})
         k["launches"] += 1
         for f, _ in NCU_METRICS:

@@ -276,7 +276,7 @@ struct ApplyOp {
   __device__ A scale_of(int64_t c) const { return invstd[c] * (gamma ? to_acc(gamma[c]) : A(1)); }
   __device__ A shift_of(int64_t c) const { return beta ? to_acc(beta[c]) : A(0); }
   __device__ A value(A xv, A rv, int64_t c) const { return apply(xv, rv, mean[c], scale_of(c), shift_of(c)); }
-  // Note [Channel-stationary packs]: channels c0 .. c0 + W - 1, loaded once.
+  // Channels c0 .. c0 + W - 1, loaded once (Note [Channel-stationary packs]).
   template <int W>
   struct Coefs {
     A m[W], scale[W], shift[W];
@@ -339,7 +339,7 @@ struct DxOp {
   __device__ A value(A g, A yv, A xv, int64_t c) const {
     return dx_of(g, yv, xv, coef[c], coef[C + c], coef[2 * C + c], mean[c]);
   }
-  // Note [Channel-stationary packs]: channels c0 .. c0 + W - 1, loaded once.
+  // Channels c0 .. c0 + W - 1, loaded once (Note [Channel-stationary packs]).
   template <int W>
   struct Coefs {
     A k[W], a[W], b[W], m[W];
