@@ -341,7 +341,10 @@ json::Value to_json(const Lab& lab) {
       o.set("load_sector_efficiency", r.target.gld_sec > 0 ? r.target.gld_ideal / r.target.gld_sec : 1.0);
       o.set("store_sector_efficiency", r.target.gst_sec > 0 ? r.target.gst_ideal / r.target.gst_sec : 1.0);
       o.set("bank_conflicts_per_request", r.conflicts_per_request());
-      o.set("active_lanes_per_instruction", r.target.instructions > 0 ? r.target.lanes / r.target.instructions : 0.0);
+      // At most 32: lanes and instructions are extrapolated apart, and a warp's lanes stop
+      // growing with the batch at 32 (a row of one partly filled warp at small batches).
+      o.set("active_lanes_per_instruction",
+            r.target.instructions > 0 ? std::min(32.0, r.target.lanes / r.target.instructions) : 0.0);
     }
     auto counters = [](const Counters& c) {
       json::Value v = json::Value::object();

@@ -61,7 +61,11 @@ ProfileConfig parse_profile_steps(const std::string& spec, const std::string& gr
 
 ProfileSession::ProfileSession(const ProfileConfig& cfg, Device device, bool tf32, std::string out_dir, int rank,
                                int world)
-    : cfg_(cfg), device_(device), tf32_(tf32), out_dir_(std::move(out_dir)), rank_(rank), world_(world) {}
+    : cfg_(cfg), device_(device), tf32_(tf32), out_dir_(std::move(out_dir)), rank_(rank), world_(world) {
+  // Profiled steps ahead: the lab's window starts closed, so that set-up and the steps
+  // before them are not recorded.
+  if (cfg_.enabled()) lab_window(false);
+}
 
 ProfileSession::~ProfileSession() {
   if (!recording_) return;
