@@ -128,8 +128,11 @@ __global__ void __launch_bounds__(kReduceThreads) channel_partials_nchw(ChannelR
 }
 
 // Stage 1, row layout: threadIdx.x = channel within the block's 32, threadIdx.y = row lane.
+// At least 4 blocks per SM (64 registers a thread): batch norm's backward fold, with its
+// three 16-byte groups of loads in flight, took 124 registers and so 25% occupancy (the
+// kernel lab, ResNet50 bf16 channels-last); ptxas fits it in 64 without spilling.
 template <typename F, int U, typename Sink>
-__global__ void __launch_bounds__(kRowX* kRowY) channel_partials_rows(ChannelReducePlan p, F f, Sink sink) {
+__global__ void __launch_bounds__(kRowX* kRowY, 4) channel_partials_rows(ChannelReducePlan p, F f, Sink sink) {
   using State = typename F::State;
   using Shared = SharedStates<State, kRowY * kRowX>;  // Note [States in shared memory]
   RT_SHARED(Shared, sm, [1]);
