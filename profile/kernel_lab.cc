@@ -146,8 +146,11 @@ double Row::conflicts_per_request() const {
   return req > 0 ? target.sh_conf / req : 0.0;
 }
 
-std::string short_name(const std::string& kernel) {
-  // Drop every namespace or class qualifier ("rt::cuda::", "{anonymous}::").
+std::string short_name(const std::string& name) {
+  // Drop every namespace or class qualifier ("rt::cuda::", "{anonymous}::", and the
+  // demangler's "(anonymous namespace)::").
+  std::string kernel = name;
+  for (size_t k; (k = kernel.find("(anonymous namespace)::")) != std::string::npos;) kernel.erase(k, 23);
   std::string out;
   size_t word = 0;  // where the current qualified name began in `out`
   for (size_t i = 0; i < kernel.size(); ++i) {
@@ -372,7 +375,7 @@ json::Value to_json(const Lab& lab) {
 std::string roofline_svg(const Lab& lab, const std::string& title) {
   // Log-log axes: x FLOPs per DRAM byte, y FLOP/s.
   const double x0 = 1e-3, x1 = 1e4, y0 = 1e9, y1 = 2e15;
-  const double W = 960, H = 640, L = 80, R = 250, T = 50, B = 60;
+  const double W = 1160, H = 640, L = 80, R = 450, T = 50, B = 60;
   auto px = [&](double x) { return L + (std::log10(x) - std::log10(x0)) / (std::log10(x1) - std::log10(x0)) * (W - L - R); };
   auto py = [&](double y) { return H - B - (std::log10(y) - std::log10(y0)) / (std::log10(y1) - std::log10(y0)) * (H - T - B); };
   std::ostringstream o;
@@ -434,6 +437,7 @@ std::string roofline_svg(const Lab& lab, const std::string& title) {
   // numbered, with a legend at the right.
   int label = 0, no_flops = 0;
   std::ostringstream legend;
+  std::map<std::pair<int, int>, int> on_spot;
   for (const Row& r : lab.rows) {
     if (r.target.flops <= 0 || r.target.dram_bytes <= 0 || r.bound_us <= 0) {
       no_flops += r.kind == "kernel";
@@ -452,12 +456,16 @@ std::string roofline_svg(const Lab& lab, const std::string& title) {
     o << buf;
     if (label < 12) {
       ++label;
-      std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\">%d</text>\n", px(x) + 5, py(y) - 5, label);
+      // Points on one spot (a convolution's three directions) get their numbers side by side.
+      const int beside = on_spot[{int(px(x)), int(py(y))}]++;
+      std::snprintf(buf, sizeof buf, "<text x=\"%.1f\" y=\"%.1f\">%d</text>\n", px(x) + 5 + 14 * beside, py(y) - 5,
+                    label);
       o << buf;
       std::string name = lib ? r.kernel : short_name(r.kernel);
-      if (name.size() > 36) name = name.substr(0, 35) + "~";
+      if (name.size() > 64) name = name.substr(0, 63) + "~";
       std::string e;
-      for (const char c : name) e += c == '<' ? std::string("&lt;") : c == '>' ? std::string("&gt;") : c == '&' ? std::string("&amp;") : std::string(1, c);
+      for (const char c : name)
+        e += c == '<' ? std::string("&lt;") : c == '>' ? std::string("&gt;") : c == '&' ? std::string("&amp;") : std::string(1, c);
       std::snprintf(buf, sizeof buf, "<text x=\"%.0f\" y=\"%.0f\">%d %s</text>\n", W - R + 10, T + 14.0 * label, label,
                     e.c_str());
       legend << buf;

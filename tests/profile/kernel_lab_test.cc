@@ -155,6 +155,9 @@ TEST_CASE("short names drop every qualifier") {
   CHECK(lab::short_name("rt::cuda::{anonymous}::map_vec<__nv_bfloat16, rt::cuda::{anonymous}::BinaryFwd<rt::ew::Add, "
                         "float> >") == "map_vec<__nv_bfloat16, BinaryFwd<Add, float> >");
   CHECK(lab::short_name("plain") == "plain");
+  CHECK(lab::short_name("rt::cuda::detail::channel_finalize<rt::cuda::detail::SumState<float>, "
+                        "rt::cuda::(anonymous namespace)::BackwardCoefs<float, float> >") ==
+        "channel_finalize<SumState<float>, BackwardCoefs<float, float> >");
 }
 
 TEST_CASE("files that are not the lab's are refused, naming them") {
