@@ -266,7 +266,8 @@ std::string table(const Lab& lab, int top) {
     if (top > 0 && shown >= top) break;
     ++shown;
     std::string name = r.kind == "kernel" ? short_name(r.kernel) : r.kernel;
-    std::string site = r.site.substr(r.site.rfind('/') + 1);
+    // A kernel's file:line; a library call's API is in the JSON (its name says the library).
+    std::string site = r.kind == "kernel" ? r.site.substr(r.site.rfind('/') + 1) : "";
     std::string label = name + (site.empty() ? "" : " (" + site + ")");
     if (label.size() > 58) label = name.substr(0, std::max<int>(10, 57 - int(site.size()) - 3)) + "~ (" + site + ")";
     if (label.size() > 58) label = label.substr(0, 57) + "~";
