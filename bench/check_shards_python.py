@@ -6,12 +6,14 @@
 Members are grouped into samples by webdataset's key rule (tariterators.base_plus_ext: the
 path up to the first '.' of the file name is the key, the rest the field; consecutive members
 with one key are one sample). For every sample: a jpg field that PIL opens, a cls field that
-int() parses; and against ringtape's index (SHARD.idx): the same keys in the same order, the
+int() parses, a json field naming the packed file's path and label (Note [Pack keys]); and
+against ringtape's index (SHARD.idx, version 1 or 2): the same keys in the same order, the
 jpg member's data offset and size, the label. Prints the counts; exits 1 on any mismatch.
 (The webdataset package is not in Debian; this applies its rule directly.)
 """
 
 import io
+import json
 import re
 import sys
 import tarfile
@@ -45,7 +47,8 @@ def main():
     total = 0
     for path in sys.argv[1:]:
         index = open(path[: -len(".tar")] + ".idx").read().split("\n")
-        rows = [line.split() for line in index[5:] if line]
+        count = int(index[4].split()[1])  # "samples <n>"; version 2 goes on with classes and inputs
+        rows = [line.split() for line in index[5:5 + count]]
         got = list(samples(path))
         if len(got) != len(rows):
             print(f"{path}: {len(got)} samples by tarfile, {len(rows)} in the index")
@@ -54,6 +57,11 @@ def main():
             offset, size, data = fields["jpg"]
             Image.open(io.BytesIO(data)).load()
             label = int(fields["cls"][2])
+            if "json" in fields:
+                meta = json.loads(fields["json"][2])
+                if meta.get("label") != label or not meta.get("path"):
+                    print(f"{path}: sample {key}: its json member {meta} does not match label {label}")
+                    bad += 1
             if [key, "jpg", str(offset), str(size), str(label)] != row:
                 print(f"{path}: sample {key}: tarfile {offset} {size} {label}, index {row}")
                 bad += 1

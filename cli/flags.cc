@@ -61,7 +61,7 @@ const Flag& Flags::find(const std::string& name) const {
   throw UsageError("unknown flag --" + name + " (see --help for the accepted flags)");
 }
 
-void Flags::parse(const std::vector<std::string>& args) {
+void Flags::parse(const std::vector<std::string>& args, const std::string& recipe) {
   for (size_t i = 0; i < args.size(); ++i) {
     const std::string& a = args[i];
     if (a.rfind("--", 0) != 0 || a.size() == 2)
@@ -93,8 +93,11 @@ void Flags::parse(const std::vector<std::string>& args) {
       for (const auto& c : f.choices) ok |= c == value;
       if (!ok) throw UsageError("flag --" + name + ": '" + value + "' is not one of: " + join(f.choices));
     }
-    if (const std::string e = range_error(f, value); !e.empty()) throw UsageError(e);
+    if (const std::string e = range_error(f, value); !e.empty())
+      throw UsageError(recipe.empty() ? e : e + " (the recipe " + recipe + " sets it)");
     values_[name] = value;
+    if (recipe.empty()) recipe_.erase(name);
+    else recipe_[name] = recipe;
   }
 }
 

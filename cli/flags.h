@@ -60,13 +60,21 @@ class Flags {
  public:
   explicit Flags(std::vector<Flag> table) : table_(std::move(table)) {}
   // Accepts "--name value", "--name=value" and bare "--name" for booleans; checks types,
-  // choices and ranges.
-  void parse(const std::vector<std::string>& args);
+  // choices and ranges. `recipe`: the name of the recipe these values come from (cli/recipes.h),
+  // which recipe_of() then reports for them; "" for the command line's own values.
+  void parse(const std::vector<std::string>& args, const std::string& recipe = "");
   // The flags by topic, each with its help, choices and default, wrapped to `width` columns
   // (0: the terminal's, else $COLUMNS, else 100).
   std::string help(const std::string& usage, int width = 0) const;
 
   bool given(const std::string& name) const { return values_.count(name) > 0; }
+  // The recipe whose value the flag has (a later value of the command line's replaces it);
+  // "" for a value typed on the command line or the default. Messages about a bad value
+  // name it, since the user never typed the value.
+  std::string recipe_of(const std::string& name) const {
+    auto it = recipe_.find(name);
+    return it == recipe_.end() ? "" : it->second;
+  }
   bool has(const std::string& name) const;  // the command takes this flag
   std::string str(const std::string& name) const;
   int64_t integer(const std::string& name) const;
@@ -80,6 +88,7 @@ class Flags {
   const Flag& find(const std::string& name) const;
   std::vector<Flag> table_;
   std::map<std::string, std::string> values_;
+  std::map<std::string, std::string> recipe_;  // flag -> the recipe that set its value
 };
 
 // "--name must be <range.rule>, got <value>" when `value` (of an integer or number flag) is

@@ -83,9 +83,8 @@ int main(int argc, char** argv) {
           return 0;
         }
       std::string recipe;
-      const std::vector<std::string> expanded = rt::cli::expand_recipe(args, flags.table(), &recipe);
+      rt::cli::parse_with_recipe(flags, args, &recipe);
       if (!recipe.empty()) std::printf("%s\n", recipe.c_str());
-      flags.parse(expanded);
       // The launcher's workers get the command line as given and expand the recipe themselves.
       return cmd == "train" ? rt::cli::run_train(flags, args) : rt::cli::run_eval(flags);
     }

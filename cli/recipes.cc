@@ -1,6 +1,7 @@
 #include "cli/recipes.h"
 
 #include <algorithm>
+#include <cstddef>
 #include <set>
 
 #include "base/usage_error.h"
@@ -52,29 +53,36 @@ std::string flag_name(const std::string& a) {
   return a.substr(2, a.find('=') == std::string::npos ? std::string::npos : a.find('=') - 2);
 }
 
-}  // namespace
-
-std::vector<std::string> expand_recipe(const std::vector<std::string>& args, const std::vector<Flag>& table,
-                                       std::string* out) {
+// The recipe of the last --recipe in `args`; null for none.
+const Recipe* chosen_recipe(const std::vector<std::string>& args) {
   std::string name = "none";
-  std::set<std::string> given;  // the command line's own flags
   for (size_t i = 0; i < args.size(); ++i) {
-    const std::string f = flag_name(args[i]);
-    if (f.empty()) continue;
-    given.insert(f);
-    if (f != "recipe") continue;
+    if (flag_name(args[i]) != "recipe") continue;
     const size_t eq = args[i].find('=');
     if (eq != std::string::npos) name = args[i].substr(eq + 1);
     else if (i + 1 < args.size()) name = args[i + 1];
     else throw UsageError("flag --recipe needs a value: one of none, torchvision-v1, torchvision-v2, mlperf");
   }
-  if (name == "none") return args;
+  if (name == "none") return nullptr;
   const auto r = std::find_if(recipes().begin(), recipes().end(), [&](const Recipe& x) { return x.name == name; });
   if (r == recipes().end()) {
     std::string names;
     for (const std::string& n : recipe_names()) names += (names.empty() ? "" : ", ") + n;
     throw UsageError("flag --recipe: '" + name + "' is not one of: " + names);
   }
+  return &*r;
+}
+
+}  // namespace
+
+std::vector<std::string> expand_recipe(const std::vector<std::string>& args, const std::vector<Flag>& table,
+                                       std::string* out) {
+  const Recipe* r = chosen_recipe(args);
+  if (!r) return args;
+  const std::string& name = r->name;
+  std::set<std::string> given;  // the command line's own flags
+  for (const std::string& a : args)
+    if (!flag_name(a).empty()) given.insert(flag_name(a));
   auto takes = [&](const std::string& f) {
     return std::any_of(table.begin(), table.end(), [&](const Flag& t) { return t.name == f; });
   };
@@ -94,6 +102,15 @@ std::vector<std::string> expand_recipe(const std::vector<std::string>& args, con
   }
   expanded.insert(expanded.end(), args.begin(), args.end());
   return expanded;
+}
+
+void parse_with_recipe(Flags& flags, const std::vector<std::string>& args, std::string* out) {
+  const std::vector<std::string> expanded = expand_recipe(args, flags.table(), out);
+  const Recipe* r = chosen_recipe(args);
+  // expand_recipe put the recipe's flags in front of the command line's.
+  const std::vector<std::string> from_recipe(expanded.begin(), expanded.end() - std::ptrdiff_t(args.size()));
+  flags.parse(from_recipe, r ? r->name : "");
+  flags.parse(args);
 }
 
 }  // namespace rt::cli

@@ -27,4 +27,9 @@ std::vector<std::string> recipe_names();  // "none" first
 std::vector<std::string> expand_recipe(const std::vector<std::string>& args, const std::vector<Flag>& table,
                                        std::string* out);
 
+// The command line `args` parsed into `flags` as expand_recipe puts it together, with the
+// recipe's values marked as the recipe's (Flags::recipe_of), so that a message about one of
+// them can say the recipe set it and how to override it. `out` as expand_recipe's.
+void parse_with_recipe(Flags& flags, const std::vector<std::string>& args, std::string* out);
+
 }  // namespace rt::cli

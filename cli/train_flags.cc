@@ -184,6 +184,10 @@ std::vector<FlagRow> data_rows() {
       both(flag("strict-images", FlagType::boolean, "false", Topic::data,
                 "stop at the first unreadable image (default: skip it, name it and count it)"),
            [](const FlagValue& v, CommonConfig& c) { c.loader.strict_images = v.boolean(); }),
+      both(flag("max-image-pixels", FlagType::integer, std::to_string(DataConfig{}.max_image_pixels), Topic::data,
+                "refuse images whose header claims more pixels than this (PIL's MAX_IMAGE_PIXELS default); "
+                "0 = no limit", {}, at_least(0, "an integer >= 0 (pixels; 0 = no limit)")),
+           [](const FlagValue& v, CommonConfig& c) { c.data.max_image_pixels = v.integer(); }),
       both(flag("cache-dir", FlagType::string, "", Topic::data,
                 "where the imagenet file lists are cached (default $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or "
                 "~/.cache/ringtape)"),
@@ -507,9 +511,31 @@ std::vector<FlagRow> profiling_rows() {
   };
 }
 
-// "--name must be <rule>, got <value>".
+// "--name must be <rule>, got <value>"; for a value the recipe set, which the user did not
+// type, also that the recipe sets it and how to override it.
 [[noreturn]] void bad_value(const Flags& f, const std::string& name, const std::string& rule) {
-  throw UsageError("--" + name + " must be " + rule + ", got " + f.str(name));
+  std::string msg = "--" + name + " must be " + rule + ", got " + f.str(name);
+  if (const std::string r = f.recipe_of(name); !r.empty())
+    msg += ": the recipe " + r + " sets --" + name + " " + f.str(name) + "; pass --" + name + " N (" + rule +
+           ") to override it";
+  throw UsageError(msg);
+}
+
+// Whether the flag has a value other than its row's default (compared as integers for an
+// integer flag, so "09" is the default 9).
+bool non_default(const Flags& f, const std::string& name) {
+  for (const Flag& x : f.table())
+    if (x.name == name)
+      return x.type == FlagType::integer ? f.integer(name) != std::stoll(x.default_value)
+                                         : f.str(name) != x.default_value;
+  return false;
+}
+
+// "--name (which the recipe R sets)" for a value the recipe set, else "--name".
+std::string flag_as_set(const Flags& f, const std::string& name) {
+  const std::string r = f.recipe_of(name);
+  return "--" + name + (r.empty() ? "" : " " + f.str(name) + " (the recipe " + r + " sets --" + name + " " +
+                                             f.str(name) + ")");
 }
 
 void check_schedule(const Flags& f) {
@@ -628,6 +654,27 @@ void check_combinations(const Flags& f) {
                      "through the JPEG pipeline), not to " + f.str("dataset") + "; drop --auto-augment");
   if (f.has("test-only") && f.boolean("test-only") && f.str("resume").empty() && f.str("init-weights").empty())
     throw UsageError("--test-only evaluates the weights of --resume CHECKPOINT or --init-weights FILE; give one");
+  // An --init-weights file is one model's state; the EMA's weights are in a checkpoint only.
+  if (f.has("test-only") && f.boolean("test-only") && f.boolean("model-ema") && !f.str("init-weights").empty())
+    throw UsageError("--test-only --model-ema evaluates the EMA weights of a --resume checkpoint, but --init-weights " +
+                     f.str("init-weights") + " holds no EMA weights (one model's state). Evaluate an EMA's weights "
+                     "file (model_ema.safetensors) as --init-weights without --model-ema, or pass the run's "
+                     "checkpoint as --resume");
+  // The policy options of another policy would be ignored (torchvision ignores them silently).
+  if (f.has("ra-magnitude") && non_default(f, "ra-magnitude") &&
+      f.str("auto-augment") != "ra")
+    throw UsageError("--ra-magnitude applies to --auto-augment ra (RandAugment), not to --auto-augment " +
+                     f.str("auto-augment") + "; add --auto-augment ra or drop --ra-magnitude");
+  if (f.has("augmix-severity") && non_default(f, "augmix-severity") &&
+      f.str("auto-augment") != "augmix")
+    throw UsageError("--augmix-severity applies to --auto-augment augmix, not to --auto-augment " +
+                     f.str("auto-augment") + "; add --auto-augment augmix or drop --augmix-severity");
+  // Shards are read in sequence (Note [Shard order]), without the permutation of every
+  // example that repeated augmentation draws from (data/sampler.cc refuses it too).
+  if (f.has("ra-sampler") && f.boolean("ra-sampler") && f.str("dataset") == "webdataset")
+    throw UsageError(flag_as_set(f, "ra-sampler") + ": repeated augmentation draws from a permutation of all "
+                     "examples, which --dataset webdataset (shards read in sequence) does not have; turn it off "
+                     "with --ra-sampler false, or train on the image folders with --dataset imagenet");
 
   // Where the weights come from.
   if (f.has("resume") && !f.str("resume").empty() && !f.str("init-weights").empty())

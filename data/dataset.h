@@ -96,6 +96,9 @@ struct ImageFolderOptions {
   AutoAugmentOptions auto_augment;  // training: the policy after the crop and flip
   std::string cache_dir;       // file-list cache ("" = the default, see data/image_folder.h)
   bool use_cache = true;
+  // An image whose header claims more pixels (width x height) is refused before it is
+  // decoded (--max-image-pixels; 0 = no limit; PIL's default): Note [Decoded-pixel limit].
+  int64_t max_image_pixels = 178956970;
 };
 
 // "webdataset": ImageNet as tar shards (`ringtape pack`; data/webdataset.cc). The image

@@ -6,6 +6,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "data/dataset.h"
@@ -38,6 +39,23 @@ std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::str
 // crop * crop * 3 bytes; undecodable bytes throw BadExample(source).
 void imagenet_example(std::span<const uint8_t> bytes, const std::string& source, bool train,
                       const ImageFolderOptions& opt, int64_t i, int64_t epoch, uint8_t* out);
+// Note [Decoded-pixel limit]
+// A JPEG or PNG header can claim any size: 631 bytes whose header says 16000 x 16000 make a
+// decoder allocate 768 MB and spend seconds on it (a "decompression bomb", or a corrupt
+// header). As PIL refuses images above Image.MAX_IMAGE_PIXELS (its DecompressionBombError at
+// 178,956,970 pixels), the ImageNet datasets and `ringtape pack` read the header first and
+// refuse an image that claims more than ImageFolderOptions::max_image_pixels
+// (--max-image-pixels, 0 = no limit) before decoding anything; the file is then skipped as
+// unreadable and named, like any other bad file. The decoders' own hard limit (2^28 pixels,
+// data/jpeg_decode.h) stays.
+//
+// Throws rt::Error naming `source`, its size, the limit and the flag that raises it when
+// width * height > limit (limit 0: never).
+void check_image_pixels(int64_t width, int64_t height, int64_t limit, const std::string& source);
+// The width and height a JPEG's or PNG's header claims, read without decoding. Throws
+// rt::Error (starting with `source`) for bytes that are neither, or a truncated header.
+std::pair<int64_t, int64_t> encoded_image_size(std::span<const uint8_t> bytes, const std::string& source);
+
 // Throws rt::Error, starting with `dataset`, on crop and resize sizes that cannot work.
 void check_imagenet_sizes(const ImageFolderOptions& opt, const char* dataset);
 // The files and labels of ImageNet's split "train" (root/train) or "test" (root/val, as class

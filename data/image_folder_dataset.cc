@@ -19,6 +19,7 @@
 #include "data/image_folder.h"
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
+#include "data/png_decode.h"
 #include "data/u8_dataset.h"
 #include "base/error.h"
 
@@ -49,9 +50,36 @@ void read_file(const std::string& path, std::vector<uint8_t>& buf) {
 
 }  // namespace
 
+void check_image_pixels(int64_t width, int64_t height, int64_t limit, const std::string& source) {
+  if (limit <= 0 || width * height <= limit) return;
+  RT_FAIL(source, ": the image's header claims ", width, "x", height, " = ", width * height,
+          " pixels, more than the limit of ", limit, " (--max-image-pixels, PIL's MAX_IMAGE_PIXELS); a corrupt ",
+          "header or a decompression bomb. If the image is real, raise the limit (--max-image-pixels ",
+          width * height, ", or 0 for none)");
+}
+
+std::pair<int64_t, int64_t> encoded_image_size(std::span<const uint8_t> bytes, const std::string& source) {
+  if (is_png(bytes)) {
+    // The IHDR chunk comes first: 8-byte signature, 4-byte length, "IHDR", then width and
+    // height as big-endian 32-bit numbers (PNG spec, 11.2.2).
+    RT_CHECK(bytes.size() >= 24 && std::memcmp(bytes.data() + 12, "IHDR", 4) == 0, source,
+             ": a PNG whose header is truncated or does not start with IHDR");
+    auto be32 = [&](size_t at) {
+      return int64_t(bytes[at]) << 24 | int64_t(bytes[at + 1]) << 16 | int64_t(bytes[at + 2]) << 8 | bytes[at + 3];
+    };
+    return {be32(16), be32(20)};
+  }
+  const ImageInfo info = jpeg_info(bytes, source);
+  return {info.width, info.height};
+}
+
 void imagenet_example(std::span<const uint8_t> bytes, const std::string& source, bool train,
                       const ImageFolderOptions& opt, int64_t i, int64_t epoch, uint8_t* out) {
   try {
+    if (opt.max_image_pixels > 0) {  // Note [Decoded-pixel limit]
+      const auto [w, h] = encoded_image_size(bytes, source);
+      check_image_pixels(w, h, opt.max_image_pixels, source);
+    }
     if (train) {
       Generator g = example_generator(opt.seed, epoch, i);
       // Flip first, then the crop draws (torchvision draws the crop first; both are

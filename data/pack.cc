@@ -8,6 +8,7 @@
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -21,6 +22,9 @@
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
 #include "data/jpeg_encode.h"
+#include "data/pack_lock.h"
+#include "data/pack_paths.h"
+#include "data/pack_resume.h"
 #include "data/png_decode.h"
 #include "data/seed.h"
 #include "data/shard_index.h"
@@ -44,14 +48,8 @@ struct Encoded {
   std::string reason;  // why it was skipped
   bool reencoded = false;
   int64_t bytes_in = 0;
+  ShardInput id;  // size, mtime and crc32 of what was read (Note [Resumable pack])
 };
-
-std::vector<uint8_t> read_whole(const std::string& path) {
-  const RandomAccessFile f(path);
-  std::vector<uint8_t> b(size_t(f.size()));
-  f.read_exact(0, b);
-  return b;
-}
 
 // torchvision's Resize(max_side) on a decoded (possibly DCT-scaled) image, then JPEG.
 std::vector<uint8_t> resize_and_encode(const DecodedImage& img, int W, int H, int max_side, int quality,
@@ -71,16 +69,20 @@ std::vector<uint8_t> resize_and_encode(const DecodedImage& img, int W, int H, in
 Encoded encode_file(const std::string& path, const PackOptions& opt) {
   Encoded e;
   try {
-    const std::vector<uint8_t> bytes = read_whole(path);
+    const std::vector<uint8_t> bytes = read_input(path, &e.id);
     e.bytes_in = int64_t(bytes.size());
     RT_CHECK(!bytes.empty(), path, ": empty file (0 bytes)");
+    // Note [Decoded-pixel limit] (data/datasets.h): the header's size, before any decode.
     if (is_png(bytes)) {
+      const auto [pw, ph] = encoded_image_size(bytes, path);
+      check_image_pixels(pw, ph, opt.max_image_pixels, path);
       const DecodedImage img = decode_png(bytes, path);
       e.jpeg = resize_and_encode(img, img.width, img.height, opt.max_side, opt.quality, path);
       e.reencoded = true;
     } else {
       const ImageInfo info = jpeg_info(bytes, path);
       const int W = info.width, H = info.height, shorter = std::min(W, H);
+      check_image_pixels(W, H, opt.max_image_pixels, path);
       if (opt.max_side == 0 || shorter <= opt.max_side) {
         decode_jpeg(bytes, path);  // the whole image must decode, as training will need it
         e.jpeg = bytes;
@@ -104,15 +106,6 @@ Encoded encode_file(const std::string& path, const PackOptions& opt) {
     e.reason = err.what();
   }
   return e;
-}
-
-// WebDataset keys end at the first '.' of the file name and ringtape's .idx lines are
-// space-separated: the relative path without its extension, dots and spaces made '_'.
-std::string key_of(const std::string& rel) {
-  std::string k = fs::path(rel).replace_extension().string();
-  for (char& c : k)
-    if (c == '.' || std::isspace(static_cast<unsigned char>(c))) c = '_';
-  return k;
 }
 
 std::string shard_name(const std::string& output, int64_t k) {
@@ -160,7 +153,9 @@ class Pipeline {
   void work() {
     std::unique_lock<std::mutex> lock(mu_);
     for (;;) {
-      cv_.wait(lock, [&] { return stop_ || (next_claim_ < int64_t(paths_.size()) && next_claim_ < next_out_ + window_); });
+      cv_.wait(lock, [&] {
+        return stop_ || (next_claim_ < int64_t(paths_.size()) && next_claim_ < next_out_ + window_);
+      });
       if (stop_) return;
       const int64_t p = next_claim_++;
       lock.unlock();
@@ -213,6 +208,26 @@ void write_summary(const std::string& output, const std::vector<std::string>& cl
   RT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "pack: cannot rename '", tmp, "' to '", path, "'");
 }
 
+// The warning the folder dataset prints (data/image_folder_dataset.cc), from pack: the labels
+// of the shards must be the labels of training from the folders.
+void report_empty(const ImageFolderIndex& idx) {
+  if (idx.empty_classes.empty()) return;
+  std::string names;
+  for (size_t k = 0; k < idx.empty_classes.size() && k < 5; ++k) names += (k ? ", " : "") + idx.empty_classes[k];
+  if (idx.empty_classes.size() > 5) names += ", ...";
+  std::fprintf(stderr, "pack: %zu class folder(s) in %s hold no images (%s); they are kept as classes and keep their "
+               "class index, as training from the folders does, so the labels agree\n", idx.empty_classes.size(),
+               idx.root.c_str(), names.c_str());
+}
+
+// The options string without its ",files=N" (compared on its own: Note [Resumable pack]).
+std::string without_files(const std::string& options, int64_t* files) {
+  const size_t at = options.rfind(",files=");
+  if (at == std::string::npos) return options;
+  if (files) *files = std::atoll(options.c_str() + at + 7);
+  return options.substr(0, at);
+}
+
 }  // namespace
 
 PackResult pack_image_folder(const PackOptions& opt) {
@@ -221,61 +236,86 @@ PackResult pack_image_folder(const PackOptions& opt) {
   RT_CHECK(opt.quality >= 1 && opt.quality <= 100, "pack: --quality ", opt.quality, " must be in [1, 100]");
   RT_CHECK(opt.shard_bytes >= (int64_t(1) << 16), "pack: --shard-size of ", opt.shard_bytes,
            " bytes is below 64 KiB; shards are meant to be hundreds of MB");
-  RT_CHECK(!opt.output.empty(), "pack: --output is empty; give a prefix like shards/train");
+  RT_CHECK(opt.max_image_pixels >= 0, "pack: --max-image-pixels ", opt.max_image_pixels, " must be >= 0 (0 = none)");
+  const std::string output = pack_output_prefix(opt.data_path, opt.output);  // Note [Pack output prefix]
   std::error_code ec;
   RT_CHECK(fs::is_directory(opt.data_path, ec), "pack: --data-path '", opt.data_path, "' is not a folder; give ",
            "the split folder, e.g. imagenet/train or imagenet/val");
-  const fs::path out_dir = fs::path(opt.output).parent_path();
-  if (!out_dir.empty()) fs::create_directories(out_dir, ec);
-  RT_CHECK(out_dir.empty() || fs::is_directory(out_dir, ec), "pack: cannot create the output folder '",
-           out_dir.string(), "'");
+  check_pack_paths(opt.data_path, output);
+  const fs::path out_dir = fs::path(output).parent_path();
+  if (!out_dir.empty() && !fs::is_directory(out_dir, ec)) {
+    fs::create_directories(out_dir, ec);
+    RT_CHECK(!ec && fs::is_directory(out_dir), "pack: cannot create the output folder '", out_dir.string(), "': ",
+             ec ? ec.message() : std::string("it exists but is not a folder"),
+             "; choose an --output in a folder you can write");
+  }
+  const PackOutputLock lock(output);  // held until pack returns (Note [Pack output lock])
 
   // The files: ImageNet's val split takes the train split's class indices (and may be flat).
+  // On resume the listing may come from the cache; it is only as good as directory mtimes
+  // (Note [index cache]), so every kept shard's inputs are also stat-ed (verify_kept_shards).
   IndexOptions io;
   io.cache_dir = opt.cache_dir;
   io.use_cache = opt.use_cache;
   const fs::path split_dir = fs::path(opt.data_path).lexically_normal();
   const fs::path dir = split_dir.filename().empty() ? split_dir.parent_path() : split_dir;
   std::vector<std::string> classes;
-  ImageFolderIndex idx = dir.filename() == "val" ? imagenet_split_index(dir.parent_path().string(), "test", io, &classes)
-                                                 : index_image_folder(dir.string(), io);
-  if (dir.filename() != "val") classes = idx.classes;
+  ImageFolderIndex idx = dir.filename() == "val"
+                             ? imagenet_split_index(dir.parent_path().string(), "test", io, &classes)
+                             : index_image_folder(dir.string(), io);
+  if (dir.filename() != "val") {
+    classes = idx.classes;
+    report_empty(idx);  // imagenet_split_index reports the val split's itself
+  }
   const int64_t n = int64_t(idx.files.size());
   RT_CHECK(n > 0, "pack: no images in '", opt.data_path, "'");
+  check_unique_keys(idx.files);  // Note [Pack keys]
   std::vector<int64_t> order(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) order[size_t(i)] = i;
   Generator g(derive_seed(opt.seed, kPackStream));
   for (int64_t i = n - 1; i > 0; --i) std::swap(order[size_t(i)], order[size_t(g.randint(0, i + 1))]);
+  PackListing listing;  // in the shuffled order
+  listing.root = idx.root;
+  listing.classes = classes;
   std::vector<std::string> paths(static_cast<size_t>(n));
-  for (int64_t p = 0; p < n; ++p) paths[size_t(p)] = (fs::path(idx.root) / idx.files[size_t(order[size_t(p)])]).string();
+  for (int64_t p = 0; p < n; ++p) {
+    const size_t i = size_t(order[size_t(p)]);
+    paths[size_t(p)] = (fs::path(idx.root) / idx.files[i]).string();
+    listing.rels.push_back(idx.files[i]);
+    listing.labels.push_back(idx.labels[i]);
+  }
 
   const std::string options = "max_side=" + std::to_string(opt.max_side) + ",quality=" +
                               std::to_string(opt.quality) + ",shard_bytes=" + std::to_string(opt.shard_bytes) +
-                              ",seed=" + std::to_string(opt.seed) + ",files=" + std::to_string(n);
-  // Keep the finished shards (Note [Resumable pack]).
+                              ",seed=" + std::to_string(opt.seed) + ",max_image_pixels=" +
+                              std::to_string(opt.max_image_pixels) + ",files=" + std::to_string(n);
+  // Keep the finished shards (Note [Resumable pack]) once every input they cover is checked.
   PackResult r;
+  r.output = output;
   r.files = n;
   std::vector<ShardIndex> done;
-  int64_t first = 0;
+  int64_t first = 0, stored_files = n;
   for (int64_t k = 0;; ++k) {
-    const std::string tar = shard_name(opt.output, k);
+    const std::string tar = shard_name(output, k);
     const auto bytes = fs::file_size(tar, ec);
     ShardIndex x;
-    if (ec || !read_shard_index(tar, int64_t(bytes), &x)) break;
-    RT_CHECK(x.options == options, "pack: '", tar, "' was written with other options (", x.options, "; now ",
-             options, "); to resume, run with the same flags; to start over, delete ", opt.output,
-             "-*.tar and -*.idx or choose another --output");
-    RT_CHECK(x.source_first == first && x.source_end > first && x.source_end <= n, "pack: '", index_path_of(tar),
-             "' covers positions [", x.source_first, ", ", x.source_end, ") where [", first,
-             ", ...) was expected; the shards do not belong together: delete them or choose another --output");
+    if (ec || !read_shard_index(tar, int64_t(bytes), &x, /*with_inputs=*/true)) break;
+    RT_CHECK(without_files(x.options, &stored_files) == without_files(options, nullptr), "pack: '", tar,
+             "' was written with other options (", x.options, "; now ", options, "); to resume, run with the same ",
+             "flags; to start over, run `", start_over_command(output), "` or choose another --output");
+    RT_CHECK(x.source_first == first && x.source_end > first, "pack: '", index_path_of(tar), "' covers positions [",
+             x.source_first, ", ", x.source_end, ") where [", first, ", ...) was expected; the shards do not belong ",
+             "together: run `", start_over_command(output), "` or choose another --output");
     first = x.source_end;
     done.push_back(std::move(x));
   }
+  verify_kept_shards(done, listing, output, stored_files);
+  for (ShardIndex& x : done) x.inputs = {};  // checked: only the sample counts are needed from here
   r.resumed_shards = int64_t(done.size());
   // After them: only what this pack leaves unfinished (a .partial tar, an .idx whose rename
   // did not happen); a .tar there is somebody's data, never overwritten.
   for (int64_t k = int64_t(done.size());; ++k) {
-    const std::string tar = shard_name(opt.output, k);
+    const std::string tar = shard_name(output, k);
     RT_CHECK(!fs::exists(tar, ec), "pack: '", tar, "' exists but is not a finished shard of this pack (no ",
              "matching ", index_path_of(tar), "); move or delete it, or choose another --output");
     const bool partial = fs::exists(tar + ".partial", ec), index = fs::exists(index_path_of(tar), ec);
@@ -293,6 +333,7 @@ PackResult pack_image_folder(const PackOptions& opt) {
   auto last_print = Clock::now();
   std::optional<TarWriter> tar;
   ShardIndex cur;
+  std::vector<ShardInput> inputs;  // positions next_first.. as read: the open shard's
   int64_t next_first = first, reported = 0;
   // A shard is written as X.tar.partial, synced, indexed, then renamed X.tar: a file X.tar
   // is always a finished shard.
@@ -301,6 +342,9 @@ PackResult pack_image_folder(const PackOptions& opt) {
     cur.tar_bytes = tar->bytes_written();
     r.bytes_out += cur.tar_bytes;
     cur.source_end = end;
+    cur.inputs = std::move(inputs);
+    inputs.clear();
+    cur.classes = classes;
     tar.reset();
     write_shard_index(cur);
     RT_CHECK(std::rename((cur.path + ".partial").c_str(), cur.path.c_str()) == 0, "pack: cannot rename '", cur.path,
@@ -314,27 +358,37 @@ PackResult pack_image_folder(const PackOptions& opt) {
     for (int64_t p = first; p < n; ++p) {
       Encoded e = pipe.take();
       r.bytes_in += e.bytes_in;
+      const std::string& rel = listing.rels[size_t(p)];
+      e.id.rel = rel;
+      e.id.label = listing.labels[size_t(p)];
+      inputs.push_back(e.id);
       if (!e.ok) {
         ++r.skipped;
-        if (++reported <= 20) std::fprintf(stderr, "%sskipping unreadable image %s\n", tty ? "\n" : "", e.reason.c_str());
+        if (++reported <= 20)
+          std::fprintf(stderr, "%sskipping unreadable image %s\n", tty ? "\n" : "", e.reason.c_str());
       } else {
         if (!tar) {
-          cur.path = shard_name(opt.output, int64_t(done.size()));
+          cur.path = shard_name(output, int64_t(done.size()));
           cur.source_first = next_first;
           cur.options = options;
           tar.emplace(cur.path + ".partial");
         }
         r.reencoded += e.reencoded;
-        const std::string rel = idx.files[size_t(order[size_t(p)])];
         ShardSample s;
-        s.key = key_of(rel);
+        s.key = pack_key(rel);  // Note [Pack keys]
         s.field = "jpg";
         s.size = int64_t(e.jpeg.size());
-        s.label = idx.labels[size_t(order[size_t(p)])];
+        s.label = e.id.label;
         tar->add(s.key + ".jpg", e.jpeg);
         s.offset = tar->bytes_written() - (s.size + 511) / 512 * 512;
         const std::string cls = std::to_string(s.label);
         tar->add(s.key + ".cls", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(cls.data()), cls.size()));
+        json::Value meta = json::Value::object();
+        meta.set("path", rel);
+        meta.set("class", classes[size_t(s.label)]);
+        meta.set("label", s.label);
+        const std::string text = json::dump(meta);
+        tar->add(s.key + ".json", std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(text.data()), text.size()));
         cur.samples.push_back(std::move(s));
         if (tar->bytes_written() >= opt.shard_bytes) close_shard(p + 1);
       }
@@ -357,7 +411,7 @@ PackResult pack_image_folder(const PackOptions& opt) {
   for (const ShardIndex& s : done) r.packed += int64_t(s.samples.size());
   r.skipped = n - r.packed;
   r.shards = int64_t(done.size());
-  write_summary(opt.output, classes, done, n, options);
+  write_summary(output, classes, done, n, options);
   r.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
   return r;
 }

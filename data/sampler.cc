@@ -26,8 +26,8 @@ Sampler::Sampler(int64_t dataset_size, int64_t batch_size, const SamplerOptions&
     RT_CHECK(total == dataset_size, "sampler: the shards hold ", total, " examples but the dataset has ",
              dataset_size);
     RT_CHECK(opt.repetitions == 0, "sampler: repeated augmentation (--ra-sampler) draws from a permutation of all "
-             "examples, which sequentially read shards (--dataset webdataset) do not have; drop --ra-sampler or use "
-             "--dataset imagenet");
+             "examples, which sequentially read shards (--dataset webdataset) do not have; turn it off with "
+             "--ra-sampler false (a --recipe may have set it) or use --dataset imagenet");
     RT_CHECK(opt.shuffle_buffer >= 0, "sampler: shuffle buffer ", opt.shuffle_buffer, " must be >= 0");
   }
   // Ceiling divisions written so that sizes near 2^63 cannot overflow.

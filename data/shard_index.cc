@@ -45,6 +45,43 @@ bool parse_label(const std::string& text, int64_t* out) {
 
 }  // namespace
 
+std::string escape_token(const std::string& s) {
+  static const char* hex = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (const char ch : s) {
+    const unsigned char c = static_cast<unsigned char>(ch);
+    if (std::isalnum(c) || c == '_' || c == '/' || c == '-' || c == '.') out += char(c);
+    else {
+      out += '%';
+      out += hex[c >> 4];
+      out += hex[c & 15];
+    }
+  }
+  return out;
+}
+
+bool unescape_token(const std::string& t, std::string* out) {
+  auto digit = [](char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1;
+  };
+  out->clear();
+  for (size_t i = 0; i < t.size(); ++i) {
+    if (t[i] != '%') {
+      *out += t[i];
+      continue;
+    }
+    if (i + 2 >= t.size()) return false;
+    const int hi = digit(t[i + 1]), lo = digit(t[i + 2]);
+    if (hi < 0 || lo < 0) return false;
+    *out += char(hi * 16 + lo);
+    i += 2;
+  }
+  return true;
+}
+
 std::pair<std::string, std::string> split_member_name(const std::string& name) {
   const size_t slash = name.rfind('/');
   const size_t dot = name.find('.', slash == std::string::npos ? 0 : slash + 1);
@@ -69,7 +106,8 @@ std::vector<std::string> expand_braces(const std::string& pattern) {
   if (dots != std::string::npos) {
     const std::string lo = body.substr(0, dots), hi = body.substr(dots + 2);
     auto digits = [](const std::string& s) {
-      return !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+      return !s.empty() && s.size() <= 12 &&
+             std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
     };
     RT_CHECK(digits(lo) && digits(hi), "shard pattern '", pattern, "': {", body,
              "} is not a numeric range like {000000..000146}");
@@ -115,8 +153,9 @@ std::vector<std::string> list_shards(const std::string& data_path, const std::st
   }
   shards = expand_braces(data_path);
   for (const std::string& s : shards)
-    RT_CHECK(fs::is_regular_file(s, ec), "webdataset: shard '", s, "' not found", shards.size() > 1 ? " (the pattern '" +
-             data_path + "' names " + std::to_string(shards.size()) + " shards)" : std::string(),
+    RT_CHECK(fs::is_regular_file(s, ec), "webdataset: shard '", s, "' not found",
+             shards.size() > 1 ? " (the pattern '" + data_path + "' names " + std::to_string(shards.size()) + " shards)"
+                               : std::string(),
              "; check the path and the pattern's range, or re-run `ringtape pack` to write it");
   return shards;
 }
@@ -126,7 +165,47 @@ std::string index_path_of(const std::string& tar_path) {
   return p.extension() == ".tar" ? fs::path(p).replace_extension(".idx").string() : tar_path + ".idx";
 }
 
-bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex* out) {
+namespace {
+
+// The version 2 sections after the samples: "classes" and "inputs" (Note [Shard index files]).
+template <class Next, class Bad>
+void read_inputs(std::istream& in, ShardIndex& x, int64_t& line_no, Next& next, Bad& bad) {
+  std::string line, word;
+  int64_t c = -1, m = -1;
+  try {
+    c = std::stoll(next("classes"));
+  } catch (const std::logic_error&) {
+    bad("malformed number");
+  }
+  if (c < 0 || c > 100'000'000) bad("class count " + std::to_string(c) + " is not plausible");
+  x.classes.resize(size_t(c));
+  for (std::string& name : x.classes) {
+    ++line_no;
+    if (!std::getline(in, line) || !unescape_token(line, &name)) bad("malformed class name");
+  }
+  try {
+    m = std::stoll(next("inputs"));
+  } catch (const std::logic_error&) {
+    bad("malformed number");
+  }
+  if (m != x.source_end - x.source_first) bad("inputs " + std::to_string(m) + " where source covers " +
+                                              std::to_string(x.source_end - x.source_first) + " positions");
+  x.inputs.resize(size_t(m));
+  for (ShardInput& f : x.inputs) {
+    ++line_no;
+    if (!std::getline(in, line)) bad("ends before its inputs do");
+    std::istringstream ls(line);
+    std::string crc;
+    if (!(ls >> word >> f.size >> f.mtime_ns >> f.label >> crc) || !unescape_token(word, &f.rel) || crc.size() != 8 ||
+        crc.find_first_not_of("0123456789abcdef") != std::string::npos)
+      bad("malformed input line");
+    f.crc32 = uint32_t(std::stoul(crc, nullptr, 16));
+  }
+}
+
+}  // namespace
+
+bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex* out, bool with_inputs) {
   const std::string path = index_path_of(tar_path);
   std::ifstream in(path);
   if (!in) return false;
@@ -150,7 +229,9 @@ bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex
     if (!rest.empty() && rest[0] == ' ') rest.erase(0, 1);
     return rest;
   };
-  if (next(kMagic) != "1") bad("unknown version (this ringtape reads version 1)");
+  const std::string version = next(kMagic);
+  if (version != "1" && version != "2") bad("unknown version " + version + " (this ringtape reads versions 1 and 2)");
+  x.version = version == "1" ? 1 : 2;
   int64_t n = -1;
   try {
     x.tar_bytes = std::stoll(next("tar_bytes"));
@@ -173,6 +254,7 @@ bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex
     if (!is_image_field(s.field) || s.offset < 512 || s.size < 0 || s.label < 0 || s.offset > tar_bytes - s.size)
       bad("sample '" + s.key + "' lies outside the tar or has a bad field or label");
   }
+  if (with_inputs && x.version >= 2) read_inputs(in, x, line_no, next, bad);
   *out = std::move(x);
   return true;
 }
@@ -180,10 +262,18 @@ bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex
 void write_shard_index(const ShardIndex& x) {
   const std::string path = index_path_of(x.path), tmp = path + ".tmp";
   std::ostringstream os;
-  os << kMagic << " 1\ntar_bytes " << x.tar_bytes << "\nsource " << x.source_first << ' ' << x.source_end
+  os << kMagic << " 2\ntar_bytes " << x.tar_bytes << "\nsource " << x.source_first << ' ' << x.source_end
      << "\noptions " << x.options << "\nsamples " << x.samples.size() << '\n';
   for (const ShardSample& s : x.samples)
     os << s.key << ' ' << s.field << ' ' << s.offset << ' ' << s.size << ' ' << s.label << '\n';
+  os << "classes " << x.classes.size() << '\n';
+  for (const std::string& c : x.classes) os << escape_token(c) << '\n';
+  os << "inputs " << x.inputs.size() << '\n';
+  char crc[16];
+  for (const ShardInput& f : x.inputs) {
+    std::snprintf(crc, sizeof crc, "%08x", unsigned(f.crc32));
+    os << escape_token(f.rel) << ' ' << f.size << ' ' << f.mtime_ns << ' ' << f.label << ' ' << crc << '\n';
+  }
   const std::string text = os.str();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   RT_CHECK(fd >= 0, "webdataset: cannot write '", tmp, "': ", std::strerror(errno));
@@ -212,19 +302,23 @@ ShardIndex scan_shard(const std::string& tar_path) {
   x.path = tar_path;
   x.tar_bytes = file.size();
   std::string label_text;
-  auto report = [&](const std::string& key, const char* why) {
+  auto report = [&](const std::string& key, const std::string& why) {
     ++x.skipped;
     if (x.skipped <= 5)
-      std::fprintf(stderr, "webdataset: %s: sample '%s' skipped: %s\n", tar_path.c_str(), key.c_str(), why);
+      std::fprintf(stderr, "webdataset: %s: sample '%s' skipped: %s\n", tar_path.c_str(), key.c_str(), why.c_str());
   };
   for (size_t i = 0; i < members.size();) {
     const std::string key = split_member_name(members[i].name).first;
     ShardSample s;
     s.key = key;
     bool have_image = false, have_label = false, bad_label = false;
+    std::string dotted;  // a member named like "<key>.1.jpg": an image whose key held a dot
     for (; i < members.size() && split_member_name(members[i].name).first == key; ++i) {
       const TarMember& m = members[i];
       const std::string field = split_member_name(m.name).second;
+      const size_t last_dot = field.rfind('.');
+      if (dotted.empty() && last_dot != std::string::npos && is_image_field(field.substr(last_dot + 1)))
+        dotted = m.name;
       if (is_image_field(field) && !have_image) {
         have_image = true;
         s.field = field;
@@ -242,7 +336,12 @@ ShardIndex scan_shard(const std::string& tar_path) {
         bad_label = !parse_label(label_text, &s.label);
       }
     }
-    if (!have_image) report(key, "no jpg, jpeg or png member");
+    if (!have_image && !dotted.empty())
+      report(key, "no jpg, jpeg or png member: its member '" + dotted + "' has the field '" +
+                      split_member_name(dotted).second + "', because WebDataset's key ends at the first dot of the "
+                      "file name (\"a/img.1.jpg\" is key \"a/img\", field \"1.jpg\"); the tool that wrote this tar "
+                      "must not put dots in keys (ringtape pack does not)");
+    else if (!have_image) report(key, "no jpg, jpeg or png member");
     else if (!have_label) report(key, "no cls member (the class index)");
     else if (bad_label) report(key, "its cls member is not a class index (decimal text)");
     else x.samples.push_back(std::move(s));

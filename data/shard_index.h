@@ -12,17 +12,30 @@
 // index is written after the tar is complete and synced, and records the tar's size: an .idx
 // that exists and matches its tar's size marks a finished shard (pack resumes after it),
 // and a tar without a matching .idx (written by another tool, or changed since) is scanned
-// instead. Format, text:
-//   ringtape-shard-index 1
+// instead. Format, text (version 2; training still reads version 1, the same without the
+// "classes" and "inputs" sections, which pack no longer resumes from):
+//   ringtape-shard-index 2
 //   tar_bytes <size of X.tar>
 //   source <first> <end>       (positions in pack's shuffled file list; for resuming)
 //   options <string>           (pack's options; a resumed pack must use the same)
 //   samples <n>
 //   <key> <field> <offset> <size> <label>      n lines: the image member's data
+//   classes <c>
+//   <class name>                               c lines: the class list that gave the labels
+//   inputs <end - first>
+//   <path> <size> <mtime_ns> <label> <crc32>   one line per position first..end-1: the file
+//                                              pack read there (relative to --data-path), its
+//                                              size, modification time (ns), label and zlib
+//                                              crc32 of its bytes (8 hex digits)
+// Class names and input paths are written percent-escaped (escape_token) so that no line
+// holds a space or a newline of a name; keys are written as they are (pack's keys hold
+// neither: Note [Pack keys]). What the inputs are for: Note [Resumable pack]
+// (data/pack.h).
 #pragma once
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace rt::data {
@@ -35,12 +48,24 @@ struct ShardSample {
   int64_t label = 0;
 };
 
+// One position of pack's shuffled file list, as pack read it (Note [Resumable pack]).
+struct ShardInput {
+  std::string rel;         // relative to --data-path: "n01440764/n01440764_10026.JPEG"
+  int64_t size = -1;       // bytes; -1: the file could not be opened
+  int64_t mtime_ns = 0;    // st_mtim
+  int64_t label = 0;
+  uint32_t crc32 = 0;      // zlib's crc32 of the bytes read
+};
+
 struct ShardIndex {
+  int version = 2;   // of the .idx read: 1 has no classes or inputs
   std::string path;  // the tar file
   int64_t tar_bytes = 0;
   int64_t source_first = 0, source_end = 0;  // pack's list positions [first, end)
   std::string options;
   std::vector<ShardSample> samples;
+  std::vector<std::string> classes;  // version 2, read with with_inputs: the class names labels index
+  std::vector<ShardInput> inputs;    // version 2, read with with_inputs: positions [source_first, source_end)
   int64_t skipped = 0;  // samples without an image or a label, left out by scan_shard
 };
 
@@ -58,10 +83,11 @@ std::vector<std::string> expand_braces(const std::string& pattern);
 
 // X.idx for X.tar.
 std::string index_path_of(const std::string& tar_path);
-// Reads X.idx. Returns false when it does not exist or does not describe the tar as it is
-// now (size differs); throws rt::Error naming the file and line when it is malformed.
-bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex* out);
-// Writes X.idx atomically (a temporary file, fsync, rename). Throws rt::Error on I/O errors.
+// Reads X.idx (version 1 or 2); the classes and inputs only with `with_inputs` (training
+// needs the samples alone). Returns false when it does not exist or does not describe the tar
+// as it is now (size differs); throws rt::Error naming the file and line when it is malformed.
+bool read_shard_index(const std::string& tar_path, int64_t tar_bytes, ShardIndex* out, bool with_inputs = false);
+// Writes X.idx (version 2) atomically (a temporary file, fsync, rename). Throws rt::Error on I/O errors.
 void write_shard_index(const ShardIndex& index);
 // Lists the tar's members and groups them into samples (the key rule above), reading each
 // "cls" member. A sample without an image field or a valid label is left out and counted in
@@ -69,6 +95,11 @@ void write_shard_index(const ShardIndex& index);
 ShardIndex scan_shard(const std::string& tar_path);
 // The shard's samples: its .idx when that matches the tar, else scan_shard.
 ShardIndex load_shard(const std::string& tar_path);
+
+// A name as one space-free token of an .idx line: every byte outside [A-Za-z0-9_/.-] as %XX
+// (so '%' itself too); unescape_token reverses it (false for a malformed escape).
+std::string escape_token(const std::string& s);
+bool unescape_token(const std::string& t, std::string* out);
 
 // WebDataset's key and field of a member path: "a/b.c.d" -> {"a/b", "c.d"}; no '.' in the
 // file name: field "".

@@ -2,7 +2,7 @@
 // `ringtape pack` writes them (data/pack.h) or other tools do: samples "key.jpg" + "key.cls".
 //
 //   DIR/train-000000.tar ...   training split (DIR/train.json: the class names, optional)
-//   DIR/val-000000.tar ...     evaluation split
+//   DIR/val-000000.tar ...     evaluation split (DIR/val.json: its class names must be train's)
 //
 // Example i is the i-th sample of the shards in the order given (shard 0's first); the
 // sampler reads them in Note [Shard order]'s sequence, so reads are sequential within a
@@ -33,15 +33,19 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// The class names from the summary `ringtape pack` writes beside the shards
-// (<dir>/<prefix>.json, e.g. shards/train.json for shards/train-000000.tar); empty when
-// there is none.
-std::vector<std::string> read_classes(const std::string& first_shard) {
+// The summary `ringtape pack` writes beside the shards: <dir>/<prefix>.json, e.g.
+// shards/train.json for shards/train-000000.tar ("" for a shard name without a prefix).
+std::string summary_path(const std::string& first_shard) {
   const fs::path p(first_shard);
   const std::string name = p.filename().string();
   const size_t dash = name.rfind('-');
-  if (dash == std::string::npos) return {};
-  const fs::path summary = p.parent_path() / (name.substr(0, dash) + ".json");
+  if (dash == std::string::npos) return "";
+  return (p.parent_path() / (name.substr(0, dash) + ".json")).string();
+}
+
+// The class names of the summary at `summary`; empty when there is none.
+std::vector<std::string> read_classes(const std::string& summary) {
+  if (summary.empty()) return {};
   std::ifstream in(summary);
   if (!in) return {};
   std::stringstream ss;
@@ -52,16 +56,32 @@ std::vector<std::string> read_classes(const std::string& first_shard) {
     if (const json::Value* c = v.find("classes"))
       for (const json::Value& x : c->as_array()) classes.push_back(x.as_string());
   } catch (const Error& e) {
-    RT_FAIL("webdataset: '", summary.string(), "' is not the summary `ringtape pack` writes: ", e.what(),
+    RT_FAIL("webdataset: '", summary, "' is not the summary `ringtape pack` writes: ", e.what(),
             "; delete it or re-run `ringtape pack`");
   }
   return classes;
 }
 
+// A label is a class index, so the evaluation split must list the training split's classes in
+// the same order: shards of a val folder packed on its own (other class folders, or one more
+// or fewer) would score every image against the wrong class while the run looks healthy.
+void check_same_classes(const std::vector<std::string>& train, const std::string& train_summary,
+                        const std::vector<std::string>& val, const std::string& val_summary) {
+  if (train.empty() || val.empty() || train == val) return;
+  size_t i = 0;
+  while (i < train.size() && i < val.size() && train[i] == val[i]) ++i;
+  const auto name = [&](const std::vector<std::string>& c) { return i < c.size() ? "'" + c[i] + "'" : "(none)"; };
+  RT_FAIL("webdataset: the evaluation shards' classes differ from the training shards': class ", i, " is ",
+          name(train), " in ", train_summary, " (", train.size(), " classes) but ", name(val), " in ", val_summary,
+          " (", val.size(), " classes), so a label means another class in each split. Pack the evaluation images "
+          "with the training split's class folders (`ringtape pack --data-path imagenet/val` takes them from "
+          "imagenet/train for ImageNet's val), or point --val-data-path at the shards packed that way");
+}
+
 class WebDataset final : public Dataset {
  public:
   WebDataset(std::string location, std::vector<ShardIndex> shards, bool train, const ImageFolderOptions& image,
-             const WebDatasetOptions& opt, int64_t num_classes)
+             const WebDatasetOptions& opt, int64_t num_classes, const std::string& classes_from)
       : location_(std::move(location)), shards_(std::move(shards)), train_(train), image_(image), opt_(opt),
         num_classes_(num_classes), advised_(new std::atomic<int64_t>[shards_.size()]), open_(shards_.size()) {
     size_ = train ? image.train_crop_size : image.val_crop_size;
@@ -70,9 +90,13 @@ class WebDataset final : public Dataset {
     for (size_t s = 0; s < shards_.size(); ++s) advised_[s] = 0;
     for (const ShardIndex& s : shards_)
       for (const ShardSample& x : s.samples)
+        // --num-classes does not enter here: a summary's class list that is shorter than the
+        // labels is wrong about the shards, whatever the model's outputs.
         RT_CHECK(x.label < num_classes_, "webdataset: ", s.path, ": sample '", x.key, "' has label ", x.label,
-                 ", outside [0, ", num_classes_, "), the classes of its summary; repack the shards or pass ",
-                 "--num-classes");
+                 ", outside [0, ", num_classes_, "): the summary ", classes_from, " lists ", num_classes_,
+                 " classes, fewer than the shards' labels use; re-run `ringtape pack` for these shards (into an "
+                 "empty output folder), or delete ", classes_from, " so that the class count comes from the labels "
+                 "(the largest + 1)");
   }
 
   int64_t size() const override { return starts_.back(); }
@@ -213,20 +237,31 @@ std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::str
     std::fprintf(stderr, "webdataset: %lld sample(s) without an image or a label left out of split %s\n",
                  (long long)skipped, split.c_str());
   // The class count: the summary's classes; else, for the test split, the train split's; else
-  // the largest label + 1 (--num-classes checks it against the model).
-  std::vector<std::string> classes = read_classes(files.front());
-  int64_t num_classes = int64_t(classes.size());
-  if (num_classes == 0 && split != "train") {
+  // the largest label + 1 (--num-classes checks it against the model). Where both splits
+  // have a summary, their classes must agree.
+  const std::string summary = summary_path(files.front());
+  std::vector<std::string> classes = read_classes(summary);
+  std::string classes_from = summary;
+  if (split != "train") {
+    std::string train_summary;
     try {
-      num_classes = int64_t(read_classes(split_shards(path, "train", opt).front()).size());
-    } catch (const Error&) {  // no train shards here: fall back to the labels
+      train_summary = summary_path(split_shards(path, "train", opt).front());
+    } catch (const Error&) {  // no train shards here: nothing to compare with
+    }
+    const std::vector<std::string> train_classes = read_classes(train_summary);
+    check_same_classes(train_classes, train_summary, classes, summary);
+    if (classes.empty() && !train_classes.empty()) {
+      classes = train_classes;
+      classes_from = train_summary;
     }
   }
+  int64_t num_classes = int64_t(classes.size());
   if (num_classes == 0) num_classes = max_label + 1;
   RT_CHECK(num_classes <= kMaxDerivedClasses || !classes.empty(), "webdataset: label ", max_label,
            " in the shards of split ", split, " is not a class index (more than ", kMaxDerivedClasses, ")");
   const std::string location = split != "train" && !opt.val_path.empty() ? opt.val_path : path;
-  return std::make_unique<WebDataset>(location, std::move(shards), split == "train", image, opt, num_classes);
+  return std::make_unique<WebDataset>(location, std::move(shards), split == "train", image, opt, num_classes,
+                                      classes_from);
 }
 
 }  // namespace rt::data

@@ -1,6 +1,7 @@
 #include "train/checkpoint.h"
 
 #include <cstdio>
+#include <fstream>
 
 #include "base/usage_error.h"
 #include "engine/io/json.h"
@@ -11,6 +12,10 @@ namespace rt::train {
 namespace {
 
 constexpr const char* kFormat = "ringtape-checkpoint-1";
+// A checkpoint older than its architecture record (Note [Settings before tensors]) that does not fit.
+constexpr const char* kShapeHint =
+    "was it written with another --model, --width, --num-classes or --small-stem? (--width and --small-stem "
+    "auto follow --train-crop-size for imagenet and webdataset, also in eval)";
 
 int64_t meta_int(const std::map<std::string, std::string>& meta, const std::string& key, const std::string& path) {
   auto it = meta.find(key);
@@ -33,6 +38,18 @@ void refuse_nonfinite(const std::string& path, const std::map<std::string, Tenso
 
 bool is_checkpoint(const std::map<std::string, std::string>& meta) {
   return meta.count("format") && meta.at("format") == kFormat;
+}
+
+// The "flags" metadata entry as a map (string values only).
+std::map<std::string, std::string> flags_entry(const std::map<std::string, std::string>& meta,
+                                               const std::string& path) {
+  std::map<std::string, std::string> flags;
+  if (!meta.count("flags")) return flags;
+  const json::Value f = json::parse(meta.at("flags"));
+  RT_CHECK(f.is_object(), "checkpoint '", path, "': malformed flags entry");
+  for (const auto& [k, v] : f.as_object())
+    if (v.is_string()) flags[k] = v.as_string();
+  return flags;
 }
 
 // The entries of a checkpoint under `prefix` ("model." or the EMA's "model_ema.module."),
@@ -107,24 +124,36 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
   }
   if (scaler) *scaler = std::move(scaler_state);
   if (ema) *ema = std::move(ema_state);
-  load_model_state("checkpoint '" + path + "'", model_part(all), model, true,
-                   "was it written with another --model, --width or --num-classes?");
+  load_model_state("checkpoint '" + path + "'", model_part(all), model, true, kShapeHint);
   opt.load_state(opt_state);
-  if (flags) {
-    flags->clear();
-    if (meta.count("flags")) {
-      const json::Value f = json::parse(meta.at("flags"));
-      RT_CHECK(f.is_object(), "checkpoint '", path, "': malformed flags entry");
-      for (const auto& [k, v] : f.as_object())
-        if (v.is_string()) (*flags)[k] = v.as_string();
-    }
-  }
+  if (flags) *flags = flags_entry(meta, path);
   Progress p;
   p.epoch = meta_int(meta, "epoch", path);
   p.batch = meta_int(meta, "batch", path);
   p.step = meta_int(meta, "step", path);
   p.samples_seen = meta_int(meta, "samples_seen", path);
   return p;
+}
+
+std::map<std::string, std::string> read_checkpoint_flags(const std::string& path) {
+  // The safetensors layout: an 8-byte little-endian header length, the JSON header, the data.
+  std::ifstream in(path, std::ios::binary);
+  unsigned char len[8];
+  if (!in.read(reinterpret_cast<char*>(len), 8)) return {};
+  uint64_t n = 0;
+  for (int i = 7; i >= 0; --i) n = n << 8 | len[i];
+  in.seekg(0, std::ios::end);
+  const uint64_t size = uint64_t(in.tellg());
+  if (n > size - 8 || n > (uint64_t(1) << 28)) return {};  // not a safetensors file: loading it says so
+  std::string header(size_t(n), '\0');
+  in.seekg(8);
+  if (!in.read(header.data(), std::streamsize(n))) return {};
+  try {
+    const SafetensorsHeader h = parse_safetensors_header(header, size - 8 - n, path);
+    return is_checkpoint(h.metadata) ? flags_entry(h.metadata, path) : std::map<std::string, std::string>{};
+  } catch (const Error&) {
+    return {};
+  }
 }
 
 void load_checkpoint_model(const std::string& path, nn::Module& model, bool ema) {
@@ -137,7 +166,7 @@ void load_checkpoint_model(const std::string& path, nn::Module& model, bool ema)
   if (ema && part.empty())
     throw UsageError("checkpoint '" + path + "' holds no EMA weights: it was trained without --model-ema");
   load_model_state(std::string(ema ? "the EMA weights of " : "") + "checkpoint '" + path + "'", part, model, true,
-                   "was it written with another --model, --width or --num-classes?");
+                   kShapeHint);
 }
 
 void save_weights(const std::string& path, const nn::Module& model) {

@@ -42,6 +42,12 @@ Progress load_checkpoint(const std::string& path, nn::Module& model, optim::Opti
                          std::map<std::string, std::string>* flags, std::map<std::string, Tensor>* scaler = nullptr,
                          std::map<std::string, Tensor>* ema = nullptr);
 
+// The flags a checkpoint records (with the entries the trainer adds: the world size, the
+// steps per epoch, the model's architecture), read from its header alone, so that they can be
+// compared before any tensor is loaded (Note [Settings before tensors], train/resume.h).
+// Empty when `path` is not a readable ringtape checkpoint (loading it then says why).
+std::map<std::string, std::string> read_checkpoint_flags(const std::string& path);
+
 // Only the model part of a checkpoint (for evaluation). A plain weights file is a
 // UsageError pointing to --init-weights.
 // ema: the EMA's weights instead (a UsageError when the checkpoint has none).

@@ -41,33 +41,6 @@ Precision pick_precision(const ComputeConfig& c, Device device) {
   return p;
 }
 
-data::DatasetOptions dataset_options(const CommonConfig& c) {
-  data::DatasetOptions o;
-  if (c.data.dataset == DatasetKind::synthetic) {
-    const auto [n, ch, h, w] = c.data.synthetic_size;
-    o.synthetic.size = n;
-    o.synthetic.image_shape = {ch, h, w};
-    o.synthetic.seed = c.seed;
-    if (c.model.num_classes > 0) o.synthetic.num_classes = c.model.num_classes;
-  }
-  // "tensors" files: with --num-classes every label must be below it, checked as the file
-  // opens (naming it); 0 = derived from the labels (Note [Label range], data/dataset.h).
-  o.num_classes = c.model.num_classes;
-  // Small in-memory datasets: padding 2 for 28-px images, 4 for 32-px ones.
-  o.augment.enabled = c.data.augment;
-  o.augment.pad = c.data.dataset == DatasetKind::fashion_mnist ? 2 : 4;
-  o.augment.seed = c.seed;
-  o.image_folder.train_crop_size = int(c.data.train_crop_size);
-  o.image_folder.val_resize_size = int(c.data.val_resize_size);
-  o.image_folder.val_crop_size = int(c.data.val_crop_size);
-  o.image_folder.seed = c.seed;
-  o.image_folder.cache_dir = c.data.cache_dir;
-  o.image_folder.interpolation = c.data.interpolation;
-  o.image_folder.auto_augment = c.data.auto_augment;
-  o.webdataset.val_path = c.data.val_data_path;
-  return o;
-}
-
 // The architecture for images of `image` (C, H, W) from a dataset of `classes` classes.
 models::ModelOptions model_options(const CommonConfig& c, const Shape& image, int64_t classes, bool training) {
   // The architecture follows the training image size, also in `ringtape eval` (whose
@@ -93,6 +66,34 @@ models::ModelOptions model_options(const CommonConfig& c, const Shape& image, in
 }
 
 }  // namespace
+
+data::DatasetOptions dataset_options(const CommonConfig& c) {
+  data::DatasetOptions o;
+  if (c.data.dataset == DatasetKind::synthetic) {
+    const auto [n, ch, h, w] = c.data.synthetic_size;
+    o.synthetic.size = n;
+    o.synthetic.image_shape = {ch, h, w};
+    o.synthetic.seed = c.seed;
+    if (c.model.num_classes > 0) o.synthetic.num_classes = c.model.num_classes;
+  }
+  // "tensors" files: with --num-classes every label must be below it, checked as the file
+  // opens (naming it); 0 = derived from the labels (Note [Label range], data/dataset.h).
+  o.num_classes = c.model.num_classes;
+  // Small in-memory datasets: padding 2 for 28-px images, 4 for 32-px ones.
+  o.augment.enabled = c.data.augment;
+  o.augment.pad = c.data.dataset == DatasetKind::fashion_mnist ? 2 : 4;
+  o.augment.seed = c.seed;
+  o.image_folder.train_crop_size = int(c.data.train_crop_size);
+  o.image_folder.val_resize_size = int(c.data.val_resize_size);
+  o.image_folder.val_crop_size = int(c.data.val_crop_size);
+  o.image_folder.seed = c.seed;
+  o.image_folder.cache_dir = c.data.cache_dir;
+  o.image_folder.max_image_pixels = c.data.max_image_pixels;
+  o.image_folder.interpolation = c.data.interpolation;
+  o.image_folder.auto_augment = c.data.auto_augment;
+  o.webdataset.val_path = c.data.val_data_path;
+  return o;
+}
 
 Setup set_up(const CommonConfig& cfg, bool training) {
   if (cfg.compute.threads > 0) omp_set_num_threads(cfg.compute.threads);
@@ -127,6 +128,62 @@ std::shared_ptr<nn::Module> make_model_like(const CommonConfig& cfg, const Setup
   std::shared_ptr<nn::Module> m = models::make_model(cfg.model.name, s.model_options);
   m->to(s.device, s.format);
   return m;
+}
+
+std::map<std::string, std::string> architecture_record(const std::string& model, const models::ModelOptions& mo) {
+  return {{"arch.model", model},
+          {"arch.width", std::to_string(mo.width)},
+          {"arch.small-stem", mo.small_stem ? "true" : "false"},
+          {"arch.stem-stride", mo.small_stem ? std::to_string(mo.stem_stride) : "none"},
+          {"arch.classes", std::to_string(mo.num_classes)},
+          {"arch.in-channels", std::to_string(mo.in_channels)}};
+}
+
+std::string architecture_difference(const std::map<std::string, std::string>& then,
+                                    const std::map<std::string, std::string>& now) {
+  static const std::pair<const char*, const char*> kWhat[] = {
+      {"arch.model", "model"},           {"arch.small-stem", "the small stem"}, {"arch.width", "width"},
+      {"arch.stem-stride", "the small stem's stride"}, {"arch.classes", "classes"},
+      {"arch.in-channels", "input channels"}};
+  const auto shown = [](const std::string& k, const std::string& v) {
+    return k == "arch.small-stem" ? std::string(v == "true" ? "on" : "off") : v;
+  };
+  std::string out;
+  for (const auto& [key, what] : kWhat) {
+    if (!then.count(key) || !now.count(key) || then.at(key) == now.at(key)) continue;
+    if (std::string(key) == "arch.stem-stride" && then.at("arch.small-stem") != now.at("arch.small-stem")) continue;
+    out += std::string(out.empty() ? "" : "; ") + what + ": " + shown(key, then.at(key)) + " in the checkpoint, " +
+           shown(key, now.at(key)) + " here";
+  }
+  return out;
+}
+
+void check_checkpoint_fits(const std::string& path, const CommonConfig& cfg, const Setup& s) {
+  const std::map<std::string, std::string> then = read_checkpoint_flags(path);
+  const std::map<std::string, std::string> now = architecture_record(cfg.model.name, s.model_options);
+  const std::string diff = architecture_difference(then, now);
+  if (diff.empty()) return;
+  const auto differs = [&](const std::string& k) { return then.count(k) && then.at(k) != now.at(k); };
+  const std::string crop = then.count("train-crop-size") ? then.at("train-crop-size") : "";
+  std::string fix;
+  // The stem and --width auto follow --train-crop-size (model_options above), here too.
+  if (is_imagenet_like(cfg.data.dataset) && !crop.empty() && crop != std::to_string(cfg.data.train_crop_size) &&
+      (differs("arch.small-stem") || differs("arch.width") || differs("arch.stem-stride")))
+    fix = "the checkpoint was trained with --train-crop-size " + crop + ", and the model's stem (small for 64 px "
+          "or less: --small-stem auto) and --width auto follow it, also when evaluating; pass --train-crop-size " +
+          crop + " as the training did";
+  else {
+    fix = "pass the training's settings:";
+    if (differs("arch.model")) fix += " --model " + then.at("arch.model");
+    if (differs("arch.width")) fix += " --width " + then.at("arch.width");
+    if (differs("arch.small-stem")) fix += " --small-stem " + then.at("arch.small-stem");
+    if (differs("arch.stem-stride") && then.at("arch.stem-stride") != "none")
+      fix += " --stem-stride " + then.at("arch.stem-stride");
+    if (differs("arch.classes")) fix += " --num-classes " + then.at("arch.classes");
+    if (differs("arch.in-channels"))
+      fix += " (and the training's --dataset: its images have " + then.at("arch.in-channels") + " channels)";
+  }
+  throw UsageError("checkpoint '" + path + "' holds another model than this run builds: " + diff + "; " + fix);
 }
 
 void load_init_weights(const CommonConfig& cfg, nn::Module& model) {

@@ -3,7 +3,9 @@
 // training data feed are training's. Resuming is in train/resume.h.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <string>
 
 #include "data/dataset.h"
 #include "data/device_feeder.h"
@@ -27,6 +29,9 @@ struct Setup {
   models::ModelOptions model_options;  // what built `model`
 };
 
+// The datasets' options from the configuration (what data::open_dataset takes).
+data::DatasetOptions dataset_options(const CommonConfig& cfg);
+
 // Sets the CPU thread count, resolves the device and precision (printing what auto chose),
 // opens the datasets (the training set only when `training`), checks their labels against
 // the model's classes, and builds the model, whose architecture follows the training image
@@ -35,6 +40,18 @@ Setup set_up(const CommonConfig& cfg, bool training);
 
 // A second model of the same architecture (the EMA's), on the device, in the format.
 std::shared_ptr<nn::Module> make_model_like(const CommonConfig& cfg, const Setup& s);
+
+// The model's architecture as a checkpoint records it beside the flags ("arch.*" entries):
+// what the shapes of its tensors follow from (Note [Settings before tensors], train/resume.h).
+std::map<std::string, std::string> architecture_record(const std::string& model, const models::ModelOptions& mo);
+// What differs between two architecture records ("" when they agree or `then` has none), e.g.
+// "the small stem: on in the checkpoint, off here; width: 16 in the checkpoint, 64 here".
+std::string architecture_difference(const std::map<std::string, std::string>& then,
+                                    const std::map<std::string, std::string>& now);
+// Before the weights of the checkpoint at `path` are loaded into `s.model` (eval, --test-only):
+// a checkpoint whose recorded architecture differs is a UsageError naming what differs and the
+// flags that give the checkpoint's model (--train-crop-size when the stem and width follow it).
+void check_checkpoint_fits(const std::string& path, const CommonConfig& cfg, const Setup& s);
 
 // --init-weights into `model`, when given.
 void load_init_weights(const CommonConfig& cfg, nn::Module& model);

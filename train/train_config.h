@@ -59,6 +59,9 @@ struct DataConfig {
   int64_t val_resize_size = 256;  // imagenet: evaluation resizes the shorter side to this
   int64_t val_crop_size = 224;    // imagenet: then centre-crops this square
   std::string cache_dir;          // "" = $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or ~/.cache/ringtape
+  // imagenet, webdataset: an image whose header claims more pixels is refused before it is
+  // decoded (Note [Decoded-pixel limit], data/dataset.h); 0 = no limit. PIL's default.
+  int64_t max_image_pixels = 178956970;
   bool augment = true;            // training only: random crop and flip of small images
   data::Interpolation interpolation = data::Interpolation::bilinear;  // imagenet's crop and resize
   // Training only, the imagenet pipeline: the policy after the crop and flip (its

@@ -48,12 +48,16 @@ nn::Module& ready_to_train(const TrainConfig& cfg, const Setup& s) {
 // same), the CPU threads the math runs on (--threads 0 is "all cores": Note [Exact resume]
 // holds for a thread count, so a resume on a machine with other cores must be caught) and
 // the number of processes (Note [Resume with another world size]).
-std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, Precision precision, Device device,
-                                                   int world) {
+// Beside them: the steps per epoch (a resume on another training set says what changes) and
+// the model's architecture (Note [Settings before tensors]).
+std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, const Setup& s, int world,
+                                                   int64_t steps_per_epoch) {
   std::map<std::string, std::string> flags = cfg.recorded_flags;
-  flags["precision"] = precision_name(precision);
-  if (!device.is_cuda()) flags["threads"] = std::to_string(omp_get_max_threads());  // set_up() set it
+  flags["precision"] = precision_name(s.precision);
+  if (!s.device.is_cuda()) flags["threads"] = std::to_string(omp_get_max_threads());  // set_up() set it
   flags["world-size"] = std::to_string(world);
+  flags["steps-per-epoch"] = std::to_string(steps_per_epoch);
+  for (const auto& [k, v] : architecture_record(cfg.model.name, s.model_options)) flags[k] = v;
   return flags;
 }
 
@@ -213,7 +217,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
       ema_(make_ema(cfg, s_, model_, par)),
       data_(open_train_data(cfg, s_, mp_.input_dtype(), par)),
       schedule_(cfg.optimizer.lr, data_.steps_per_epoch, cfg.loop.epochs, cfg.lr_schedule),
-      flags_(flags_to_record(cfg, s_.precision, s_.device, par.world_size())),
+      flags_(flags_to_record(cfg, s_, par.world_size(), data_.steps_per_epoch)),
       p_(cfg.output.resume.empty()
              ? Progress{}
              : resume(cfg.output.resume, model_, *opt_, mp_, flags_, cfg.trajectory_flags, data_.steps_per_epoch,
@@ -401,8 +405,12 @@ void Trainer::checkpoint() {
 // returns; nothing is written.
 int test_only(const TrainConfig& cfg, ParallelContext& par) {
   Setup s = set_up(cfg, /*training=*/false);
-  if (!cfg.output.resume.empty()) load_checkpoint_model(cfg.output.resume, *s.model);
-  else load_init_weights(cfg, *s.model);
+  if (!cfg.output.resume.empty()) {
+    check_checkpoint_fits(cfg.output.resume, cfg, s);
+    load_checkpoint_model(cfg.output.resume, *s.model);
+  } else {
+    load_init_weights(cfg, *s.model);
+  }
   s.model->to(s.device, s.format);
   MixedPrecision mp(*s.model, mixed_precision_options(s.precision));
   const auto t0 = std::chrono::steady_clock::now();
@@ -426,8 +434,12 @@ int train(const TrainConfig& cfg, ParallelContext& par, RankLog* log) {
 
 int eval(const EvalConfig& cfg) {
   Setup s = set_up(cfg, /*training=*/false);
-  if (!cfg.checkpoint.empty()) load_checkpoint_model(cfg.checkpoint, *s.model);
-  else load_init_weights(cfg, *s.model);
+  if (!cfg.checkpoint.empty()) {
+    check_checkpoint_fits(cfg.checkpoint, cfg, s);
+    load_checkpoint_model(cfg.checkpoint, *s.model);
+  } else {
+    load_init_weights(cfg, *s.model);
+  }
   s.model->to(s.device, s.format);
   MixedPrecision mp(*s.model, mixed_precision_options(s.precision));
   SingleProcess one;

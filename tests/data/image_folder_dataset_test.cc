@@ -7,15 +7,20 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "data/dataset.h"
+#include "data/datasets.h"
+#include "data/png_decode.h"
 #include "data/image_transforms.h"
 #include "data/loader.h"
 #include "tests/data/data_test_util.h"
 #include "tests/data/imagenet_tree.h"
+#include "tests/data/jpeg_test_util.h"
 
 using namespace rt::data;
 using namespace rt::data::test;
@@ -325,4 +330,65 @@ TEST_CASE("imagenet: a Loader replaces and counts damaged files, the same with 0
   const Epoch c = run(2, 1);
   CHECK(c.count == 3);
   CHECK(c.images != a.images);  // another epoch, other crops
+}
+
+// 633 bytes whose header claims 16000 x 16000 pixels are refused from the header, before a
+// decoder allocates 768 MB for them (Note [Decoded-pixel limit]).
+TEST_CASE("imagenet: a header claiming more pixels than --max-image-pixels is refused before decoding") {
+  std::vector<uint8_t> px(16 * 16 * 3);
+  for (size_t k = 0; k < px.size(); ++k) px[k] = uint8_t(k * 7);
+  const std::vector<uint8_t> small = encode_jpeg(16, 16, 3, JCS_RGB, px);
+  // The bomb: the same file with its frame header (SOF0: FF C0, length, precision, then
+  // height and width, big-endian) saying 16000 x 16000.
+  std::vector<uint8_t> bomb = small;
+  size_t sof = 0;
+  for (size_t k = 2; k + 9 < bomb.size(); ++k)
+    if (bomb[k] == 0xFF && bomb[k + 1] == 0xC0) {
+      sof = k;
+      break;
+    }
+  REQUIRE(sof > 0);
+  for (const size_t at : {sof + 5, sof + 7}) {
+    bomb[at] = uint8_t(16000 >> 8);
+    bomb[at + 1] = uint8_t(16000 & 255);
+  }
+  CHECK(encoded_image_size(bomb, "bomb.JPEG") == std::pair<int64_t, int64_t>{16000, 16000});
+  CHECK(encoded_image_size(small, "small.JPEG") == std::pair<int64_t, int64_t>{16, 16});
+
+  ImageFolderOptions o;  // the default limit: PIL's
+  o.val_resize_size = 16;
+  o.val_crop_size = 16;
+  std::vector<uint8_t> out(16 * 16 * 3);
+  for (const bool train : {false, true}) {
+    CAPTURE(train);
+    o.train_crop_size = 16;
+    std::string what;
+    try {
+      imagenet_example(bomb, "bomb.JPEG", train, o, 0, 0, out.data());
+    } catch (const BadExample& e) {
+      what = e.what();
+    }
+    CHECK_MESSAGE(what.find("bomb.JPEG: the image's header claims 16000x16000 = 256000000 pixels") != std::string::npos,
+                  what);
+    CHECK_MESSAGE(what.find("--max-image-pixels") != std::string::npos, what);
+  }
+  // At the limit an image decodes; one pixel over, it is refused.
+  o.max_image_pixels = 16 * 16;
+  CHECK_NOTHROW(imagenet_example(small, "small.JPEG", false, o, 0, 0, out.data()));
+  o.max_image_pixels = 16 * 16 - 1;
+  CHECK_THROWS_AS(imagenet_example(small, "small.JPEG", false, o, 0, 0, out.data()), BadExample);
+
+  // A PNG's size comes from its IHDR chunk: the tree's PNG named .JPEG.
+  const ImagenetTree t = write_imagenet_tree(fresh_dir("inet_pixels"));
+  for (const TreeFile& f : t.train)
+    if (f.kind == TreeFileKind::png) {
+      std::ifstream in(t.path(f), std::ios::binary);
+      const std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+      const DecodedImage img = decode_png(bytes, f.rel);
+      CHECK(encoded_image_size(bytes, f.rel) == std::pair<int64_t, int64_t>{img.width, img.height});
+      o.max_image_pixels = int64_t(img.width) * img.height - 1;
+      CHECK_THROWS_AS(imagenet_example(bytes, f.rel, true, o, 0, 0, out.data()), BadExample);
+    }
+  CHECK_THROWS_WITH_AS(encoded_image_size(std::vector<uint8_t>(small.begin(), small.begin() + 20), "cut.JPEG"),
+                       doctest::Contains("cut.JPEG"), rt::Error);
 }

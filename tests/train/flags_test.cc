@@ -78,6 +78,14 @@ TEST_CASE("train: each bad value is a UsageError naming its flag") {
       // Before: 1e-30 passed here and failed in every worker; the timeout's bound was unsaid.
       {{"--nproc-per-node", "2", "--bucket-cap-mb", "1e-30"}, "--bucket-cap-mb must be in [0.000001, 1048576] (MiB"},
       {{"--nproc-per-node", "2", "--timeout", "1e8"}, "--timeout must be in (0, 10000000] seconds, got 1e8"},
+      // Before: silently ignored (torchvision ignores them too).
+      {{"--dataset", "imagenet", "--ra-magnitude", "5"}, "--ra-magnitude applies to --auto-augment ra"},
+      {{"--dataset", "imagenet", "--auto-augment", "ta_wide", "--ra-magnitude", "5"},
+       "--ra-magnitude applies to --auto-augment ra"},
+      {{"--dataset", "imagenet", "--augmix-severity", "5"}, "--augmix-severity applies to --auto-augment augmix"},
+      {{"--test-only", "--model-ema", "--init-weights", "w.safetensors"}, "holds no EMA weights"},
+      {{"--dataset", "webdataset", "--ra-sampler"}, "--ra-sampler false"},
+      {{"--max-image-pixels", "-1"}, "--max-image-pixels must be"},
   };
   for (const Bad& c : cases) {
     std::string joined;
@@ -94,6 +102,13 @@ TEST_CASE("train: the defaults and sensible values pass") {
                                   "--dataset", "synthetic", "--synthetic-size", "8x1x8x8"});
   validate_train({"--init-weights", "w.safetensors", "--init-weights-non-strict"});
   validate_train({"--cudnn-benchmark", "--cudnn-benchmark-runtime-compiled"});
+  validate_train({"--dataset", "imagenet", "--auto-augment", "ra", "--ra-magnitude", "5"});
+  validate_train({"--dataset", "imagenet", "--ra-magnitude", "9"});  // the default: nothing is ignored
+  validate_train({"--dataset", "imagenet", "--auto-augment", "augmix", "--augmix-severity", "5"});
+  validate_train({"--test-only", "--model-ema", "--resume", "run/checkpoint.safetensors"});
+  validate_train({"--test-only", "--init-weights", "w.safetensors"});
+  validate_train({"--dataset", "webdataset", "--ra-sampler", "false"});
+  validate_train({"--max-image-pixels", "0"});
   // The schedule flags of another schedule are not looked at (torchvision ignores them too).
   validate_train({"--lr-scheduler", "cosine", "--lr-step-size", "0", "--lr-milestones", "x"});
 }

@@ -13,6 +13,7 @@
 #include "train/train_config.h"
 #include "cli/recipes.h"
 #include "cli/train_flags.h"
+#include "train/setup.h"
 
 namespace rt {
 namespace {
@@ -152,19 +153,26 @@ TEST_CASE("values land in their fields") {
   CHECK(parse_train({"--resume", "r/checkpoint.safetensors"}).output.resume == "r/checkpoint.safetensors");
   CHECK(c.compute.threads == 2);
   CHECK(c.compute.cudnn_benchmark);
+  // --max-image-pixels: into the config, and from there into the image decoders' options.
+  const train::TrainConfig px = parse_train({"--dataset", "imagenet", "--max-image-pixels", "1000"});
+  CHECK(px.data.max_image_pixels == 1000);
+  CHECK(train::dataset_options(px).image_folder.max_image_pixels == 1000);
+  CHECK(train::dataset_options(parse_train({})).image_folder.max_image_pixels == 178956970);
+  CHECK(parse_eval({"--checkpoint", "c.safetensors", "--max-image-pixels", "0"}).data.max_image_pixels == 0);
 }
 
 TEST_CASE("the recipe flags land in their fields") {
   const train::TrainConfig c = parse_train(
-      {"--dataset", "imagenet", "--auto-augment", "ta_wide", "--ra-magnitude", "5", "--augmix-severity", "4",
+      {"--dataset", "imagenet", "--auto-augment", "ra", "--ra-magnitude", "5",
        "--interpolation", "nearest", "--random-erase", "0.25", "--mixup-alpha", "0.2", "--cutmix-alpha", "1",
        "--ra-sampler", "--ra-reps", "4", "--norm-weight-decay", "0", "--bias-weight-decay", "1e-5", "--optimizer",
        "lars", "--lars-eta", "0.002", "--lars-exclude-bn-bias", "false", "--clip-grad-norm", "2.5", "--model-ema",
        "--model-ema-steps", "8", "--model-ema-decay", "0.999", "--lr-warmup-method", "mlperf", "--test-only",
-       "--init-weights", "w.safetensors"});
-  CHECK(c.data.auto_augment.policy == data::AutoAugmentPolicy::ta_wide);
+       "--resume", "r/checkpoint.safetensors"});
+  CHECK(c.data.auto_augment.policy == data::AutoAugmentPolicy::ra);
   CHECK(c.data.auto_augment.ra_magnitude == 5);
-  CHECK(c.data.auto_augment.augmix_severity == 4);
+  CHECK(parse_train({"--dataset", "imagenet", "--auto-augment", "augmix", "--augmix-severity", "4"})
+            .data.auto_augment.augmix_severity == 4);
   CHECK(c.data.interpolation == data::Interpolation::nearest);
   CHECK(c.data.auto_augment.interpolation == data::Interpolation::nearest);  // one flag for both
   CHECK(c.data.random_erase == 0.25);
@@ -232,6 +240,37 @@ TEST_CASE("--recipe: its flags first, the command line's override them, eval tak
   CHECK_THROWS_WITH_AS(cli::expand_recipe({"--recipe", "v3"}, cli::train_flags(), nullptr),
                        doctest::Contains("'v3' is not one of: none, torchvision-v1, torchvision-v2, mlperf"),
                        UsageError);
+}
+
+TEST_CASE("a bad value that the recipe set says so, and how to override it") {
+  cli::Flags f(cli::train_flags());
+  cli::parse_with_recipe(f, {"--recipe", "torchvision-v2", "--dataset", "imagenet", "--epochs", "2"}, nullptr);
+  CHECK(f.recipe_of("lr-warmup-epochs") == "torchvision-v2");
+  CHECK(f.recipe_of("epochs") == "");  // the command line's
+  CHECK_THROWS_WITH_AS(cli::parse_train_config(f),
+                       doctest::Contains("the recipe torchvision-v2 sets --lr-warmup-epochs 5; pass "
+                                         "--lr-warmup-epochs N (in [0, --epochs] = [0, 2])"),
+                       UsageError);
+  cli::Flags g(cli::train_flags());
+  cli::parse_with_recipe(g, {"--recipe", "torchvision-v2", "--dataset", "imagenet", "--epochs", "2",
+                             "--lr-warmup-epochs", "1"}, nullptr);
+  CHECK(g.recipe_of("lr-warmup-epochs") == "");
+  CHECK(cli::parse_train_config(g).lr_schedule.warmup_epochs == 1);
+  // A value typed on the command line is the user's: no recipe is named.
+  cli::Flags h(cli::train_flags());
+  cli::parse_with_recipe(h, {"--epochs", "2", "--lr-warmup-epochs", "5"}, nullptr);
+  try {
+    cli::parse_train_config(h);
+    FAIL("no error");
+  } catch (const UsageError& e) {
+    CHECK(std::string(e.what()).find("recipe") == std::string::npos);
+  }
+  // --ra-sampler from the recipe with shards: named as the recipe's, with the flag that turns it off.
+  cli::Flags w(cli::train_flags());
+  cli::parse_with_recipe(w, {"--recipe", "torchvision-v2", "--dataset", "webdataset", "--lr-warmup-epochs", "0"},
+                         nullptr);
+  CHECK_THROWS_WITH_AS(cli::parse_train_config(w),
+                       doctest::Contains("the recipe torchvision-v2 sets --ra-sampler true"), UsageError);
 }
 
 TEST_CASE("the parsers check before they read") {

@@ -62,6 +62,32 @@ TEST_CASE("pack skips the damaged files; one process trains on every readable sa
   CHECK(fs::exists(dir / "run" / "model.safetensors"));
 }
 
+// torchvision-v2 sets --ra-sampler true and 5 warmup epochs: on shards and with --epochs 1
+// both are usage errors (status 2) that name the recipe and the flag value that overrides it;
+// with those values the recipe trains.
+TEST_CASE("a recipe's --ra-sampler and warmup on shards: usage errors naming the recipe, whose advice works") {
+  const fs::path dir = tmpdir("recipe");
+  const std::vector<std::string> recipe = {"--recipe", "torchvision-v2"};
+  auto with = [&](const std::string& name, std::vector<std::string> more) {
+    std::vector<std::string> a = run_args(dir / name, recipe);
+    a.insert(a.end(), more.begin(), more.end());
+    return test::ringtape(a, dir / (name + ".txt"), std::chrono::seconds(120));
+  };
+  const Run warmup = with("warmup", {"--ra-sampler", "false"});
+  INFO(warmup.output);
+  CHECK(warmup.status == 2);
+  CHECK(warmup.output.find("the recipe torchvision-v2 sets --lr-warmup-epochs 5; pass --lr-warmup-epochs N") !=
+        std::string::npos);
+  const Run ra = with("ra", {"--lr-warmup-epochs", "0"});
+  INFO(ra.output);
+  CHECK(ra.status == 2);
+  CHECK(ra.output.find("the recipe torchvision-v2 sets --ra-sampler true") != std::string::npos);
+  CHECK(ra.output.find("--ra-sampler false") != std::string::npos);
+  const Run ok = with("ok", {"--ra-sampler", "false", "--lr-warmup-epochs", "0"});
+  INFO(ok.output);
+  CHECK(ok.status == 0);
+}
+
 TEST_CASE("2 and 3 ranks: each reads its part of the shards; evaluation counts every sample once") {
   for (const int world : {2, 3}) {
     CAPTURE(world);
