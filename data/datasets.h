@@ -56,6 +56,9 @@ void check_image_pixels(int64_t width, int64_t height, int64_t limit, const std:
 // rt::Error (starting with `source`) for bytes that are neither, or a truncated header.
 std::pair<int64_t, int64_t> encoded_image_size(std::span<const uint8_t> bytes, const std::string& source);
 
+// The warning for class folders without images (kept as classes, as torchvision's
+// ImageFolder keeps them), on stderr starting with `who`; nothing when there are none.
+void report_empty_classes(const ImageFolderIndex& idx, const char* who);
 // Throws rt::Error, starting with `dataset`, on crop and resize sizes that cannot work.
 void check_imagenet_sizes(const ImageFolderOptions& opt, const char* dataset);
 // The files and labels of ImageNet's split "train" (root/train) or "test" (root/val, as class

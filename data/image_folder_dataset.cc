@@ -151,14 +151,18 @@ class ImageFolderDataset final : public Dataset {
   int64_t size_;
 };
 
-void report_empty(const ImageFolderIndex& idx) {
+}  // namespace
+
+void report_empty_classes(const ImageFolderIndex& idx, const char* who) {
   if (idx.empty_classes.empty()) return;
   std::string names;
   for (size_t k = 0; k < idx.empty_classes.size() && k < 5; ++k) names += (k ? ", " : "") + idx.empty_classes[k];
   if (idx.empty_classes.size() > 5) names += ", ...";
-  std::fprintf(stderr, "imagenet: %zu class folder(s) in %s hold no images (%s); they keep their class index\n",
-               idx.empty_classes.size(), idx.root.c_str(), names.c_str());
+  std::fprintf(stderr, "%s: %zu class folder(s) in %s hold no images (%s); they keep their class index, so the "
+               "labels are those of the whole tree\n", who, idx.empty_classes.size(), idx.root.c_str(), names.c_str());
 }
+
+namespace {
 
 bool has_class_folders(const fs::path& dir) {
   std::error_code ec;
@@ -178,7 +182,7 @@ ImageFolderIndex imagenet_split_index(const std::string& root, const std::string
   if (split == "train") {
     RT_CHECK(have_train, "imagenet: '", train_dir.string(), "' not found; ", kLayout);
     ImageFolderIndex idx = index_image_folder(train_dir.string(), io);
-    report_empty(idx);
+    report_empty_classes(idx, "imagenet");
     *classes_out = idx.classes;
     return idx;
   }
@@ -212,7 +216,7 @@ ImageFolderIndex imagenet_split_index(const std::string& root, const std::string
              ") needs ", train_dir.string(), " for the class list (labels are positions of the train folders' wnids)");
     idx = index_flat_val(val_dir.string(), csv.string(), classes);
   }
-  report_empty(idx);
+  report_empty_classes(idx, "imagenet");
   *classes_out = std::move(classes);
   return idx;
 }

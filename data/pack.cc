@@ -208,18 +208,6 @@ void write_summary(const std::string& output, const std::vector<std::string>& cl
   RT_CHECK(std::rename(tmp.c_str(), path.c_str()) == 0, "pack: cannot rename '", tmp, "' to '", path, "'");
 }
 
-// The warning the folder dataset prints (data/image_folder_dataset.cc), from pack: the labels
-// of the shards must be the labels of training from the folders.
-void report_empty(const ImageFolderIndex& idx) {
-  if (idx.empty_classes.empty()) return;
-  std::string names;
-  for (size_t k = 0; k < idx.empty_classes.size() && k < 5; ++k) names += (k ? ", " : "") + idx.empty_classes[k];
-  if (idx.empty_classes.size() > 5) names += ", ...";
-  std::fprintf(stderr, "pack: %zu class folder(s) in %s hold no images (%s); they are kept as classes and keep their "
-               "class index, as training from the folders does, so the labels agree\n", idx.empty_classes.size(),
-               idx.root.c_str(), names.c_str());
-}
-
 // The options string without its ",files=N" (compared on its own: Note [Resumable pack]).
 std::string without_files(const std::string& options, int64_t* files) {
   const size_t at = options.rfind(",files=");
@@ -265,7 +253,7 @@ PackResult pack_image_folder(const PackOptions& opt) {
                              : index_image_folder(dir.string(), io);
   if (dir.filename() != "val") {
     classes = idx.classes;
-    report_empty(idx);  // imagenet_split_index reports the val split's itself
+    report_empty_classes(idx, "pack");  // as training from the folders; the val split's: its own
   }
   const int64_t n = int64_t(idx.files.size());
   RT_CHECK(n > 0, "pack: no images in '", opt.data_path, "'");
