@@ -89,7 +89,7 @@ class AdamW final : public Optimizer {
           h.beta1 = opt_.beta1;
           h.beta2 = opt_.beta2;
           h.eps = opt_.eps;
-          cuda::adamw_update(t, list, h, stream);
+          cuda::adamw_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], stream);
         });
   }
 
@@ -128,6 +128,7 @@ class AdamW final : public Optimizer {
  private:
   AdamWOptions opt_;
   std::vector<Slot> slots_;
+  cuda::MultiTensorTable tables_[2];  // the f32 and f64 lists on the device
 };
 
 }  // namespace

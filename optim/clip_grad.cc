@@ -19,7 +19,7 @@ constexpr const char* kWho = "clip_grad_norm";
 
 }  // namespace
 
-Tensor clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
+Tensor clip_grad_norm(const nn::NamedTensors& params, double max_norm, cuda::MultiTensorTable* table) {
   check_non_negative(max_norm, "max_norm", kWho);
   NoGradGuard no_grad;
   // The gradients, all of one dtype (f32 or f64) and device.
@@ -61,23 +61,22 @@ Tensor clip_grad_norm(const nn::NamedTensors& params, double max_norm) {
 
   if (dev.is_cuda()) {
     std::vector<const void*> in;
-    std::vector<void*> out;
     std::vector<int64_t> n;
     for (const Tensor& g : grads) {
       in.push_back(g.raw_data());
-      out.push_back(g.raw_data());
       n.push_back(g.numel());
     }
+    cuda::MultiTensorTable local;
+    cuda::MultiTensorTable& list = table != nullptr ? *table : local;
     const auto stream = static_cast<cudaStream_t>(Stream::current(dev).handle());
     // From the caching allocator on this stream: freed after the launches, reused only by
     // later work on it (Note [Streams and blocks]).
-    Tensor partials = Tensor::empty({int64_t(grads.size()), cuda::kNormBlocks}, t, dev);  // [count, kNormBlocks]
-    Tensor coef = Tensor::empty({}, DType::f64, dev);                                    // []
-    Tensor total = Tensor::empty({}, t, dev);                                            // []
-    cuda::sum_squares_partials(t, in, n, partials.raw_data(), stream);
-    cuda::clip_grad_coef(t, int64_t(grads.size()), partials.raw_data(), max_norm, total.raw_data(),
-                         coef.data<double>(), stream);
-    cuda::scale_by_device_coef(t, out, n, coef.data<double>(), stream);
+    Tensor partials = Tensor::empty({cuda::multi_tensor_chunks(n)}, t, dev);  // [chunks]
+    Tensor coef = Tensor::empty({}, DType::f64, dev);                         // []
+    Tensor total = Tensor::empty({}, t, dev);                                 // []
+    cuda::sum_squares_partials(t, in, n, list, partials.raw_data(), stream);
+    cuda::clip_grad_coef(t, list, partials.raw_data(), max_norm, total.raw_data(), coef.data<double>(), stream);
+    cuda::scale_by_device_coef(t, list, coef.data<double>(), stream);
     return total;
   }
 

@@ -3,6 +3,7 @@
 
 #include "engine/nn/module.h"
 #include "engine/tensor.h"
+#include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::optim {
 
@@ -19,6 +20,9 @@ namespace rt::optim {
 // The gradients must all be f32 or all f64, on one device; otherwise rt::Error says which
 // parameter differs. max_norm must be finite and >= 0. With no gradient at all the result
 // is 0 (the first parameter's dtype and device) and nothing changes.
-Tensor clip_grad_norm(const nn::NamedTensors& params, double max_norm);
+//
+// `table`: the gradients' list on the device, kept from one step to the next by a caller
+// that clips every step (train::MixedPrecision); null: one for this call only.
+Tensor clip_grad_norm(const nn::NamedTensors& params, double max_norm, cuda::MultiTensorTable* table = nullptr);
 
 }  // namespace rt::optim

@@ -152,7 +152,7 @@ void ModelEma::update() {
     const auto stream = static_cast<cudaStream_t>(Stream::current(any_cuda->device()).handle());
     const DType types[3] = {DType::f32, DType::f64, DType::i64};
     for (int k = 0; k < 3; ++k)
-      if (!on_cuda[k].empty()) cuda::ema_update(types[k], on_cuda[k], opt_.decay, copy, stream);
+      if (!on_cuda[k].empty()) cuda::ema_update(types[k], on_cuda[k], opt_.decay, copy, tables_[k], stream);
   }
   ++n_averaged_;
 }

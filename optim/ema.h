@@ -39,6 +39,7 @@
 #include <string>
 
 #include "engine/nn/module.h"
+#include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::optim {
 
@@ -95,6 +96,7 @@ class ModelEma {
 
   nn::NamedTensors model_, ema_;
   ModelEmaOptions opt_;
+  cuda::MultiTensorTable tables_[3];  // the f32, f64 and i64 lists on the device
   int64_t n_averaged_ = 0;
 };
 

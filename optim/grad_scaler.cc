@@ -67,8 +67,8 @@ bool GradScaler::unscale(Optimizer& opt) {
   if (cuda_dev.is_cuda()) {
     Tensor flag = Tensor::zeros({1}, DType::f32, cuda_dev);
     const auto s = static_cast<cudaStream_t>(Stream::current(cuda_dev).handle());
-    cuda::unscale_and_check(DType::f32, cuda_grads[0], cuda_n[0], inv_scale, flag.data<float>(), s);
-    cuda::unscale_and_check(DType::f64, cuda_grads[1], cuda_n[1], inv_scale, flag.data<float>(), s);
+    cuda::unscale_and_check(DType::f32, cuda_grads[0], cuda_n[0], inv_scale, flag.data<float>(), tables_[0], s);
+    cuda::unscale_and_check(DType::f64, cuda_grads[1], cuda_n[1], inv_scale, flag.data<float>(), tables_[1], s);
     found |= flag.item() != 0.0;  // the one device-to-host read of the step
   }
   unscaled_ = true;

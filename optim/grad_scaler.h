@@ -12,6 +12,7 @@
 #include <string>
 
 #include "engine/tensor.h"
+#include "kernels/cuda/multi_tensor_table.h"
 #include "optim/optimizer.h"
 
 namespace rt::optim {
@@ -54,6 +55,7 @@ class GradScaler {
   int growth_tracker_ = 0;
   bool unscaled_ = false;
   bool found_inf_ = false;
+  cuda::MultiTensorTable tables_[2];  // the f32 and f64 gradients on the device
 };
 
 }  // namespace rt::optim

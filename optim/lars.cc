@@ -74,10 +74,10 @@ class Lars final : public Optimizer {
           h.eta = opt_.eta;
           h.epsilon = opt_.epsilon;
           h.nesterov = opt_.nesterov;
-          // [2 * count, kNormBlocks] partial sums of squares; from the caching allocator on this
-          // stream, so freeing it after the launches is safe (Note [Streams and blocks]).
-          Tensor partials = Tensor::empty({int64_t(2 * list.size()), cuda::kNormBlocks}, t, cuda_device);
-          cuda::lars_update(t, list, h, partials.raw_data(), stream);
+          // [chunks of the norms' list] partial sums of squares; from the caching allocator on
+          // this stream, so freeing it after the launches is safe (Note [Streams and blocks]).
+          Tensor partials = Tensor::empty({cuda::lars_partials(list)}, t, cuda_device);
+          cuda::lars_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], partials.raw_data(), stream);
         });
   }
 
@@ -97,6 +97,7 @@ class Lars final : public Optimizer {
 
   LarsOptions opt_;
   std::vector<Tensor> buffers_;  // per parameter; undefined until its first step
+  cuda::LarsTables tables_[2];   // the f32 and f64 lists on the device
 };
 
 }  // namespace

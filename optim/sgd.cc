@@ -68,7 +68,7 @@ class Sgd final : public Optimizer {
           h.momentum = opt_.momentum;
           h.dampening = opt_.dampening;
           h.nesterov = opt_.nesterov;
-          cuda::sgd_update(t, list, h, stream);
+          cuda::sgd_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], stream);
         });
   }
 
@@ -82,6 +82,7 @@ class Sgd final : public Optimizer {
  private:
   SgdOptions opt_;
   std::vector<Tensor> buffers_;  // per parameter; undefined until its first momentum step
+  cuda::MultiTensorTable tables_[2];  // the f32 and f64 lists on the device
 };
 
 }  // namespace

@@ -42,7 +42,8 @@ bool cuda_any_nonfinite(const nn::NamedTensors& tensors, Device device) {
         n.push_back(x.numel());
       }
     // inv_scale 1: the kernel only checks (it multiplies only when the scale is not 1).
-    if (!ptrs.empty()) cuda::unscale_and_check(t, ptrs, n, 1.0f, flag.data<float>(), stream);
+    cuda::MultiTensorTable list;  // a check once in a while: the list is not kept
+    if (!ptrs.empty()) cuda::unscale_and_check(t, ptrs, n, 1.0f, flag.data<float>(), list, stream);
   }
   return flag.item() != 0.0;
 }

@@ -95,14 +95,14 @@ void MixedPrecision::backward(const Tensor& loss) {
 
 bool MixedPrecision::step(optim::Optimizer& opt, double clip_grad_norm) {
   if (!scaler_) {
-    if (clip_grad_norm > 0) optim::clip_grad_norm(opt.params(), clip_grad_norm);
+    if (clip_grad_norm > 0) optim::clip_grad_norm(opt.params(), clip_grad_norm, &clip_table_);
     opt.step();
     fresh_ = false;
     return true;
   }
   if (clip_grad_norm > 0) {
     scaler_->unscale(opt);  // a step with inf/NaN gradients is still skipped by step() below
-    optim::clip_grad_norm(opt.params(), clip_grad_norm);
+    optim::clip_grad_norm(opt.params(), clip_grad_norm, &clip_table_);
   }
   const bool stepped = scaler_->step(opt);
   scaler_->update();

@@ -18,6 +18,7 @@
 #include <string>
 
 #include "engine/nn/compute_copies.h"
+#include "kernels/cuda/multi_tensor_table.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 
@@ -102,6 +103,7 @@ class MixedPrecision {
   std::optional<nn::ComputeCopies> copies_;  // none when compute_ == master_
   std::optional<optim::GradScaler> scaler_;
   bool fresh_ = false;  // the copies hold the masters' current values
+  cuda::MultiTensorTable clip_table_;  // the gradients clip_grad_norm scales, on the device
 };
 
 }  // namespace rt::train

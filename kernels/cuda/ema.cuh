@@ -1,5 +1,5 @@
 // torchvision's model EMA on CUDA: avg = decay * avg + (1 - decay) * p over a list of
-// tensors, up to kEmaTensorsPerLaunch of one dtype per launch, no host sync. The same
+// tensors, one launch per dtype for the whole list, no host sync. The same
 // operations in the same order as optim/ema.cc's CPU loop, so results match it bit for bit
 // (Note [EMA rounding] in optim/ema.h). Readable by the host compiler.
 #pragma once
@@ -8,13 +8,10 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/cuda/multi_tensor_table.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {
-
-// The tensors of one launch travel in the kernel's parameter block (4 KiB): 128 slots of
-// 24 bytes. A ResNet50's ~270 f32 parameters and buffers take three launches.
-inline constexpr int kEmaTensorsPerLaunch = 128;
 
 struct EmaTensor {
   void* avg = nullptr;      // n elements: the EMA's tensor, updated in place
@@ -25,6 +22,8 @@ struct EmaTensor {
 // t: f32 or f64 (computed in t), or i64 (computed in f32 and truncated toward zero, as
 // PyTorch does for num_batches_tracked). copy: avg = p (AveragedModel's first update),
 // decay unused. decay must be finite; the launcher computes 1 - decay in double.
-void ema_update(DType t, const std::vector<EmaTensor>& list, double decay, bool copy, cudaStream_t s);
+// `table`: the list's device copy, kept for the next call.
+void ema_update(DType t, const std::vector<EmaTensor>& list, double decay, bool copy, MultiTensorTable& table,
+                cudaStream_t s);
 
 }  // namespace rt::cuda

@@ -1,38 +1,33 @@
-// Multi-tensor norms on CUDA without a host synchronisation: LARS's per-parameter norms
-// (optim.cu's lars_update) and clip_grad_norm's total norm and scaling. Readable by the host
-// compiler.
+// Sums of squares over a list of tensors (Note [Deterministic norms] in grad_norm.cu),
+// clip_grad_norm's coefficient from them, and a list scaled by a device scalar: the CUDA
+// half of optim/clip_grad.cc and of LARS's trust ratios, without a host synchronisation.
+// Readable by the host compiler.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/cuda/multi_tensor_table.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {
 
-// Blocks per tensor of the sum-of-squares kernel: each tensor's sum of squares arrives as
-// this many partial sums, added in index order by whoever reads them.
-inline constexpr int kNormBlocks = 32;
+// The partials a list of tensors of these sizes needs: one per chunk (kMtaChunk elements).
+int64_t multi_tensor_chunks(const std::vector<int64_t>& n);
 
-// For every tensor i (n[i] elements of dtype t, f32 or f64, at x[i]; device pointers):
-// partials[i * kNormBlocks + b] = the sum of the squares of block b's grid-stride slice,
-// accumulated in t (float for f32, double for f64). partials: x.size() * kNormBlocks
-// elements of t on the device. Deterministic (Note [Deterministic norms] in grad_norm.cu).
-void sum_squares_partials(DType t, const std::vector<const void*>& x, const std::vector<int64_t>& n, void* partials,
-                          cudaStream_t s);
+// partials[c] = the sum of squares of chunk c of the list x (multi_tensor_chunks(n)
+// elements of t on the device); `table` then holds the list (for clip_grad_coef and
+// scale_by_device_coef).
+void sum_squares_partials(DType t, const std::vector<const void*>& x, const std::vector<int64_t>& n,
+                          MultiTensorTable& table, void* partials, cudaStream_t s);
 
-// torch.nn.utils.clip_grad_norm_'s scalars from the partials of `count` gradients:
-//   total = sqrt(sum_i norm_i^2) with norm_i = sqrt(sum_b partials[i][b]), in double;
-//   *total_out = total rounded to t (a 0-d tensor's element);
-//   *coef_out (a device double) = min(max_norm / (total + 1e-6), 1).
-// One block; count 0 writes total 0 and coef 1.
-void clip_grad_coef(DType t, int64_t count, const void* partials, double max_norm, void* total_out, double* coef_out,
-                    cudaStream_t s);
+// *total_out = the norm of the per-tensor norms of the list `table` holds (as
+// torch.nn.utils.clip_grad_norm_), *coef_out = min(max_norm / (total + 1e-6), 1).
+void clip_grad_coef(DType t, MultiTensorTable& table, const void* partials, double max_norm, void* total_out,
+                    double* coef_out, cudaStream_t s);
 
-// x[i][j] *= t(*coef) for every tensor i (n[i] elements of dtype t at x[i]); coef is a
-// device double, read by the kernel (no host read).
-void scale_by_device_coef(DType t, const std::vector<void*>& x, const std::vector<int64_t>& n, const double* coef,
-                          cudaStream_t s);
+// Every tensor of the list `table` holds multiplied in place by *coef.
+void scale_by_device_coef(DType t, MultiTensorTable& table, const double* coef, cudaStream_t s);
 
 }  // namespace rt::cuda

@@ -10,13 +10,13 @@
 // the CPU rule, and rounded to the parameter's type once. So f32 and f64 results equal the
 // CPU's bit for bit.
 //
-// Launch shape: grid.y indexes the tensors of one launch (their pointers travel in the
-// kernel's parameter block, up to kMaxTensorsPerLaunch at a time), grid.x strides over the
-// elements of each tensor. Blocks beyond a small tensor's end exit at once.
+// Launch shape: the multi-tensor apply (Note [Multi-tensor apply] in
+// kernels/cuda/multi_tensor_plan.h), one launch for the whole list.
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/grad_norm.cuh"
+#include "kernels/cuda/multi_tensor_apply.cuh"
 #include "kernels/cuda/optim.cuh"
 
 namespace rt::cuda {
@@ -34,260 +34,280 @@ __device__ __forceinline__ double sqrt_rn(double a) { return __dsqrt_rn(a); }
 __device__ __forceinline__ float fma_rn(float a, float b, float c) { return __fmaf_rn(a, b, c); }
 __device__ __forceinline__ double fma_rn(double a, double b, double c) { return __fma_rn(a, b, c); }
 
-// ---- kernel parameter blocks -------------------------------------------------------------
+// ---- ops: one launch for the list (Note [Multi-tensor apply]) ---------------------------
 
-struct SgdSlot {
-  void* p;
-  const void* g;
-  void* buf;
-  __nv_bfloat16* p_bf16;
-  int64_t n;
+// Per-tensor scalars: the host's keys (equal keys share a scalar set) and what a launch carries.
+struct SgdKey {
   double wd;
   int first;
+  bool operator==(const SgdKey& o) const { return wd == o.wd && first == o.first; }
 };
-struct SgdBatch {
-  SgdSlot t[kMaxTensorsPerLaunch];
-  double mom, one_minus_damp, neg_lr;
-  int momentum, nesterov;
-};
-
-struct AdamWSlot {
-  void* p;
-  const void* g;
-  void* m;
-  void* v;
-  __nv_bfloat16* p_bf16;
-  int64_t n;
+struct AdamWKey {
   double decay, bc2_sqrt, neg_step_size;
+  bool operator==(const AdamWKey& o) const {
+    return decay == o.decay && bc2_sqrt == o.bc2_sqrt && neg_step_size == o.neg_step_size;
+  }
 };
-struct AdamWBatch {
-  AdamWSlot t[kMaxTensorsPerLaunch];
-  double b1, one_minus_b1, b2, one_minus_b2, eps;
-};
-
-struct LarsSlot {
-  void* p;
-  const void* g;
-  void* v;
-  int64_t n;
-  int64_t row;  // the parameter's index in the whole list: its norms' partials at rows 2*row, 2*row + 1
+struct LarsKey {
   double wd;
   int adapt;
+  bool operator==(const LarsKey& o) const { return wd == o.wd && adapt == o.adapt; }
 };
-struct LarsBatch {
-  LarsSlot t[kMaxTensorsPerLaunch];
+
+// Operands: ptr[0] p, ptr[1] g, ptr[2] momentum buffer, ptr[3] bf16 copy of p (or null).
+template <typename T>
+struct SgdOp {
+  SgdKey g[kMtaMaxGroups];
+  double mom, one_minus_damp, neg_lr;
+  int momentum, nesterov;
+  __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    T* p = static_cast<T*>(r.ptr[0]);
+    const T* gr = static_cast<const T*>(r.ptr[1]);
+    T* buf = static_cast<T*>(r.ptr[2]);
+    auto* p_bf16 = static_cast<__nv_bfloat16*>(r.ptr[3]);
+    const SgdKey& k = g[r.group];
+    const bool decay = k.wd != 0.0;
+    const T wd = T(k.wd), m = T(mom), omd = T(one_minus_damp), nlr = T(neg_lr);
+    RT_MTA_FOR(i, begin, end) {
+      const T pi = p[i];
+      T d = decay ? fma_rn(pi, wd, gr[i]) : gr[i];
+      if (momentum) {
+        const T bb = k.first ? d : fma_rn(d, omd, mul_rn(buf[i], m));
+        buf[i] = bb;
+        d = nesterov ? fma_rn(bb, m, d) : bb;
+      }
+      const T np = fma_rn(d, nlr, pi);
+      p[i] = np;
+      if (p_bf16 != nullptr) p_bf16[i] = __float2bfloat16(float(np));
+    }
+  }
+};
+
+// Operands: p, g, exp_avg, exp_avg_sq, bf16 copy of p (or null).
+template <typename T>
+struct AdamWOp {
+  AdamWKey g[kMtaMaxGroups];
+  double b1, one_minus_b1, b2, one_minus_b2, eps;
+  __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    T* p = static_cast<T*>(r.ptr[0]);
+    const T* gr = static_cast<const T*>(r.ptr[1]);
+    T* ea = static_cast<T*>(r.ptr[2]);
+    T* eas = static_cast<T*>(r.ptr[3]);
+    auto* p_bf16 = static_cast<__nv_bfloat16*>(r.ptr[4]);
+    const AdamWKey& k = g[r.group];
+    const T decay = T(k.decay), bc2_sqrt = T(k.bc2_sqrt), neg_step_size = T(k.neg_step_size);
+    const T tb1 = T(b1), omb1 = T(one_minus_b1), tb2 = T(b2), omb2 = T(one_minus_b2), teps = T(eps);
+    RT_MTA_FOR(i, begin, end) {
+      const T gi = gr[i];
+      const T pi = mul_rn(p[i], decay);                                  // param.mul_(1 - lr*wd)
+      const T m = fma_rn(gi, omb1, mul_rn(ea[i], tb1));                  // exp_avg.mul_(b1).add_(g, 1-b1)
+      const T v = fma_rn(mul_rn(omb2, gi), gi, mul_rn(eas[i], tb2));     // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
+      const T denom = add_rn(div_rn(sqrt_rn(v), bc2_sqrt), teps);        // sqrt(v) / bc2_sqrt + eps
+      ea[i] = m;
+      eas[i] = v;
+      const T np = add_rn(pi, div_rn(mul_rn(neg_step_size, m), denom));  // addcdiv_(m, denom, -step_size)
+      p[i] = np;
+      if (p_bf16 != nullptr) p_bf16[i] = __float2bfloat16(float(np));
+    }
+  }
+};
+
+// LARS: every thread adds its tensor's chunk partials in index order (the same sums in
+// every thread and block: Note [Deterministic norms] in grad_norm.cu), computes the trust
+// ratio in double like optim/update_cpu.cc's lars_trust_ratio, then the fused update.
+// Operands: p, g, momentum buffer; `norms`: the table of the norms' list (w0, g0, w1, g1, ...).
+template <typename T>
+struct LarsOp {
+  LarsKey g[kMtaMaxGroups];
   double lr, mom, eta, eps;
   int nesterov;
+  MtaView norms;
+  const T* partials;  // [norms.chunks]
+  __device__ double chunk_sum(int64_t row) const {
+    const MtaRow& nr = norms.rows[row];
+    double s = 0.0;
+    for (int64_t c = nr.first_chunk, e = c + (nr.n + kMtaChunk - 1) / kMtaChunk; c < e; ++c) s += double(partials[c]);
+    return s;
+  }
+  __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    const LarsKey& k = g[r.group];
+    double scaled_lr = lr;
+    if (k.adapt) {
+      const double w_norm = sqrt(chunk_sum(2 * int64_t(r.index))), g_norm = sqrt(chunk_sum(2 * int64_t(r.index) + 1));
+      const double trust = w_norm > 0.0 && g_norm > 0.0 ? eta * w_norm / (g_norm + k.wd * w_norm + eps) : 1.0;
+      scaled_lr = lr * trust;
+    }
+    T* p = static_cast<T*>(r.ptr[0]);
+    const T* gr = static_cast<const T*>(r.ptr[1]);
+    T* v = static_cast<T*>(r.ptr[2]);
+    const bool decay = k.wd != 0.0;
+    const T wd = T(k.wd), tlr = T(scaled_lr), m = T(mom);
+    RT_MTA_FOR(i, begin, end) {
+      const T pi = p[i];
+      const T d = decay ? fma_rn(wd, pi, gr[i]) : gr[i];  // g + weight_decay * w
+      const T step = mul_rn(tlr, d);                      // scaled_lr * (...)
+      const T vi = fma_rn(m, v[i], step);                 // v = momentum * v + scaled_lr * (...)
+      v[i] = vi;
+      p[i] = add_rn(pi, -(nesterov ? fma_rn(m, vi, step) : vi));
+    }
+  }
 };
-static_assert(sizeof(SgdBatch) < 4000 && sizeof(AdamWBatch) < 4000 && sizeof(LarsBatch) < 4000,
-              "kernel parameters are limited to 4 KiB");
-
-// ---- kernels ---------------------------------------------------------------------------
-
-template <typename T>
-__global__ void sgd_kernel(SgdBatch b) {
-  const SgdSlot& s = b.t[blockIdx.y];
-  T* p = static_cast<T*>(s.p);
-  const T* g = static_cast<const T*>(s.g);
-  T* buf = static_cast<T*>(s.buf);
-  const bool decay = s.wd != 0.0;
-  const T wd = T(s.wd), mom = T(b.mom), one_minus_damp = T(b.one_minus_damp), neg_lr = T(b.neg_lr);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < s.n; i += int64_t(gridDim.x) * blockDim.x) {
-    const T pi = p[i];
-    T d = decay ? fma_rn(pi, wd, g[i]) : g[i];
-    if (b.momentum) {
-      const T bb = s.first ? d : fma_rn(d, one_minus_damp, mul_rn(buf[i], mom));
-      buf[i] = bb;
-      d = b.nesterov ? fma_rn(bb, mom, d) : bb;
-    }
-    const T np = fma_rn(d, neg_lr, pi);
-    p[i] = np;
-    if (s.p_bf16 != nullptr) s.p_bf16[i] = __float2bfloat16(float(np));
-  }
-}
-
-template <typename T>
-__global__ void adamw_kernel(AdamWBatch b) {
-  const AdamWSlot& s = b.t[blockIdx.y];
-  T* p = static_cast<T*>(s.p);
-  const T* g = static_cast<const T*>(s.g);
-  T* ea = static_cast<T*>(s.m);
-  T* eas = static_cast<T*>(s.v);
-  const T decay = T(s.decay), bc2_sqrt = T(s.bc2_sqrt), neg_step_size = T(s.neg_step_size);
-  const T b1 = T(b.b1), omb1 = T(b.one_minus_b1), b2 = T(b.b2), omb2 = T(b.one_minus_b2), eps = T(b.eps);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < s.n; i += int64_t(gridDim.x) * blockDim.x) {
-    const T gi = g[i];
-    const T pi = mul_rn(p[i], decay);                                  // param.mul_(1 - lr*wd)
-    const T m = fma_rn(gi, omb1, mul_rn(ea[i], b1));                   // exp_avg.mul_(b1).add_(g, 1-b1)
-    const T v = fma_rn(mul_rn(omb2, gi), gi, mul_rn(eas[i], b2));      // exp_avg_sq.mul_(b2).addcmul_(g, g, 1-b2)
-    const T denom = add_rn(div_rn(sqrt_rn(v), bc2_sqrt), eps);         // sqrt(v) / bc2_sqrt + eps
-    ea[i] = m;
-    eas[i] = v;
-    const T np = add_rn(pi, div_rn(mul_rn(neg_step_size, m), denom));  // addcdiv_(m, denom, -step_size)
-    p[i] = np;
-    if (s.p_bf16 != nullptr) s.p_bf16[i] = __float2bfloat16(float(np));
-  }
-}
-
-// LARS: every thread adds its tensor's partials in index order (the same sums in every
-// thread and block: Note [Deterministic norms] in grad_norm.cu), computes the trust ratio
-// in double like optim/update_cpu.cc's lars_trust_ratio, then the fused update.
-template <typename T>
-__global__ void lars_kernel(LarsBatch b, const T* partials /* [2 * count, kNormBlocks] */) {
-  const LarsSlot& s = b.t[blockIdx.y];
-  double scaled_lr = b.lr;
-  if (s.adapt) {
-    const T* pw = partials + 2 * s.row * kNormBlocks;
-    const T* pg = pw + kNormBlocks;
-    double w2 = 0.0, g2 = 0.0;
-    for (int k = 0; k < kNormBlocks; ++k) {
-      w2 += double(pw[k]);
-      g2 += double(pg[k]);
-    }
-    const double w_norm = sqrt(w2), g_norm = sqrt(g2);
-    const double trust = w_norm > 0.0 && g_norm > 0.0 ? b.eta * w_norm / (g_norm + s.wd * w_norm + b.eps) : 1.0;
-    scaled_lr = b.lr * trust;
-  }
-  T* p = static_cast<T*>(s.p);
-  const T* g = static_cast<const T*>(s.g);
-  T* v = static_cast<T*>(s.v);
-  const bool decay = s.wd != 0.0;
-  const T wd = T(s.wd), lr = T(scaled_lr), mom = T(b.mom);
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < s.n; i += int64_t(gridDim.x) * blockDim.x) {
-    const T pi = p[i];
-    const T d = decay ? fma_rn(wd, pi, g[i]) : g[i];  // g + weight_decay * w
-    const T step = mul_rn(lr, d);                    // scaled_lr * (...)
-    const T vi = fma_rn(mom, v[i], step);            // v = momentum * v + scaled_lr * (...)
-    v[i] = vi;
-    p[i] = add_rn(pi, -(b.nesterov ? fma_rn(mom, vi, step) : vi));
-  }
-}
 
 // ---- launchers -------------------------------------------------------------------------
-
-constexpr int kThreads = 256;
-constexpr int kMaxBlocksX = 1024;
 
 void check_master_dtype(DType t, const char* op) {
   RT_CHECK(t == DType::f32 || t == DType::f64, op, ": master weights must be f32 or f64, got ", dtype_name(t));
 }
 
-// `flops`: the rule's arithmetic per element, for the kernel lab; `f64`: master weights in f64.
-template <typename Slot, typename Batch, typename Fill, typename Launch>
-void launch_batched(size_t count, Batch& batch, Fill&& fill, Launch&& launch, double flops, bool f64) {
-  for (size_t first = 0; first < count; first += kMaxTensorsPerLaunch) {
-    const size_t k = std::min<size_t>(kMaxTensorsPerLaunch, count - first);
-    int64_t max_n = 0, total = 0;
-    for (size_t j = 0; j < k; ++j) {
-      const int64_t n = fill(batch.t[j], first + j);
-      max_n = std::max(max_n, n);
-      total += n;
-    }
-    if (max_n == 0) continue;
-    const dim3 grid(std::min(detail::grid_for(max_n, kThreads), kMaxBlocksX), unsigned(k));
-    rt::cuda::flops_hint(flops * double(total), f64);
-    launch(grid);
-    CUDA_CHECK_LAUNCH();
+// Sets `table` to the list (operands per entry from `operands`, per-tensor keys from `key`)
+// and fills a launch's scalar sets from the distinct keys.
+template <typename Key, typename Entry, typename Operands, typename KeyOf>
+std::vector<Key> set_table(MultiTensorTable& table, const std::vector<Entry>& list, Operands&& operands, KeyOf&& key,
+                           cudaStream_t s) {
+  std::vector<MtaRow> rows(list.size(), MtaRow{});
+  std::vector<Key> keys;
+  keys.reserve(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    operands(list[i], rows[i]);
+    keys.push_back(key(list[i]));
   }
+  std::vector<Key> distinct;
+  const std::vector<int> ids = mta_set_ids(keys, distinct);
+  table.set(std::move(rows), ids, s);
+  return distinct;
+}
+
+template <typename Key>
+auto fill_groups(const std::vector<Key>& distinct) {
+  return [&distinct](auto& op, const std::vector<int>& groups) {
+    for (size_t k = 0; k < groups.size(); ++k) op.g[k] = distinct[size_t(groups[k])];
+  };
 }
 
 }  // namespace
 
-void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, cudaStream_t s) {
+void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
+                cudaStream_t s) {
   check_master_dtype(t, "sgd_update");
   for (const SgdTensor& e : list) {
     RT_CHECK(e.n >= 0, "sgd_update: negative element count ", e.n);
     RT_CHECK(e.n == 0 || (e.p && e.g && (h.momentum == 0.0 || e.buf)), "sgd_update: null pointer");
   }
-  SgdBatch b{};
-  b.mom = h.momentum;
-  b.one_minus_damp = 1.0 - h.dampening;
-  b.neg_lr = -h.lr;
-  b.momentum = h.momentum != 0.0;
-  b.nesterov = h.nesterov;
-  launch_batched<SgdSlot>(list.size(), b,
-                          [&](SgdSlot& slot, size_t i) {
-                            const SgdTensor& e = list[i];
-                            slot = SgdSlot{e.p, e.g, e.buf, static_cast<__nv_bfloat16*>(e.p_bf16), e.n,
-                                           e.weight_decay, int(e.first_step)};
-                            return e.n;
-                          },
-                          [&](dim3 grid) {
-                            if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<float>)(b);
-                            else RT_LAUNCH(grid, kThreads, 0, s, sgd_kernel<double>)(b);
-                          },
-                          6.0, t == DType::f64);  // decay, momentum and the step: three FMAs
+  const std::vector<SgdKey> keys = set_table<SgdKey>(
+      table, list,
+      [](const SgdTensor& e, MtaRow& r) {
+        r.ptr[0] = e.p;
+        r.ptr[1] = const_cast<void*>(e.g);
+        r.ptr[2] = e.buf;
+        r.ptr[3] = e.p_bf16;
+        r.n = e.n;
+      },
+      [](const SgdTensor& e) { return SgdKey{e.weight_decay, int(e.first_step)}; }, s);
+  auto run = [&](auto z) {
+    using T = decltype(z);
+    SgdOp<T> op{};
+    op.mom = h.momentum;
+    op.one_minus_damp = 1.0 - h.dampening;
+    op.neg_lr = -h.lr;
+    op.momentum = h.momentum != 0.0;
+    op.nesterov = h.nesterov;
+    multi_tensor_apply(table, op, fill_groups(keys), 6.0, t == DType::f64, s);  // decay, momentum, step: 3 FMAs
+  };
+  if (t == DType::f32) run(float{});
+  else run(double{});
 }
 
-void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, cudaStream_t s) {
+void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, MultiTensorTable& table,
+                  cudaStream_t s) {
   check_master_dtype(t, "adamw_update");
   for (const AdamWTensor& e : list) {
     RT_CHECK(e.n >= 0, "adamw_update: negative element count ", e.n);
     RT_CHECK(e.n == 0 || (e.p && e.g && e.exp_avg && e.exp_avg_sq), "adamw_update: null pointer");
     RT_CHECK(e.step >= 1, "adamw_update: step must be >= 1, got ", e.step);
   }
-  AdamWBatch b{};
-  b.b1 = h.beta1;
-  b.one_minus_b1 = 1.0 - h.beta1;
-  b.b2 = h.beta2;
-  b.one_minus_b2 = 1.0 - h.beta2;
-  b.eps = h.eps;
-  launch_batched<AdamWSlot>(list.size(), b,
-                            [&](AdamWSlot& slot, size_t i) {
-                              const AdamWTensor& e = list[i];
-                              // Python-side scalars in double, as in optim/update_cpu.cc.
-                              const double step = double(e.step);
-                              const double bc1 = 1.0 - std::pow(h.beta1, step);
-                              const double bc2 = 1.0 - std::pow(h.beta2, step);
-                              // volatile: the host compiler must not fuse 1 - lr*wd into an FMA (the
-                              // CPU rule is compiled with -ffp-contract=off).
-                              const volatile double lr_wd = h.lr * e.weight_decay;
-                              slot = AdamWSlot{e.p,  e.g, e.exp_avg, e.exp_avg_sq, static_cast<__nv_bfloat16*>(e.p_bf16),
-                                               e.n, 1.0 - lr_wd, std::sqrt(bc2), -(h.lr / bc1)};
-                              return e.n;
-                            },
-                            [&](dim3 grid) {
-                              if (t == DType::f32) RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<float>)(b);
-                              else RT_LAUNCH(grid, kThreads, 0, s, adamw_kernel<double>)(b);
-                            },
-                            14.0, t == DType::f64);  // two moments, a square root, a division, the decay
+  const std::vector<AdamWKey> keys = set_table<AdamWKey>(
+      table, list,
+      [](const AdamWTensor& e, MtaRow& r) {
+        r.ptr[0] = e.p;
+        r.ptr[1] = const_cast<void*>(e.g);
+        r.ptr[2] = e.exp_avg;
+        r.ptr[3] = e.exp_avg_sq;
+        r.ptr[4] = e.p_bf16;
+        r.n = e.n;
+      },
+      [&](const AdamWTensor& e) {
+        // Python-side scalars in double, as in optim/update_cpu.cc.
+        const double step = double(e.step);
+        const double bc1 = 1.0 - std::pow(h.beta1, step);
+        const double bc2 = 1.0 - std::pow(h.beta2, step);
+        // volatile: the host compiler must not fuse 1 - lr*wd into an FMA (the CPU rule is
+        // compiled with -ffp-contract=off).
+        const volatile double lr_wd = h.lr * e.weight_decay;
+        return AdamWKey{1.0 - lr_wd, std::sqrt(bc2), -(h.lr / bc1)};
+      },
+      s);
+  auto run = [&](auto z) {
+    using T = decltype(z);
+    AdamWOp<T> op{};
+    op.b1 = h.beta1;
+    op.one_minus_b1 = 1.0 - h.beta1;
+    op.b2 = h.beta2;
+    op.one_minus_b2 = 1.0 - h.beta2;
+    op.eps = h.eps;
+    // two moments, a square root, a division, the decay
+    multi_tensor_apply(table, op, fill_groups(keys), 14.0, t == DType::f64, s);
+  };
+  if (t == DType::f32) run(float{});
+  else run(double{});
 }
 
-void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, void* partials, cudaStream_t s) {
+int64_t lars_partials(const std::vector<LarsTensor>& list) {
+  int64_t chunks = 0;
+  for (const LarsTensor& e : list) chunks += e.adapt ? 2 * mta_chunks(e.n) : 0;
+  return chunks;
+}
+
+void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, LarsTables& tables, void* partials,
+                 cudaStream_t s) {
   check_master_dtype(t, "lars_update");
   if (list.empty()) return;
-  RT_CHECK(partials != nullptr, "lars_update: null partials");
   std::vector<const void*> x;  // [2 * count]: w0, g0, w1, g1, ...
   std::vector<int64_t> n;
   for (const LarsTensor& e : list) {
     RT_CHECK(e.n >= 0, "lars_update: negative element count ", e.n);
     RT_CHECK(e.n == 0 || (e.p && e.g && e.v), "lars_update: null pointer");
-    // A tensor without the trust ratio needs no norms: its rows are written as zeros.
+    // A tensor without the trust ratio needs no norms: its rows are empty (no chunks).
     x.push_back(e.p);
     x.push_back(e.g);
     n.push_back(e.adapt ? e.n : 0);
     n.push_back(e.adapt ? e.n : 0);
   }
-  sum_squares_partials(t, x, n, partials, s);
-  LarsBatch b{};
-  b.lr = h.lr;
-  b.mom = h.momentum;
-  b.eta = h.eta;
-  b.eps = h.epsilon;
-  b.nesterov = h.nesterov;
-  launch_batched<LarsSlot>(list.size(), b,
-                           [&](LarsSlot& slot, size_t i) {
-                             const LarsTensor& e = list[i];
-                             slot = LarsSlot{e.p, e.g, e.v, e.n, int64_t(i), e.weight_decay, int(e.adapt)};
-                             return e.n;
-                           },
-                           [&](dim3 grid) {
-                             if (t == DType::f32)
-                               RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<float>)(b, static_cast<float*>(partials));
-                             else
-                               RT_LAUNCH(grid, kThreads, 0, s, lars_kernel<double>)(b, static_cast<double*>(partials));
-                           },
-                           6.0, t == DType::f64);
+  RT_CHECK(partials != nullptr || multi_tensor_chunks(n) == 0, "lars_update: null partials");
+  sum_squares_partials(t, x, n, tables.norms, partials, s);
+  const std::vector<LarsKey> keys = set_table<LarsKey>(
+      tables.update, list,
+      [](const LarsTensor& e, MtaRow& r) {
+        r.ptr[0] = e.p;
+        r.ptr[1] = const_cast<void*>(e.g);
+        r.ptr[2] = e.v;
+        r.n = e.n;
+      },
+      [](const LarsTensor& e) { return LarsKey{e.weight_decay, int(e.adapt)}; }, s);
+  auto run = [&](auto z) {
+    using T = decltype(z);
+    LarsOp<T> op{};
+    op.lr = h.lr;
+    op.mom = h.momentum;
+    op.eta = h.eta;
+    op.eps = h.epsilon;
+    op.nesterov = h.nesterov;
+    op.norms = tables.norms.view();
+    op.partials = static_cast<const T*>(partials);
+    multi_tensor_apply(tables.update, op, fill_groups(keys), 6.0, t == DType::f64, s);
+  };
+  if (t == DType::f32) run(float{});
+  else run(double{});
+  tables.norms.used_on(s);  // the update read its rows
 }
 
 }  // namespace rt::cuda

@@ -2,7 +2,9 @@
 // same operations in the same order as optim/update_cpu.cc, so f32/f64 results match the
 // CPU bit for bit; see Note [Bit-exact updates on the GPU] in optim.cu). Parameters are
 // master weights in f32 or f64; the state lives on the device. A list of parameters is
-// updated in one launch per kMaxTensorsPerLaunch tensors. Optionally each parameter's
+// updated in one launch, whatever its length (Note [Multi-tensor apply] in
+// kernels/cuda/multi_tensor_plan.h): `table` keeps the list's device copy from one step to
+// the next (one table per list the caller updates). Optionally each parameter's
 // bf16 copy (p_bf16, may be null) is written in the same pass. Readable by the host compiler.
 #pragma once
 
@@ -10,11 +12,10 @@
 #include <vector>
 
 #include "base/dtype.h"
+#include "kernels/cuda/multi_tensor_table.h"
 #include "kernels/cuda/stream.cuh"
 
 namespace rt::cuda {
-
-inline constexpr int kMaxTensorsPerLaunch = 24;
 
 struct SgdTensor {
   void* p = nullptr;        // n elements of the parameter's dtype
@@ -29,7 +30,8 @@ struct SgdHyper {
   double lr = 0.0, momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
 };
-void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, cudaStream_t s);
+void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
+                cudaStream_t s);
 
 struct AdamWTensor {
   void* p = nullptr;
@@ -44,12 +46,13 @@ struct AdamWTensor {
 struct AdamWHyper {
   double lr = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
 };
-void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, cudaStream_t s);
+void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, MultiTensorTable& table,
+                  cudaStream_t s);
 
 // LARS (the rule in optim/optimizer.h) without a host synchronisation: the kernel of
 // sum_squares_partials (kernels/cuda/grad_norm.cuh) over every parameter and gradient of
-// the list, then one fused update per kMaxTensorsPerLaunch tensors, each block reading its
-// tensor's trust ratio from the partials (the same operations as optim/update_cpu.cc's
+// the list, then one fused update launch, each block reading its tensor's trust ratio from
+// the partials (the same operations as optim/update_cpu.cc's
 // lars_update; the norms are summed in another order, so results match within rounding).
 struct LarsTensor {
   void* p = nullptr;        // n elements of the parameter's dtype
@@ -63,8 +66,14 @@ struct LarsHyper {
   double lr = 0.0, momentum = 0.0, eta = 0.001, epsilon = 0.0;
   bool nesterov = false;
 };
-// partials: 2 * list.size() * kNormBlocks elements of t on the device (scratch; the norms'
-// partial sums of parameter i at rows 2i (w) and 2i + 1 (g)).
-void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, void* partials, cudaStream_t s);
+// The lists LARS keeps on the device: the norms' (w0, g0, w1, g1, ...) and the update's.
+struct LarsTables {
+  MultiTensorTable norms, update;
+};
+// partials: lars_partials(list) elements of t on the device (scratch: the norms' partial
+// sums, one per chunk of the norms' list).
+int64_t lars_partials(const std::vector<LarsTensor>& list);
+void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& h, LarsTables& tables, void* partials,
+                 cudaStream_t s);
 
 }  // namespace rt::cuda

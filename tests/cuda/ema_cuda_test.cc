@@ -31,9 +31,9 @@ void check_identical(const Tensor& got, const Tensor& want, const std::string& w
   CHECK_MESSAGE(differ == 0, what, ": ", differ, " of ", g.numel(), " elements differ in their bits");
 }
 
-// More tensors than cuda::kEmaTensorsPerLaunch (two f32 launches), odd sizes, 0-D and 1-D
-// ones, a channels-last conv weight, and one larger than a full grid stride of 1024 x 256
-// (left out under the emulator, where every element is checked: ~50 ms a pass).
+// 140 tensors (one launch of the multi-tensor apply), odd sizes, 0-D and 1-D ones, a
+// channels-last conv weight, and one of several chunks (kMtaChunk elements each) with a
+// partial last chunk (70001 elements under the emulator, where every element is checked).
 struct Spec {
   Shape shape;
   DType dtype;
@@ -41,7 +41,7 @@ struct Spec {
 };
 std::vector<Spec> specs(DType t) {
   std::vector<Spec> s;
-  for (int i = 0; i < cuda::kEmaTensorsPerLaunch + 12; ++i)
+  for (int i = 0; i < 140; ++i)
     s.push_back({i % 3 == 0 ? Shape{int64_t(1 + 7 * i)} : Shape{int64_t(1 + i % 17), 5}, t});
   s.push_back({{}, t});
   s.push_back({{64, 3, 3, 3}, t, MemoryFormat::channels_last});
@@ -108,15 +108,16 @@ TEST_CASE("model EMA on CUDA equals the CPU loop bit for bit (f32, f64, i64 coun
 }
 
 TEST_CASE("ema_update launcher: host-side checks (runs without a GPU)") {
-  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::bf16, {}, 0.9, false, nullptr), doctest::Contains("f32, f64 or i64"),
-                       Error);
+  cuda::MultiTensorTable table;
+  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::bf16, {}, 0.9, false, table, nullptr),
+                       doctest::Contains("f32, f64 or i64"), Error);
   cuda::EmaTensor bad;
   bad.n = 4;
-  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::f32, {bad}, 0.9, false, nullptr), doctest::Contains("null pointer"),
-                       Error);
-  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::f32, {}, std::nan(""), false, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::f32, {bad}, 0.9, false, table, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(cuda::ema_update(DType::f32, {}, std::nan(""), false, table, nullptr),
                        doctest::Contains("decay must be finite"), Error);
-  cuda::ema_update(DType::f64, {cuda::EmaTensor{}}, 0.5, true, nullptr);  // nothing: no launch
+  cuda::ema_update(DType::f64, {cuda::EmaTensor{}}, 0.5, true, table, nullptr);  // nothing: no launch
 }
 
 }  // namespace

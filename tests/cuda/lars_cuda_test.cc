@@ -1,5 +1,5 @@
 // LARS and clip_grad_norm on CUDA against the CPU (f32, f64): many tensors of odd sizes, more
-// than one launch holds (kMaxTensorsPerLaunch updates, 96 norms per launch), zero norms,
+// (one launch of the multi-tensor apply each for the norms and the update), zero norms,
 // skipped parameters. The norms are summed in another order than the CPU's, so the results
 // match at gpu_tol_for, not bit for bit (Note [Deterministic norms] in kernels/cuda/grad_norm.cu);
 // two GPU runs, though, match bit for bit.
@@ -145,19 +145,22 @@ TEST_CASE("clip_grad_norm on CUDA equals the CPU (f32, f64), above and below the
 }
 
 TEST_CASE("norm kernels: host-side checks (runs without a GPU)") {
-  CHECK_THROWS_WITH_AS(cuda::sum_squares_partials(DType::bf16, {}, {}, nullptr, nullptr),
+  cuda::MultiTensorTable table;
+  CHECK_THROWS_WITH_AS(cuda::sum_squares_partials(DType::bf16, {}, {}, table, nullptr, nullptr),
                        doctest::Contains("f32 or f64"), Error);
-  CHECK_THROWS_WITH_AS(cuda::sum_squares_partials(DType::f32, {nullptr}, {}, nullptr, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::sum_squares_partials(DType::f32, {nullptr}, {}, table, nullptr, nullptr),
                        doctest::Contains("1 tensors but 0 sizes"), Error);
   double coef = 0.0;
-  CHECK_THROWS_WITH_AS(cuda::clip_grad_coef(DType::f32, 1, nullptr, 1.0, nullptr, &coef, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::clip_grad_coef(DType::f32, table, nullptr, 1.0, nullptr, &coef, nullptr),
                        doctest::Contains("null pointer"), Error);
   cuda::LarsTensor bad;
   bad.n = 3;
-  float partials[2 * cuda::kNormBlocks] = {};
-  CHECK_THROWS_WITH_AS(cuda::lars_update(DType::f32, {bad}, {}, partials, nullptr), doctest::Contains("null pointer"),
-                       Error);
-  cuda::lars_update(DType::f32, {}, {}, nullptr, nullptr);  // nothing: no launch
+  CHECK(cuda::lars_partials({bad}) == 2);
+  float partials[2] = {};
+  cuda::LarsTables tables;
+  CHECK_THROWS_WITH_AS(cuda::lars_update(DType::f32, {bad}, {}, tables, partials, nullptr),
+                       doctest::Contains("null pointer"), Error);
+  cuda::lars_update(DType::f32, {}, {}, tables, nullptr, nullptr);  // nothing: no launch
 }
 
 }  // namespace

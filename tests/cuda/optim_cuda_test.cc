@@ -40,8 +40,8 @@ void check_identical(const Tensor& got, const Tensor& want, const std::string& w
   CHECK_MESSAGE(differ == 0, what, ": ", differ, " elements differ in their bits");
 }
 
-// Sizes: more than kMaxTensorsPerLaunch tensors (two launches), 1-D ones (no_decay_1d),
-// odd sizes and one larger than a full grid stride of 1024 x 256.
+// Sizes: 28 tensors, 1-D ones (no_decay_1d), odd sizes and one of several chunks of the
+// multi-tensor apply (kMtaChunk elements each) with a partial last chunk.
 std::vector<Shape> param_shapes() {
   std::vector<Shape> s;
   for (int i = 0; i < 26; ++i) s.push_back(i % 3 == 0 ? Shape{int64_t(1 + 7 * i)} : Shape{int64_t(1 + i), 5});
@@ -116,6 +116,59 @@ TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over
   }
 }
 
+// More distinct per-tensor scalars than one launch carries (kMtaMaxGroups): the list is cut
+// into several launches (Note [Multi-tensor apply]), with the same results.
+TEST_CASE("fused SGD and AdamW with more weight decays than one launch carries equal the CPU") {
+  if (!have_gpu("fused optimizers, many scalar sets")) return;
+  optim::SgdOptions sgd;
+  sgd.lr = 0.1;
+  sgd.momentum = 0.9;
+  optim::AdamWOptions adamw;
+  adamw.lr = 1e-3;
+  for (int i = 0; i < 2 * cuda::kMtaMaxGroups + 3; ++i) {
+    const double wd = 1e-4 * (i + 1);
+    sgd.weight_decay_of["p" + std::to_string(i)] = wd;
+    adamw.weight_decay_of["p" + std::to_string(i)] = wd;
+  }
+  compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), sgd); }, DType::f32,
+                     "sgd, 19 decays");
+  compare_five_steps([&](nn::NamedTensors p) { return optim::make_adamw(std::move(p), adamw); }, DType::f32,
+                     "adamw, 19 decays");
+}
+
+TEST_CASE("multi-tensor table: uploaded once while the list stays, again when it changes") {
+  if (!have_gpu("multi-tensor table reuse")) return;
+  const int64_t n = 3 * cuda::kMtaChunk + 5;
+  const Tensor grad = rnd({n}, 4).to(DType::f32);
+  const Tensor g = grad.to(gpu());
+  Tensor pa = rnd({n}, 1).to(DType::f32).to(gpu()), pb = rnd({n}, 2).to(DType::f32).to(gpu());
+  Tensor pc = rnd({n}, 3).to(DType::f32).to(gpu());
+  auto entry = [&](const Tensor& p) {
+    cuda::SgdTensor e;
+    e.p = p.raw_data();
+    e.g = g.raw_data();
+    e.n = n;
+    return e;
+  };
+  cuda::MultiTensorTable table;
+  const cuda::SgdHyper h{0.1, 0.0, 0.0, false};
+  for (int step = 0; step < 3; ++step) cuda::sgd_update(DType::f32, {entry(pa), entry(pb)}, h, table, stream());
+  CHECK(table.uploads() == 1);
+  CHECK(table.chunks() == 2 * cuda::mta_chunks(n));
+  cuda::sgd_update(DType::f32, {entry(pa), entry(pc)}, h, table, stream());  // another parameter
+  CHECK(table.uploads() == 2);
+  cuda::sgd_update(DType::f32, {entry(pa)}, h, table, stream());  // a shorter list
+  CHECK(table.uploads() == 3);
+  // The updates landed where each list pointed: pa took 5 steps, pb 3, pc 1.
+  const int steps[3] = {5, 3, 1};
+  const Tensor* ps[3] = {&pa, &pb, &pc};
+  for (int k = 0; k < 3; ++k) {
+    Tensor want = rnd({n}, uint64_t(k + 1)).to(DType::f32);
+    for (int s = 0; s < steps[k]; ++s) want = add(want, mul(grad, -0.1));
+    check_on_gpu(*ps[k], want, gpu_tol_for(DType::f32), "parameter " + std::to_string(k));
+  }
+}
+
 TEST_CASE("fused updates write the optional bf16 copy in the same pass") {
   if (!have_gpu("fused optimizers bf16 copy")) return;
   const int64_t n = 4099;
@@ -129,29 +182,37 @@ TEST_CASE("fused updates write the optional bf16 copy in the same pass") {
   e.exp_avg_sq = v.raw_data();
   e.p_bf16 = low.raw_data();
   e.n = n;
-  cuda::adamw_update(DType::f32, {e}, cuda::AdamWHyper{1e-3, 0.9, 0.999, 1e-8}, stream());
+  cuda::MultiTensorTable table;
+  cuda::adamw_update(DType::f32, {e}, cuda::AdamWHyper{1e-3, 0.9, 0.999, 1e-8}, table, stream());
   check_identical(low, p.to(DType::bf16), "adamw bf16 copy");
   cuda::SgdTensor s;
   s.p = p.raw_data();
   s.g = g.raw_data();
   s.p_bf16 = low.raw_data();
   s.n = n;
-  cuda::sgd_update(DType::f32, {s}, cuda::SgdHyper{0.1, 0.0, 0.0, false}, stream());
+  cuda::sgd_update(DType::f32, {s}, cuda::SgdHyper{0.1, 0.0, 0.0, false}, table, stream());
   check_identical(low, p.to(DType::bf16), "sgd bf16 copy");
 }
 
 TEST_CASE("fused update launchers: host-side checks (runs without a GPU)") {
-  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::bf16, {}, {}, nullptr), doctest::Contains("f32 or f64"), Error);
+  cuda::MultiTensorTable table;
+  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::bf16, {}, {}, table, nullptr), doctest::Contains("f32 or f64"), Error);
   cuda::SgdTensor bad;
   bad.n = 4;
-  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::f32, {bad}, {}, nullptr), doctest::Contains("null pointer"), Error);
+  CHECK_THROWS_WITH_AS(cuda::sgd_update(DType::f32, {bad}, {}, table, nullptr), doctest::Contains("null pointer"),
+                       Error);
   cuda::AdamWTensor a;
   a.step = 0;
-  CHECK_THROWS_WITH_AS(cuda::adamw_update(DType::f32, {a}, {}, nullptr), doctest::Contains("step must be >= 1"), Error);
+  CHECK_THROWS_WITH_AS(cuda::adamw_update(DType::f32, {a}, {}, table, nullptr), doctest::Contains("step must be >= 1"),
+                       Error);
   float flag = 0.0f;
-  CHECK_THROWS_WITH_AS(cuda::unscale_and_check(DType::f32, {nullptr}, {}, 1.0f, &flag, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::unscale_and_check(DType::f32, {nullptr}, {}, 1.0f, &flag, table, nullptr),
                        doctest::Contains("1 gradients but 0 sizes"), Error);
-  cuda::unscale_and_check(DType::f32, {}, {}, 0.5f, &flag, nullptr);  // nothing: no launch
+  cuda::unscale_and_check(DType::f32, {}, {}, 0.5f, &flag, table, nullptr);  // nothing: no launch
+  cuda::SgdTensor empty;  // a list of empty tensors: no upload, no launch
+  empty.n = 0;
+  cuda::sgd_update(DType::f32, {empty, empty}, {}, table, nullptr);
+  CHECK(table.uploads() == 0);
 }
 
 // ---- GradScaler on the CPU -----------------------------------------------------------------
@@ -259,11 +320,12 @@ TEST_CASE("unscale_and_check on CUDA equals the CPU path, and flags inf/nan") {
     const Tensor g64 = rnd({1000}, 9);
     Tensor g = to_gpu(g64, t);
     Tensor flag = Tensor::zeros({1}, DType::f32, gpu());
-    cuda::unscale_and_check(t, {g.raw_data()}, {g.numel()}, 0.125f, flag.data<float>(), stream());
+    cuda::MultiTensorTable table;
+    cuda::unscale_and_check(t, {g.raw_data()}, {g.numel()}, 0.125f, flag.data<float>(), table, stream());
     CHECK(flag.item() == 0.0);
     check_on_gpu(g, mul(to_ref(g64, t), 0.125), gpu_tol_for(t), std::string("unscale ") + dtype_name(t));
     Tensor bad = Tensor::full({5}, std::numeric_limits<double>::infinity(), t, gpu());
-    cuda::unscale_and_check(t, {bad.raw_data()}, {bad.numel()}, 0.5f, flag.data<float>(), stream());
+    cuda::unscale_and_check(t, {bad.raw_data()}, {bad.numel()}, 0.5f, flag.data<float>(), table, stream());
     CHECK(flag.item() == 1.0);
   }
 }
