@@ -17,11 +17,15 @@
 // the masters directly (Note [Batch norm in mixed precision], engine/nn/layers.cc).
 // Gradient-ready hooks on the masters do not fire for parameters that have copies: their
 // gradients arrive in accumulate_grads(), after backward.
+// On a GPU, refresh() and accumulate_grads() are one launch each for all parameters
+// (kernels/cuda/cast.cuh's cast_many, Note [Multi-tensor apply]), with the same arithmetic
+// as the per-tensor cast and add_: ResNet50 has 161 copies, so 322 launches fewer a step.
 #pragma once
 
 #include <map>
 
 #include "engine/nn/module.h"
+#include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::nn {
 
@@ -54,9 +58,14 @@ class ComputeCopies {
   const NamedTensors& copies() const { return copies_; }  // same names and order
 
  private:
+  // The masters' and copies' pairs on the GPU, for one cast_many launch (false: none, or
+  // some pair the multi-tensor cast does not take, which goes tensor by tensor).
+  bool cast_many_ok(size_t i) const;
+
   Module& model_;
   DType dtype_;
   NamedTensors masters_, copies_;
+  cuda::MultiTensorTable refresh_table_, accumulate_table_;  // the two lists on the device
 };
 
 }  // namespace rt::nn

@@ -4,6 +4,7 @@
 // note at to_storage).
 #include "kernels/cuda/cast.cuh"
 #include "kernels/cuda/common.cuh"
+#include "kernels/cuda/multi_tensor_apply.cuh"
 
 namespace rt::cuda {
 namespace {
@@ -28,6 +29,25 @@ __global__ void cast_kernel(int64_t n, const S* __restrict__ src, D* __restrict_
     dst[i] = to_storage<D>(widen(src[i]));
 }
 
+// Operands: ptr[0] src, ptr[1] dst; scalar set 0 assigns, 1 accumulates.
+template <typename S, typename D>
+struct CastOp {
+  int accumulate[kMtaMaxGroups];
+  __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    const S* src = static_cast<const S*>(r.ptr[0]);
+    D* dst = static_cast<D*>(r.ptr[1]);
+    if (accumulate[r.group]) {
+      // src converted to D first (as src.to(D) is), then the add in D's compute type.
+      RT_MTA_FOR(i, begin, end) {
+        const D v = to_storage<D>(widen(src[i]));
+        dst[i] = detail::from_acc<D>(detail::to_acc(dst[i]) + detail::to_acc(v));
+      }
+    } else {
+      RT_MTA_FOR(i, begin, end) dst[i] = to_storage<D>(widen(src[i]));
+    }
+  }
+};
+
 // ---- launchers -------------------------------------------------------------------------
 
 constexpr int kThreads = 256;
@@ -45,6 +65,33 @@ void cast_from(DType to, int64_t n, const void* src, void* dst, cudaStream_t s) 
 }
 
 }  // namespace
+
+void cast_many(DType from, DType to, const std::vector<CastTensor>& list, MultiTensorTable& table, cudaStream_t s) {
+  RT_CHECK(is_floating(from) && is_floating(to), "cast_many: ", dtype_name(from), " -> ", dtype_name(to),
+           " has no CUDA kernel (floating pairs only)");
+  std::vector<MtaRow> rows(list.size(), MtaRow{});
+  std::vector<int> sets(list.size());
+  for (size_t i = 0; i < list.size(); ++i) {
+    const CastTensor& e = list[i];
+    RT_CHECK(e.n >= 0, "cast_many: negative element count ", e.n);
+    RT_CHECK(e.n == 0 || (e.src != nullptr && e.dst != nullptr), "cast_many: null pointer");
+    rows[i].ptr[0] = const_cast<void*>(e.src);
+    rows[i].ptr[1] = e.dst;
+    rows[i].n = e.n;
+    sets[i] = e.accumulate ? 1 : 0;
+  }
+  table.set(std::move(rows), sets, s);
+  detail::dispatch_floating(from, "cast_many", [&](auto zs) {
+    detail::dispatch_floating(to, "cast_many", [&](auto zd) {
+      using S = decltype(zs);
+      using D = decltype(zd);
+      // One conversion per element, and an add when accumulating.
+      multi_tensor_apply(table, CastOp<S, D>{}, [](CastOp<S, D>& op, const std::vector<int>& groups) {
+        for (size_t k = 0; k < groups.size(); ++k) op.accumulate[k] = groups[k];
+      }, 1.0, from == DType::f64 || to == DType::f64, s);
+    });
+  });
+}
 
 bool cast_supported(DType from, DType to) {
   return is_floating(to) && (is_floating(from) || (from == DType::u8 && to == DType::f32));

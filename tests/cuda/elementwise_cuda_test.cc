@@ -349,6 +349,38 @@ bool has_row(const std::string& op) {
   return false;
 }
 
+// The multi-tensor cast of mixed precision (cast_many): every floating pair, a list of odd
+// sizes and one of several chunks, half assigning and half accumulating, bit for bit the
+// per-tensor cast and, when accumulating, add_ of the converted tensor.
+TEST_CASE("cast_many equals the per-tensor cast and add_ bit for bit") {
+  if (!have_gpu("cast_many")) return;
+  const std::vector<int64_t> sizes = {1, 7, 255, 256, 4097, 0, 33, cuda::kMtaChunk + 3, 64, 1000};
+  for (DType from : kFloatTypes)
+    for (DType to : kFloatTypes) {
+      if (from == to) continue;
+      std::vector<Tensor> src, dst, want;
+      std::vector<cuda::CastTensor> list;
+      for (size_t i = 0; i < sizes.size(); ++i) {
+        const int64_t n = sizes[i];
+        const Tensor v = rnd({n}, 500 + i);
+        src.push_back(v.to(from).to(gpu()));
+        const bool acc = i % 2 == 1;
+        const Tensor before = rnd({n}, 900 + i).to(to).to(gpu());
+        dst.push_back(acc ? before.clone() : poisoned({n}, to));
+        want.push_back(acc ? add(before, src.back().to(to)) : src.back().to(to));
+        list.push_back({src.back().raw_data(), dst.back().raw_data(), n, acc});
+      }
+      cuda::MultiTensorTable table;
+      cuda::cast_many(from, to, list, table, stream());
+      for (size_t i = 0; i < sizes.size(); ++i)
+        check_on_gpu(dst[i], want[i], kExact, std::string("cast_many ") + dtype_name(from) + "->" + dtype_name(to) +
+                                                  " tensor " + std::to_string(i));
+    }
+  cuda::MultiTensorTable table;
+  CHECK_THROWS_WITH_AS(cuda::cast_many(DType::u8, DType::f32, {}, table, stream()),
+                       doctest::Contains("u8 -> f32 has no CUDA kernel"), Error);
+}
+
 TEST_CASE("every op of the table has a row (runs without a GPU)") {
   for (ew::Unary op : kAllUnary) CHECK_MESSAGE(has_row(ew::name(op)), "unary op ", ew::name(op), " has no row");
   for (ew::Binary op : kAllBinary) CHECK_MESSAGE(has_row(ew::name(op)), "binary op ", ew::name(op), " has no row");
