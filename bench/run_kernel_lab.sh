@@ -50,6 +50,7 @@ esac
   { echo "run_kernel_lab.sh: --batches takes two or more comma-separated batch sizes (e.g. 1,2,4), got '$batches'" >&2; exit 2; }
 out=${out:-out/kernel_lab/$model-$precision-$format}
 mkdir -p "$out"
+out=$(cd "$out" && pwd)  # absolute: the step runs with the emulator's perf path as given
 
 start=$SECONDS
 bazel build --config=cuda-emu //bench:train_step_bench //bench:kernel_lab_report >"$out/build.log" 2>&1 ||
@@ -62,7 +63,7 @@ for b in "${bs[@]}"; do
   echo "== batch $b: one emulated training step ($model, $precision, $format)" >&2
   t0=$SECONDS
   rm -f "$out/lab-b$b.json"
-  RINGTAPE_EMU_PERF="$PWD/$out/lab-b$b.json" "$bin/bench/train_step_bench" --device cuda --model "$model" \
+  RINGTAPE_EMU_PERF="$out/lab-b$b.json" "$bin/bench/train_step_bench" --device cuda --model "$model" \
     --batch "$b" --size "$size" --classes "$classes" --width "$width" "${small_stem[@]}" "${stem_stride[@]}" \
     "${fmt_flag[@]}" --precision "$precision" --warmup 1 --steps 1 --profile-steps 2:3 \
     --profile-dir "$out/profile-b$b" >"$out/step-b$b.json" 2>"$out/step-b$b.log" ||
