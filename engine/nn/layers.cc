@@ -4,8 +4,19 @@
 
 #include "engine/nn/compute_copies.h"
 #include "engine/profiler.h"
+#include "kernels/cuda/batch_norm.cuh"
 
 namespace rt::nn {
+namespace {
+
+// A batch-norm parameter as batch_norm takes it for x (Note [Batch norm in mixed precision]).
+Tensor param_for(const Tensor& p, const Tensor& x) {
+  if (!p.defined()) return p;
+  if (x.device().is_cuda() && p.dtype() == cuda::batch_norm_stat_dtype(x.dtype())) return p;
+  return cast(p, x.dtype());
+}
+
+}  // namespace
 
 Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Generator& g, bool with_bias, int groups)
     : params(Conv2dParams::make(stride, padding, 1, groups)) {
@@ -40,8 +51,7 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   const prof::ModuleScope scope(this);
   count_batch();
   // As in forward (Note [Batch norm in mixed precision]).
-  const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
-  const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
+  const Tensor w = param_for(weight, x), b = param_for(bias, x);
   if (residual.defined())
     return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
   return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
@@ -53,11 +63,12 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // Note [Batch norm in mixed precision]
   // The parameters and running statistics stay in the master dtype (keeps_master_dtype)
   // while x comes in the compute dtype. batch_norm takes running statistics of another
-  // dtype, but its weight and bias must have x's dtype, so they are cast here (C values,
-  // differentiably: the gradient reaches the masters in their dtype). Pass them as they are
-  // once the op accepts the mix.
-  const Tensor w = weight.defined() ? cast(weight, x.dtype()) : weight;
-  const Tensor b = bias.defined() ? cast(bias, x.dtype()) : bias;
+  // dtype, and on CUDA weight and bias in its statistics dtype (f32 for a bf16 or f16 x:
+  // Note [Batch norm parameters in the statistics dtype]), so f32 masters go in as they are
+  // and their gradients come back in f32. Otherwise (the CPU, or f64 masters) they are cast
+  // to x's dtype here (C values, differentiably: the gradient reaches the masters in their
+  // dtype): param_for.
+  const Tensor w = param_for(weight, x), b = param_for(bias, x);
   return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
 }
 

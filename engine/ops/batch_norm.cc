@@ -119,19 +119,25 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
     cuda::batch_norm_eval_stats(g.C, running_mean.dtype(), running_mean.raw_data(), running_var.raw_data(), eps, st,
                                 mean.raw_data(), invstd.raw_data(), s);
   }
+  // The kernels take weight and bias in the statistics dtype: mixed precision's f32 masters
+  // as they are, 16-bit ones converted (Note [Batch norm parameters in the statistics dtype]).
+  const auto in_st = [&](const Tensor& p) { return p.defined() && p.dtype() != st ? p.detach().to(st) : p; };
+  const Tensor w_st = in_st(weight), b_st = in_st(bias);
   Tensor y = ops::empty_like(x);
   if (tail.relu)
     cuda::batch_norm_apply_relu(g, x.dtype(), x.raw_data(), raw_or_null(tail.residual_x), mean.raw_data(),
-                                invstd.raw_data(), raw_or_null(weight), raw_or_null(bias), y.raw_data(), s);
+                                invstd.raw_data(), raw_or_null(w_st), raw_or_null(b_st), y.raw_data(), s);
   else
-    cuda::batch_norm_apply(g, x.dtype(), x.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(weight),
-                           raw_or_null(bias), y.raw_data(), s);
-  const Saved sv{training, x.detach(), weight.defined() ? weight.detach() : Tensor(),
-                 tail.relu ? y.detach() : Tensor()};
+    cuda::batch_norm_apply(g, x.dtype(), x.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(w_st),
+                           raw_or_null(b_st), y.raw_data(), s);
+  const Saved sv{training, x.detach(), w_st.defined() ? w_st.detach() : Tensor(), tail.relu ? y.detach() : Tensor()};
+  const DType w_dtype = weight.defined() ? weight.dtype() : st, b_dtype = bias.defined() ? bias.dtype() : st;
   record(op, y, {x, weight, bias, tail.residual},
-         [sv, g, mean, invstd, sync, count](const Tensor& gy, const std::vector<bool>& needs) {
+         [sv, g, mean, invstd, sync, count, st, w_dtype, b_dtype](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
+           // dweight and dbias in the statistics dtype, converted to the parameters' below.
            std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
+           if (d[2].defined()) d[2] = Tensor::empty({g.C}, st, sv.x.device());
            // dx coefficients k, a, b per channel, then the reduction's partials (bytes).
            Tensor work = Tensor::empty({int64_t(cuda::batch_norm_backward_workspace_bytes(g, sv.x.dtype()))},
                                        DType::u8, sv.x.device());
@@ -164,6 +170,8 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
                                        invstd.raw_data(), raw_or_null(sv.w), sv.training, raw_or_null(d[0]),
                                        raw_or_null(d[1]), raw_or_null(d[2]), work.raw_data(), s);
            }
+           if (d[1].defined() && d[1].dtype() != w_dtype) d[1] = d[1].to(w_dtype);
+           if (d[2].defined() && d[2].dtype() != b_dtype) d[2] = d[2].to(b_dtype);
            return d;
          });
   return y;
@@ -261,7 +269,9 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
     if (!t.defined()) return;
     RT_CHECK(t.shape() == Shape{C}, op, ": ", name, " must be [", C, "] for an input with ", C, " channels, got ", t.str());
     check_same_device(x, t, op);
-    if (same_dtype) check_same_dtype(x, t, op);
+    // On CUDA weight and bias may also come in the statistics dtype, as f32 masters with a
+    // bf16 or f16 input (Note [Batch norm parameters in the statistics dtype]).
+    if (same_dtype && !(on_cuda && t.dtype() == cuda::batch_norm_stat_dtype(x.dtype()))) check_same_dtype(x, t, op);
     else check_floating(t, name);
   };
   check_param(weight, "weight", true);

@@ -108,23 +108,23 @@ struct BackwardFold {
 template <typename T, typename A>
 struct BackwardCoefs {
   const A* invstd;
-  const T* gamma;  // null: 1
+  const A* gamma;  // null: 1 (Note [Batch norm parameters in the statistics dtype])
   bool training;
   A M;                // values per channel the statistics are over
-  T *dgamma, *dbeta;  // may be null
+  A *dgamma, *dbeta;  // may be null
   A* coef;            // k[C], a[C], b[C]: dx = k*dy + a*(x - mean) + b
   int64_t C;
   double* sums;  // null, or (SyncBN) sum_dz[C], sum_dz_xmu[C]: written instead of coef
   __device__ void coefs(int64_t c, A sum_dy, A sum_dy_xmu, A m) const {
     const A is = invstd[c], sum_dy_xhat = sum_dy_xmu * is;
-    const A gi = (gamma ? to_acc(gamma[c]) : A(1)) * is;
+    const A gi = (gamma ? gamma[c] : A(1)) * is;
     coef[c] = gi;
     coef[C + c] = training ? -gi * is * sum_dy_xhat / m : A(0);
     coef[2 * C + c] = training ? -gi * sum_dy / m : A(0);
   }
   __device__ void operator()(int64_t c, const detail::SumState<A>& st) const {
-    if (dgamma) dgamma[c] = from_acc<T>(st.b * invstd[c]);
-    if (dbeta) dbeta[c] = from_acc<T>(st.a);
+    if (dgamma) dgamma[c] = st.b * invstd[c];
+    if (dbeta) dbeta[c] = st.a;
     if (sums) {
       sums[c] = double(st.a);
       sums[C + c] = double(st.b);
@@ -265,7 +265,7 @@ struct ApplyOp {
   using A = acc_t<T>;
   const T *x, *res;
   const A *mean, *invstd;
-  const T *gamma, *beta;
+  const A *gamma, *beta;  // Note [Batch norm parameters in the statistics dtype]
   bool relu;
   T* y;
   __device__ A apply(A xv, A rv, A m, A scale, A shift) const {
@@ -273,8 +273,8 @@ struct ApplyOp {
     if (res) v += rv;
     return relu && v < A(0) ? A(0) : v;
   }
-  __device__ A scale_of(int64_t c) const { return invstd[c] * (gamma ? to_acc(gamma[c]) : A(1)); }
-  __device__ A shift_of(int64_t c) const { return beta ? to_acc(beta[c]) : A(0); }
+  __device__ A scale_of(int64_t c) const { return invstd[c] * (gamma ? gamma[c] : A(1)); }
+  __device__ A shift_of(int64_t c) const { return beta ? beta[c] : A(0); }
   __device__ A value(A xv, A rv, int64_t c) const { return apply(xv, rv, mean[c], scale_of(c), shift_of(c)); }
   // Channels c0 .. c0 + W - 1, loaded once (Note [Channel-stationary packs]).
   template <int W>
@@ -287,13 +287,13 @@ struct ApplyOp {
     A is[W];
     load_channels<W>(mean, c0, k.m);
     load_channels<W>(invstd, c0, is);
-    Pack<T> g, b;
-    if (gamma) g = reinterpret_cast<const Pack<T>*>(gamma + c0)[0];
-    if (beta) b = reinterpret_cast<const Pack<T>*>(beta + c0)[0];
+    A gv[W], bv[W];
+    if (gamma) load_channels<W>(gamma, c0, gv);
+    if (beta) load_channels<W>(beta, c0, bv);
     RT_UNROLL
     for (int j = 0; j < W; ++j) {
-      k.scale[j] = is[j] * (gamma ? to_acc(g.v[j]) : A(1));  // scale_of's product
-      k.shift[j] = beta ? to_acc(b.v[j]) : A(0);
+      k.scale[j] = is[j] * (gamma ? gv[j] : A(1));  // scale_of's product
+      k.shift[j] = beta ? bv[j] : A(0);
     }
     return k;
   }
@@ -421,7 +421,7 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
     using T = decltype(z);
     using A = acc_t<T>;
     const ApplyOp<T> f{static_cast<const T*>(x),     static_cast<const T*>(residual), static_cast<const A*>(mean),
-                       static_cast<const A*>(invstd), static_cast<const T*>(gamma),    static_cast<const T*>(beta),
+                       static_cast<const A*>(invstd), static_cast<const A*>(gamma),    static_cast<const A*>(beta),
                        relu,                          static_cast<T*>(y)};
     // (x - mean) * (invstd * gamma) + beta [+ res], then the relu: 5 or 6 operations.
     launch_channel_map<T>(g, {x, residual, y}, {mean, invstd, gamma, beta}, f, residual ? 6.0 : 5.0, s);
@@ -435,7 +435,8 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
 // into `sums` (SyncBN) instead.
 template <typename T>
 void backward_reduce(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const acc_t<T>* mean,
-                     const acc_t<T>* invstd, const T* gamma, bool training, T* dgamma, T* dbeta, T* dres,
+                     const acc_t<T>* invstd, const acc_t<T>* gamma, bool training, acc_t<T>* dgamma,
+                     acc_t<T>* dbeta, T* dres,
                      double* sums, void* workspace, cudaStream_t s) {
   using A = acc_t<T>;
   const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
@@ -469,8 +470,8 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y
     using T = decltype(z);
     using A = acc_t<T>;
     backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-                       static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const T*>(gamma),
-                       training, static_cast<T*>(dgamma), static_cast<T*>(dbeta), static_cast<T*>(dres), nullptr,
+                       static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const A*>(gamma),
+                       training, static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dres), nullptr,
                        workspace, s);
     if (dx)
       backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
@@ -610,7 +611,7 @@ void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, co
     using A = acc_t<T>;
     backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
                        static_cast<const A*>(mean), static_cast<const A*>(invstd), nullptr, true,
-                       static_cast<T*>(dgamma), static_cast<T*>(dbeta), static_cast<T*>(dresidual), sums, workspace,
+                       static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dresidual), sums, workspace,
                        s);
   });
 }
@@ -626,7 +627,7 @@ void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const voi
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    const BackwardCoefs<T, A> f{static_cast<const A*>(invstd), static_cast<const T*>(gamma), true, A(0), nullptr,
+    const BackwardCoefs<T, A> f{static_cast<const A*>(invstd), static_cast<const A*>(gamma), true, A(0), nullptr,
                                 nullptr, static_cast<A*>(workspace), g.C, nullptr};
     RT_LAUNCH(detail::grid_for(g.C, kThreads), kThreads, 0, s, sync_coefs_kernel<T, A>)(k, sums, count, f);
     CUDA_CHECK_LAUNCH();

@@ -18,6 +18,13 @@ struct BatchNormGeom {
 
 inline DType batch_norm_stat_dtype(DType x) { return x == DType::f64 ? DType::f64 : DType::f32; }
 
+// Note [Batch norm parameters in the statistics dtype]
+// gamma and beta, and the gradients dgamma and dbeta, are in the statistics dtype above
+// (f32, or f64 for f64 x), whatever x's: the kernels compute in it, so a bf16 or f16 x is
+// normalised with the parameters as mixed precision keeps them (f32 masters, as PyTorch's
+// batch norm takes an f32 weight with a bf16 input), and no cast launch is needed per layer
+// either way (engine/ops/batch_norm.cc converts parameters of x's 16-bit dtype, C values).
+
 // Device workspace (bytes) of batch_norm_stats and of batch_norm_backward(_relu) for this
 // geometry and input dtype: the per-row-block partials of the two-stage reduction
 // (Note [Two-stage channel reduction] in kernels/cuda/channel_reduce.cuh), and for the

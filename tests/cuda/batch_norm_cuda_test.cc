@@ -89,8 +89,11 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
       const Tensor x64 = add(rnd({n}, ++seed), 3.0), dy64 = rnd({n}, ++seed);
       const Tensor gamma64 = rnd({ge.C}, ++seed), beta64 = rnd({ge.C}, ++seed);
       const Tensor rm64 = rnd({ge.C}, ++seed), rv64 = add(square(rnd({ge.C}, ++seed)), 0.5);
-      const Tensor x = to_gpu(x64, t), dy = to_gpu(dy64, t), gamma = to_gpu(gamma64, t), beta = to_gpu(beta64, t);
+      const Tensor x = to_gpu(x64, t), dy = to_gpu(dy64, t);
       const Tensor xr = to_ref(x64, t), dyr = to_ref(dy64, t), gammar = to_ref(gamma64, t), betar = to_ref(beta64, t);
+      // gamma and beta as the kernels take them, in the statistics dtype, holding the values
+      // the CPU reference uses: Note [Batch norm parameters in the statistics dtype].
+      const Tensor gamma = gammar.to(st).to(gpu()), beta = betar.to(st).to(gpu());
 
       // CPU reference statistics (double) and running-stat update.
       std::vector<double> mean(size_t(ge.C)), var(size_t(ge.C)), invstd(size_t(ge.C));
@@ -143,7 +146,7 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
 
         for (bool training : {true, false}) {
           const std::string tag = std::string(training ? " training" : " eval") + (affine ? " affine" : "");
-          Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t);
+          Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, st), db = poisoned({ge.C}, st);
           Tensor ws = workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
           cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
                                     affine ? gamma.raw_data() : nullptr, training, dx.raw_data(), dg.raw_data(),
@@ -159,8 +162,9 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
                                             dgr.data<float>(), dbr.data<float>());
           const double sq = std::sqrt(double(M));
           check_on_gpu(dx, dxr, gpu_tol_for(t), glabel("dx", t, ge) + tag);
-          check_on_gpu(dg, dgr, gpu_tol_for(t), glabel("dgamma", t, ge) + tag, sq);
-          check_on_gpu(db, dbr, gpu_tol_for(t), glabel("dbeta", t, ge) + tag, sq);
+          // dgamma and dbeta in the statistics dtype: f32's tolerance for every storage type.
+          check_on_gpu(dg, dgr, gpu_tol_for(rd), glabel("dgamma", t, ge) + tag, sq);
+          check_on_gpu(db, dbr, gpu_tol_for(rd), glabel("dbeta", t, ge) + tag, sq);
           // dx only (parameter gradients not wanted): the null outputs are skipped.
           Tensor dx2 = poisoned({n}, t);
           cuda::batch_norm_backward(g, t, x.raw_data(), dy.raw_data(), gm.raw_data(), gi.raw_data(),
@@ -307,9 +311,10 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
       // values on both sides, so the mask is the same.
       const Tensor ymask64 = relu(rnd({n}, ++seed));
       const Tensor x = to_gpu(x64, t), r = to_gpu(r64, t), dy = to_gpu(dy64, t), ym = to_gpu(ymask64, t);
-      const Tensor gamma = to_gpu(gamma64, t), beta = to_gpu(beta64, t);
+
       const Tensor xr = to_ref(x64, t), rr = to_ref(r64, t), dyr = to_ref(dy64, t), ymr = to_ref(ymask64, t);
       const Tensor gammar = to_ref(gamma64, t), betar = to_ref(beta64, t);
+      const Tensor gamma = gammar.to(st).to(gpu()), beta = betar.to(st).to(gpu());  // the statistics dtype
 
       std::vector<double> mean(size_t(ge.C)), var(size_t(ge.C)), invstd(size_t(ge.C));
       with_ref_type(t, [&](auto z) {
@@ -348,7 +353,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
 
           for (bool training : {true, false}) {
             const std::string btag = tag + (training ? " training" : " eval");
-            Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, t), db = poisoned({ge.C}, t), dr = poisoned({n}, t);
+            Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, st), db = poisoned({ge.C}, st), dr = poisoned({n}, t);
             Tensor ws = workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
             cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
                                            gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, dx.raw_data(),
@@ -364,8 +369,8 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
             });
             const double sq = std::sqrt(double(M));
             check_on_gpu(dx, dxr, gpu_tol_for(t), glabel("masked dx", t, ge) + btag);
-            check_on_gpu(dg, dgr, gpu_tol_for(t), glabel("masked dgamma", t, ge) + btag, sq);
-            check_on_gpu(db, dbr, gpu_tol_for(t), glabel("masked dbeta", t, ge) + btag, sq);
+            check_on_gpu(dg, dgr, gpu_tol_for(rd), glabel("masked dgamma", t, ge) + btag, sq);
+            check_on_gpu(db, dbr, gpu_tol_for(rd), glabel("masked dbeta", t, ge) + btag, sq);
             if (res) check_on_gpu(dr, drr, gpu_tol_for(t), glabel("dresidual", t, ge) + btag);
             else CHECK_MESSAGE(std::isnan(dr.to_vector<double>()[0]), glabel("dresidual written", t, ge), btag);
 
@@ -419,14 +424,19 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
       const bool four_d = os.shape.size() == 4;
       const MemoryFormat other_fmt =
           os.fmt == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+      // master: weight and bias in f32 with a 16-bit input, as mixed precision passes its
+      // masters (Note [Batch norm parameters in the statistics dtype]); their gradients come
+      // back in f32, computed without a 16-bit rounding.
+      const bool sixteen = t == DType::bf16 || t == DType::f16;
       for (bool training : {true, false})
-        for (bool affine : {true, false})
+        for (int affine : {0, 1, 2})  // none; in x's dtype; f32 masters (16-bit x only)
           for (int res : {0, 1, 2}) {  // none; in x's format; in the other format (4-D only)
-            if (res == 2 && !four_d) continue;
+            if ((res == 2 && !four_d) || (affine == 2 && (!sixteen || res == 2))) continue;
             const MemoryFormat rfmt = res == 2 ? other_fmt : os.fmt;
             const std::string what =
                 label(std::string(res ? "batch_norm_add_relu" : "batch_norm_relu") + (training ? " train" : " eval") +
-                          (affine ? " affine" : "") + (res == 2 ? " residual other format" : ""),
+                          (affine == 1 ? " affine" : affine == 2 ? " affine f32 masters" : "") +
+                          (res == 2 ? " residual other format" : ""),
                       t, os.shape, os.fmt);
             const Tensor x64 = add(mul(rnd(os.shape, ++seed), 2.0), -1.0), w64 = rnd({C}, ++seed);
             const Tensor b64 = rnd({C}, ++seed), r64 = rnd(os.shape, ++seed);
@@ -435,8 +445,10 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
             Tensor xr = to_ref(x64, t, os.fmt);
             Tensor wd, wr, bd, br, rd, rr;
             if (affine) {
-              wd = to_gpu(w64, t).set_requires_grad(true), wr = to_ref(w64, t);
-              bd = to_gpu(b64, t).set_requires_grad(true), br = to_ref(b64, t);
+              wr = to_ref(w64, t), br = to_ref(b64, t);
+              // f32 masters: the 16-bit values in f32, so that y is the same as with 16-bit parameters.
+              wd = (affine == 2 ? wr.to(DType::f32).to(gpu()) : to_gpu(w64, t)).set_requires_grad(true);
+              bd = (affine == 2 ? br.to(DType::f32).to(gpu()) : to_gpu(b64, t)).set_requires_grad(true);
             }
             if (res) rd = to_gpu(r64, t, rfmt).set_requires_grad(true), rr = to_ref(r64, t, rfmt);
             Tensor rmd = rm64.to(DType::f32).to(gpu()), rvd = rv64.to(DType::f32).to(gpu());
@@ -461,8 +473,12 @@ TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
             const RefGrads ref = reference_grads(xr, wr, br, rm_before, rv_before, training, yd, to_ref(seed64, t, gfmt));
             check_on_gpu(xd.grad(), ref.dx, gpu_tol_for(t), what + " dx");
             if (affine) {
-              check_on_gpu(wd.grad(), ref.dw, gpu_tol_for(t), what + " dweight", std::sqrt(double(M)));
-              check_on_gpu(bd.grad(), ref.db, gpu_tol_for(t), what + " dbias", std::sqrt(double(M)));
+              // In f32 with f32 masters: summed in f32 and never rounded to 16 bits.
+              const Tol pt = gpu_tol_for(affine == 2 ? DType::f32 : t);
+              CHECK(wd.grad().dtype() == wd.dtype());
+              CHECK(bd.grad().dtype() == bd.dtype());
+              check_on_gpu(wd.grad(), ref.dw, pt, what + " dweight", std::sqrt(double(M)));
+              check_on_gpu(bd.grad(), ref.db, pt, what + " dbias", std::sqrt(double(M)));
             }
             if (res) check_on_gpu(rd.grad(), ref.dz, gpu_tol_for(t), what + " dresidual");
           }
