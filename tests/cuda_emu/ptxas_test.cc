@@ -429,8 +429,9 @@ TEST_CASE("every kernel of kernels/cuda is found by the name GCC gives it") {
        "void rt::cuda::(anonymous namespace)::fill_kernel<long>(long*, long, long)"},
       {"rt::cuda::{anonymous}::cast_kernel<unsigned char, float>",
        "void rt::cuda::(anonymous namespace)::cast_kernel<unsigned char, float>(long, unsigned char const*, float*)"},
-      {"rt::cuda::{anonymous}::ema_kernel<long int, float>",
-       "void rt::cuda::(anonymous namespace)::ema_kernel<long, float>(rt::cuda::(anonymous namespace)::EmaBatch)"},
+      {"rt::cuda::multi_tensor_kernel<rt::cuda::{anonymous}::EmaOp<long int, float> >",
+       "void rt::cuda::multi_tensor_kernel<rt::cuda::(anonymous namespace)::EmaOp<long, float> >(rt::cuda::MtaView, "
+       "long, long, rt::cuda::(anonymous namespace)::EmaOp<long, float>)"},
       {"rt::cuda::{anonymous}::random_int_kernel",
        "rt::cuda::(anonymous namespace)::random_int_kernel(unsigned long, long, unsigned long, unsigned long, long*)"},
       {"rt::cuda::{anonymous}::dropout_kernel<__nv_bfloat16>",
