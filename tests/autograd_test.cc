@@ -44,6 +44,32 @@ TEST_CASE("a leaf's gradient does not alias gradients flowing elsewhere") {
   CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
 }
 
+// Note [Leaf gradients adopted]: a gradient nobody else holds is kept as it is; one that may
+// be seen elsewhere is copied.
+TEST_CASE("a leaf keeps its own fresh gradient, and copies a seed, a pass-through or a view") {
+  // The seed a caller passes to a leaf's backward stays the caller's.
+  Tensor x = vec({1, 2});
+  Tensor seed = Tensor::from_vector<double>({3, 4}, {2});
+  x.backward(seed);
+  add_(seed, Tensor::full({2}, 100.0, DType::f64));
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{3, 4});
+  // A gradient an op passes through (reshape's backward is a view of the incoming one).
+  Tensor m = test::leaf(Tensor::from_vector<double>({1, 2, 3, 4}, {2, 2}));
+  Tensor r = reshape(m, {4});
+  r.backward(Tensor::from_vector<double>({1, 1, 1, 1}, {4}));
+  CHECK(m.grad().to_vector<double>() == std::vector<double>{1, 1, 1, 1});
+  // Fresh gradients of two parameters: their own storage, not shared.
+  Tensor w = vec({1, 2}), v = vec({3, 4});
+  sum(add(mul(w, 2.0), mul(v, 3.0))).backward();
+  CHECK(w.grad().raw_data() != v.grad().raw_data());
+  add_(w.grad(), Tensor::full({2}, 1.0, DType::f64));
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{3, 3});
+  CHECK(v.grad().to_vector<double>() == std::vector<double>{3, 3});
+  // A second backward adds to the adopted gradient.
+  sum(mul(w, 2.0)).backward();
+  CHECK(w.grad().to_vector<double>() == std::vector<double>{5, 5});
+}
+
 TEST_CASE("a gradient buffer receives the gradient in place (Note [Gradient buffers])") {
   // Two parameters in one flat buffer, the second channels_last: views at their offsets.
   Tensor flat = Tensor::full({3 + 2 * 2 * 1 * 2}, -7.0, DType::f64);
