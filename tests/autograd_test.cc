@@ -44,8 +44,8 @@ TEST_CASE("a leaf's gradient does not alias gradients flowing elsewhere") {
   CHECK(b.grad().to_vector<double>() == std::vector<double>{2, 2});
 }
 
-// Note [Leaf gradients adopted]: a gradient nobody else holds is kept as it is; one that may
-// be seen elsewhere is copied.
+// As Note [Leaf gradients adopted] says: a gradient nobody else holds is kept as it is; one
+// that may be seen elsewhere is copied.
 TEST_CASE("a leaf keeps its own fresh gradient, and copies a seed, a pass-through or a view") {
   // The seed a caller passes to a leaf's backward stays the caller's.
   Tensor x = vec({1, 2});
