@@ -63,8 +63,9 @@ void check_plan(const std::vector<int64_t>& sizes, const std::vector<int>& ids, 
   }
 
   // Ranges: consecutive, covering, at most kMtaMaxGroups sets, rows naming their own set.
-  int64_t next = 0;
+  int64_t next = 0, elements = 0;
   for (const MtaRange& r : ranges) {
+    elements += r.elements;
     CHECK(r.chunk_begin == next);
     CHECK(r.chunk_end > r.chunk_begin);
     CHECK(r.groups.size() >= 1);
@@ -78,6 +79,9 @@ void check_plan(const std::vector<int64_t>& sizes, const std::vector<int>& ids, 
     next = r.chunk_end;
   }
   CHECK(next == expect_chunks);
+  int64_t total = 0;
+  for (int64_t n : sizes) total += n;
+  CHECK(elements == total);
   // As few launches as the sets allow: each launch but the last was full when it was cut.
   for (size_t k = 0; k + 1 < ranges.size(); ++k) CHECK(ranges[k].groups.size() == size_t(kMtaMaxGroups));
 

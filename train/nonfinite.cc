@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <mutex>
+#include <utility>
 #include <vector>
 
 #include "engine/autograd.h"
@@ -28,9 +31,23 @@ bool host_finite(const Tensor& cpu) {
   }
 }
 
+// The checks' lists on the device, one per device and dtype, kept for the process
+// (Note [Leaked handles] in kernels/cuda/cudnn_conv.cu): --skip-nonfinite checks twice a
+// step, and a table per call would allocate device and pinned memory every time.
+struct CheckTables {
+  std::mutex mu;
+  std::map<std::pair<int, DType>, cuda::MultiTensorTable> by;
+};
+CheckTables& check_tables() {
+  static auto* t = new CheckTables;
+  return *t;
+}
+
 // One device pass over every floating CUDA tensor of `tensors` on `device`: whether any
 // element is NaN or Inf.
 bool cuda_any_nonfinite(const nn::NamedTensors& tensors, Device device) {
+  CheckTables& tables = check_tables();
+  std::lock_guard<std::mutex> lock(tables.mu);
   Tensor flag = Tensor::zeros({1}, DType::f32, device);
   const auto stream = static_cast<cudaStream_t>(Stream::current(device).handle());
   for (DType t : {DType::f32, DType::f64, DType::bf16, DType::f16}) {
@@ -42,8 +59,8 @@ bool cuda_any_nonfinite(const nn::NamedTensors& tensors, Device device) {
         n.push_back(x.numel());
       }
     // inv_scale 1: the kernel only checks (it multiplies only when the scale is not 1).
-    cuda::MultiTensorTable list;  // a check once in a while: the list is not kept
-    if (!ptrs.empty()) cuda::unscale_and_check(t, ptrs, n, 1.0f, flag.data<float>(), list, stream);
+    if (!ptrs.empty())
+      cuda::unscale_and_check(t, ptrs, n, 1.0f, flag.data<float>(), tables.by[{device.index, t}], stream);
   }
   return flag.item() != 0.0;
 }

@@ -45,10 +45,11 @@ struct Saved {
   Tensor x, w, y;  // y: the output, saved by the fused ops only (the relu's mask)
 };
 
-// Gradient buffers for what `needs` asks: dx, dweight, dbias, dresidual.
-std::vector<Tensor> grad_buffers(const Saved& sv, int64_t C, const std::vector<bool>& needs) {
+// Gradient buffers for what `needs` asks: dx, dweight (sv.w's dtype), dbias (`bias_dtype`),
+// dresidual.
+std::vector<Tensor> grad_buffers(const Saved& sv, int64_t C, DType bias_dtype, const std::vector<bool>& needs) {
   return {needs[0] ? ops::empty_like(sv.x) : Tensor(), needs[1] ? ops::empty_like(sv.w) : Tensor(),
-          needs[2] ? Tensor::empty({C}, sv.x.dtype(), sv.x.device()) : Tensor(),
+          needs[2] ? Tensor::empty({C}, bias_dtype, sv.x.device()) : Tensor(),
           needs[3] ? ops::empty_like(sv.x) : Tensor()};
 }
 
@@ -136,8 +137,7 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
          [sv, g, mean, invstd, sync, count, st, w_dtype, b_dtype](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
            // dweight and dbias in the statistics dtype, converted to the parameters' below.
-           std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
-           if (d[2].defined()) d[2] = Tensor::empty({g.C}, st, sv.x.device());
+           std::vector<Tensor> d = grad_buffers(sv, g.C, st, needs);
            // dx coefficients k, a, b per channel, then the reduction's partials (bytes).
            Tensor work = Tensor::empty({int64_t(cuda::batch_norm_backward_workspace_bytes(g, sv.x.dtype()))},
                                        DType::u8, sv.x.device());
@@ -228,7 +228,7 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
   record(op, y, {x, weight, bias, tail.residual},
          [sv, g, mean, invstd, count, sync](const Tensor& gy, const std::vector<bool>& needs) {
            const Tensor dy = ops::in_format(gy, sv.x.format());
-           std::vector<Tensor> d = grad_buffers(sv, g.C, needs);
+           std::vector<Tensor> d = grad_buffers(sv, g.C, sv.x.dtype(), needs);
            ops::dispatch_float(sv.x.dtype(), "batch_norm backward", [&](auto z) {
              using T = decltype(z);
              // Pass 1 (dweight and dbias from this process's sums), the sums combined, pass 2.

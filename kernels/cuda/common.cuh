@@ -67,6 +67,14 @@ inline int grid_for(int64_t work, int threads) {
   return int(std::max<int64_t>(1, std::min<int64_t>((work + threads - 1) / threads, 65535)));
 }
 
+// Calls f(float{}) for f32, f(double{}) for anything else: the kernels that take f32 or f64
+// only (optimizer rules, norms), whose launchers check the dtype first.
+template <typename F>
+void dispatch_f32_f64(DType t, F&& f) {
+  if (t == DType::f32) f(float{});
+  else f(double{});
+}
+
 // Calls f(T{}) with the storage type of a floating dtype.
 template <typename F>
 void dispatch_floating(DType t, const char* op, F&& f) {

@@ -74,12 +74,6 @@ void check_norm_dtype(DType t, const char* op) {
   RT_CHECK(t == DType::f32 || t == DType::f64, op, ": expected f32 or f64 tensors, got ", dtype_name(t));
 }
 
-template <typename F>
-void dispatch(DType t, F&& f) {
-  if (t == DType::f32) f(float{});
-  else f(double{});
-}
-
 }  // namespace
 
 int64_t multi_tensor_chunks(const std::vector<int64_t>& n) {
@@ -102,7 +96,7 @@ void sum_squares_partials(DType t, const std::vector<const void*>& x, const std:
   RT_CHECK(partials != nullptr || multi_tensor_chunks(n) == 0, "sum_squares_partials: null partials");
   static_assert((kMtaThreads & (kMtaThreads - 1)) == 0, "block_sum needs a power of two");
   table.set(std::move(rows), std::vector<int>(x.size(), 0), s);
-  dispatch(t, [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     multi_tensor_apply(table, SumSquaresOp<T>{static_cast<T*>(partials)}, NoGroups{}, 2.0, t == DType::f64, s);
   });
@@ -113,7 +107,7 @@ void clip_grad_coef(DType t, MultiTensorTable& table, const void* partials, doub
   check_norm_dtype(t, "clip_grad_coef");
   RT_CHECK((table.chunks() == 0 || partials != nullptr) && total_out != nullptr && coef_out != nullptr,
            "clip_grad_coef: null pointer");
-  dispatch(t, [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     RT_LAUNCH(1, kThreads, 0, s, clip_coef_kernel<T>)(table.view(), static_cast<const T*>(partials), max_norm,
                                                        static_cast<T*>(total_out), coef_out);
@@ -125,7 +119,7 @@ void clip_grad_coef(DType t, MultiTensorTable& table, const void* partials, doub
 void scale_by_device_coef(DType t, MultiTensorTable& table, const double* coef, cudaStream_t s) {
   check_norm_dtype(t, "scale_by_device_coef");
   RT_CHECK(table.chunks() == 0 || coef != nullptr, "scale_by_device_coef: null coef");
-  dispatch(t, [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     multi_tensor_apply(table, ScaleOp<T>{coef}, NoGroups{}, 1.0, t == DType::f64, s);
   });

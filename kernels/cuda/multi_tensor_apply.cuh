@@ -40,10 +40,7 @@ void multi_tensor_apply(MultiTensorTable& table, Op op, SetGroups&& set_groups, 
   const MtaView v = table.view();
   for (const MtaRange& r : table.ranges()) {
     set_groups(op, r.groups);
-    double elems = 0;
-    for (const MtaRow& row : table.rows())
-      if (row.first_chunk >= r.chunk_begin && row.first_chunk < r.chunk_end) elems += double(row.n);
-    flops_hint(flops * elems, f64);
+    flops_hint(flops * double(r.elements), f64);
     const int grid = int(std::min<int64_t>(r.chunk_end - r.chunk_begin, kMtaMaxBlocks));
     RT_LAUNCH(grid, kMtaThreads, 0, s, multi_tensor_kernel<Op>)(v, r.chunk_begin, r.chunk_end, op);
     CUDA_CHECK_LAUNCH();

@@ -32,6 +32,7 @@ void plan_multi_tensor(std::vector<MtaRow>& rows, const std::vector<int>& set_id
       local = int(cur.groups.size()) - 1;
     }
     r.group = local < 0 ? 0 : local;  // an empty tensor has no chunk: no block reads its row
+    cur.elements += r.n;
     for (int64_t c = mta_chunks(r.n); c > 0; --c) chunk_tensor.push_back(int32_t(i));
   }
   cur.chunk_end = int64_t(chunk_tensor.size());

@@ -54,6 +54,7 @@ inline int64_t mta_chunks(int64_t n) { return (n + kMtaChunk - 1) / kMtaChunk; }
 // group numbers stand for (groups[k] is local group k).
 struct MtaRange {
   int64_t chunk_begin = 0, chunk_end = 0;
+  int64_t elements = 0;  // of its tensors (the kernel lab's FLOP count)
   std::vector<int> groups;
 };
 

@@ -18,16 +18,33 @@ MultiTensorTable::~MultiTensorTable() {
   if (used_ != nullptr) CUDA_WARN(cudaEventDestroy(static_cast<cudaEvent_t>(used_)));
 }
 
+void MultiTensorTable::wait_for_upload(cudaStream_t stream) {
+  if (uploaded_once_ && stream != upload_stream_)
+    CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(staged_[next_ ^ 1]), 0));
+}
+
 void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set_id, cudaStream_t stream) {
+  bool same = rows.size() == rows_.size() && set_id == set_id_;
+  for (size_t i = 0; same && i < rows.size(); ++i)
+    same = rows[i].n == rows_[i].n && std::memcmp(rows[i].ptr, rows_[i].ptr, sizeof(rows[i].ptr)) == 0;
+  if (same) {  // the plan and the device table stand
+    if (!chunk_tensor_.empty()) wait_for_upload(stream);
+    return;
+  }
   plan_multi_tensor(rows, set_id, chunk_tensor_, ranges_);
   rows_ = std::move(rows);
+  set_id_ = set_id;
   const size_t row_bytes = rows_.size() * sizeof(MtaRow), map_bytes = chunk_tensor_.size() * sizeof(int32_t);
   image_.resize(row_bytes + map_bytes);
   if (row_bytes) std::memcpy(image_.data(), rows_.data(), row_bytes);
   if (map_bytes) std::memcpy(image_.data() + row_bytes, chunk_tensor_.data(), map_bytes);
   // Nothing to upload when the device holds this list already, or when no launch will read
   // it (no chunks: view() is then empty). So a list of empty tensors needs no GPU.
-  if (image_ == uploaded_ || chunk_tensor_.empty()) return;
+  if (chunk_tensor_.empty()) return;
+  if (image_ == uploaded_) {
+    wait_for_upload(stream);
+    return;
+  }
 
   const size_t bytes = image_.size();
   if (bytes > device_bytes_) {
@@ -60,6 +77,8 @@ void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set
   CUDA_CHECK(cudaMemcpyAsync(device_, staging_[k], bytes, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(staged_[k]), stream));
   staged_recorded_[k] = true;
+  upload_stream_ = stream;
+  uploaded_once_ = true;
   uploaded_ = image_;
   ++uploads_;
 }

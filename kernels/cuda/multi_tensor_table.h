@@ -3,10 +3,12 @@
 // is while it does not. One per list that a caller updates step after step (an optimizer's
 // parameters of one dtype, the gradients a loss scaler checks). Readable by the host compiler.
 //
-// Uploads go through a pinned staging buffer (two, used in turn) and cudaMemcpyAsync on the
-// caller's stream, so a change of the list costs no host synchronisation; the device table is
-// rewritten in stream order after the launches that read it (an upload on another stream
-// first waits for them: used_on). Growing the device table frees the old one (cudaFree
+// A list the same as the last one (pointers, sizes, scalar-set ids) costs a comparison: no
+// plan, no upload. Uploads go through a pinned staging buffer (two, used in turn) and
+// cudaMemcpyAsync on the caller's stream, so a change of the list costs no host
+// synchronisation; the device table is rewritten in stream order after the launches that
+// read it (an upload on another stream first waits for them: used_on), and launches on
+// another stream than the upload's wait for it. Growing the device table frees the old one (cudaFree
 // waits for the device): that happens on the first uploads only.
 #pragma once
 
@@ -50,7 +52,11 @@ class MultiTensorTable {
   int64_t uploads() const { return uploads_; }  // how many times set() uploaded
 
  private:
+  // Whether `stream` must wait for the last upload (made on another stream) before reading.
+  void wait_for_upload(cudaStream_t stream);
+
   std::vector<MtaRow> rows_;
+  std::vector<int> set_id_;  // as given: with rows_' pointers and sizes, what the plan depends on
   std::vector<int32_t> chunk_tensor_;
   std::vector<MtaRange> ranges_;
   std::vector<unsigned char> image_, uploaded_;  // the table's bytes: being built, on the device
@@ -61,6 +67,8 @@ class MultiTensorTable {
   void* staged_[2] = {nullptr, nullptr};         // events after each staging buffer's copy
   bool staged_recorded_[2] = {false, false};
   int next_ = 0;
+  cudaStream_t upload_stream_ = nullptr;  // of the last upload, whose copy staged_[next_ ^ 1] follows
+  bool uploaded_once_ = false;
   void* used_ = nullptr;  // event after the last launches that read the table
   bool used_recorded_ = false;
   int64_t uploads_ = 0;

@@ -203,7 +203,7 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
         r.n = e.n;
       },
       [](const SgdTensor& e) { return SgdKey{e.weight_decay, int(e.first_step)}; }, s);
-  auto run = [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     SgdOp<T> op{};
     op.mom = h.momentum;
@@ -212,9 +212,7 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
     op.momentum = h.momentum != 0.0;
     op.nesterov = h.nesterov;
     multi_tensor_apply(table, op, fill_groups(keys), 6.0, t == DType::f64, s);  // decay, momentum, step: 3 FMAs
-  };
-  if (t == DType::f32) run(float{});
-  else run(double{});
+  });
 }
 
 void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, MultiTensorTable& table,
@@ -246,7 +244,7 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
         return AdamWKey{1.0 - lr_wd, std::sqrt(bc2), -(h.lr / bc1)};
       },
       s);
-  auto run = [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     AdamWOp<T> op{};
     op.b1 = h.beta1;
@@ -256,9 +254,7 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
     op.eps = h.eps;
     // two moments, a square root, a division, the decay
     multi_tensor_apply(table, op, fill_groups(keys), 14.0, t == DType::f64, s);
-  };
-  if (t == DType::f32) run(float{});
-  else run(double{});
+  });
 }
 
 int64_t lars_partials(const std::vector<LarsTensor>& list) {
@@ -293,7 +289,7 @@ void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& 
         r.n = e.n;
       },
       [](const LarsTensor& e) { return LarsKey{e.weight_decay, int(e.adapt)}; }, s);
-  auto run = [&](auto z) {
+  detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     LarsOp<T> op{};
     op.lr = h.lr;
@@ -304,9 +300,7 @@ void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& 
     op.norms = tables.norms.view();
     op.partials = static_cast<const T*>(partials);
     multi_tensor_apply(tables.update, op, fill_groups(keys), 6.0, t == DType::f64, s);
-  };
-  if (t == DType::f32) run(float{});
-  else run(double{});
+  });
   tables.norms.used_on(s);  // the update read its rows
 }
 
