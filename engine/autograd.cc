@@ -12,6 +12,8 @@ namespace rt {
 namespace {
 thread_local bool t_grad_enabled = true;
 std::atomic<uint64_t> g_next_seq{0};
+std::atomic<bool> g_accumulate_in_place{true};
+thread_local Node* t_running = nullptr;  // the node whose backward runs (accumulated_grad)
 
 // Out-of-place sum of two gradients (either may be undefined).
 Tensor sum_grads(const Tensor& a, const Tensor& b) {
@@ -57,6 +59,19 @@ void record(const char* name, Tensor& out, const std::vector<Tensor>& inputs, Ba
   }
   out.impl().autograd.requires_grad = true;
   out.impl().autograd.grad_fn = std::move(node);
+}
+
+void set_accumulate_in_place(bool on) { g_accumulate_in_place = on; }
+bool accumulate_in_place() { return g_accumulate_in_place; }
+
+Tensor accumulated_grad(size_t input) {
+  if (!t_running || !g_accumulate_in_place || input >= t_running->inputs.size()) return Tensor();
+  const Edge& e = t_running->inputs[input];
+  if (!e.node || !e.node->grad.defined()) return Tensor();
+  const Tensor& g = e.node->grad;
+  const TensorImpl& gi = g.impl();
+  if (g.impl_ptr().use_count() != 1 || gi.storage.use_count() != 1 || gi.offset != 0) return Tensor();
+  return g;
 }
 
 // ---- Tensor's autograd methods ------------------------------------------------------
@@ -212,6 +227,12 @@ void Tensor::backward(const Tensor& seed_in, bool retain_graph) const {
       for (const Edge& e : node->inputs) needs.push_back(e.node || e.leaf);
       {
         const prof::BackwardScope scope(node->name, node->profile.get());
+        // What accumulated_grad() looks at (Note [Gradients accumulated in place]).
+        struct Running {
+          Node* prev;
+          explicit Running(Node* n) : prev(t_running) { t_running = n; }
+          ~Running() { t_running = prev; }
+        } running(node.get());
         grads = node->backward(g, needs);
       }
       RT_CHECK(grads.size() == node->inputs.size(), "autograd: op '", node->name, "' returned ", grads.size(),
@@ -229,7 +250,9 @@ void Tensor::backward(const Tensor& seed_in, bool retain_graph) const {
       if (e.node) {
         if (gi.defined()) {
           check_grad_matches(gi, e.node->out_shape, node->name);
-          e.node->grad = sum_grads(e.node->grad, gi);
+          // Already the sum when the backward added into it (Note [Gradients accumulated in place]).
+          const bool summed = e.node->grad.defined() && gi.impl_ptr() == e.node->grad.impl_ptr();
+          e.node->grad = summed ? gi : sum_grads(e.node->grad, gi);
         }
       } else if (e.leaf) {
         TensorImpl* key = e.leaf.get();

@@ -149,6 +149,9 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
     stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
   }
   fc_ = register_module("fc", std::make_shared<nn::Linear>(in, cfg.num_classes, g));
+  if (!cfg.fused_tails)
+    for (auto& [name, m] : named_modules())
+      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) bn->fuse_relu = false;
 }
 
 Tensor ResNet::forward(const Tensor& x) {

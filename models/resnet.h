@@ -33,6 +33,9 @@ struct ResNetConfig {
   bool small_stem = false;               // 3x3 conv1 (stride stem_stride) and no max-pool
   int stem_stride = 1;                   // small stem only: 2 halves every stage's resolution
   bool zero_init_residual = false;       // zero the last BN weight of every block
+  // Note [Fused block tails] (models/resnet.cc); false: each tail as batch_norm, then relu or
+  // add_relu, the same values within rounding (for comparing the two).
+  bool fused_tails = true;
   uint64_t seed = 0;                     // initialisation
   // timm's attn_layer: a module every block applies to its residual branch after the last
   // batch norm, before the residual add, registered as `attention_name` between that batch

@@ -182,6 +182,73 @@ TEST_CASE("backward frees what the tape saved") {
   CHECK(a.stats().current_bytes == base + 64 * 64 * 8);
 }
 
+// An op y = k * x whose backward adds k * g into x's earlier gradient when autograd offers
+// it (Note [Gradients accumulated in place]); `offered` counts the offers.
+Tensor scale_acc(const Tensor& x, double k, int* offered) {
+  Tensor y;
+  {
+    NoGradGuard ng;
+    y = mul(x, k);
+  }
+  record("scale_acc", y, {x}, [k, offered](const Tensor& g, const std::vector<bool>&) {
+    Tensor into = accumulated_grad(0);
+    if (!into.defined()) return std::vector<Tensor>{mul(g, k)};
+    ++*offered;
+    add_(into, mul(g, k));
+    return std::vector<Tensor>{into};
+  });
+  return y;
+}
+
+TEST_CASE("a backward adds into an earlier gradient nobody else holds (Note [Gradients accumulated in place])") {
+  // h feeds scale_acc (recorded first, so its backward runs last) and mul(h, 3) (runs first).
+  auto run = [](bool in_place, int* offered) {
+    set_accumulate_in_place(in_place);
+    Tensor x = vec({1, -2, 3});
+    Tensor h = mul(x, 2.0);
+    Tensor a = scale_acc(h, 5.0, offered);
+    Tensor b = mul(h, 3.0);
+    sum(mul(add(a, b), vec({1, 2, 3}).detach())).backward();
+    set_accumulate_in_place(true);
+    return x.grad().to_vector<double>();
+  };
+  int offered = 0;
+  const std::vector<double> g = run(true, &offered);
+  CHECK(offered == 1);
+  CHECK(g == std::vector<double>{16, 32, 48});  // 2 * (5 + 3) * {1, 2, 3}
+  offered = 0;
+  CHECK(run(false, &offered) == g);  // switched off: the out-of-place sum, the same values
+  CHECK(offered == 0);
+  CHECK(accumulate_in_place());
+
+  // Nothing to add into: h's first gradient (none yet when scale_acc runs first).
+  offered = 0;
+  Tensor x = vec({1, 2});
+  Tensor h = mul(x, 2.0);
+  Tensor b = mul(h, 3.0);
+  Tensor a = scale_acc(h, 5.0, &offered);  // recorded last: its backward runs first
+  sum(add(b, a)).backward();
+  CHECK(offered == 0);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{16, 16});
+  // Not while no backward runs.
+  CHECK_FALSE(accumulated_grad(0).defined());
+}
+
+TEST_CASE("an earlier gradient someone else holds is not offered for adding in place") {
+  // add's backward hands one tensor to both of its inputs: h's first gradient is also the
+  // gradient m's backward is still to read, so adding into it would change m's.
+  int offered = 0;
+  Tensor x = vec({1, 2}), c = vec({4, 4});
+  Tensor h = mul(x, 2.0);
+  Tensor m = mul(c, 1.0);
+  Tensor a = scale_acc(h, 5.0, &offered);
+  Tensor s = add(h, m);  // recorded after scale_acc: its backward runs first
+  sum(add(a, s)).backward();
+  CHECK(offered == 0);
+  CHECK(x.grad().to_vector<double>() == std::vector<double>{12, 12});
+  CHECK(c.grad().to_vector<double>() == std::vector<double>{1, 1});
+}
+
 TEST_CASE("gradcheck catches a wrong backward") {
   // A deliberately wrong op: forward 2x, backward claims 3x.
   auto bad = [](const std::vector<Tensor>& in) {

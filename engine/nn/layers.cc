@@ -52,6 +52,10 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   count_batch();
   // As in forward (Note [Batch norm in mixed precision]).
   const Tensor w = param_for(weight, x), b = param_for(bias, x);
+  if (!fuse_relu) {
+    const Tensor y = batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+    return residual.defined() ? add_relu(y, residual) : relu(y);
+  }
   if (residual.defined())
     return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
   return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);

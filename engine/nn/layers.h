@@ -30,6 +30,7 @@ class BatchNorm2d : public Module {
   Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
+  bool fuse_relu = true;  // false: forward_relu as forward, then relu or add_relu (the unfused composition)
   // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
   // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
   std::shared_ptr<BatchNormSync> sync;

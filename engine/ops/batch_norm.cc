@@ -21,6 +21,9 @@ using ops::data_or_null;
 using ops::raw_or_null;
 namespace {
 
+// The relu's bits a CUDA fused op saved, or null.
+const uint8_t* bits_or_null(const Tensor& mask) { return mask.defined() ? mask.data<uint8_t>() : nullptr; }
+
 // r = (1 - momentum) * r + momentum * v, in r's own dtype.
 void blend_running(Tensor& r, const std::vector<double>& v, double momentum) {
   ops::dispatch_float(r.dtype(), "batch_norm running stats", [&](auto z) {
@@ -31,7 +34,8 @@ void blend_running(Tensor& r, const std::vector<double>& v, double momentum) {
 }
 
 // The fused tails (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h): relu(bn(x)
-// [+ residual]). Their backward reads dy masked by the saved output y.
+// [+ residual]). Their backward reads dy masked by the saved output y (CPU) or by the relu's
+// bits the forward wrote (CUDA: Note [Relu mask bits] in kernels/cuda/batch_norm.cuh).
 struct Tail {
   bool relu = false;
   Tensor residual;    // undefined, or x's shape, dtype and device (relu only): recorded
@@ -42,7 +46,7 @@ struct Tail {
 // inputs are x, weight, bias, residual (undefined but for batch_norm_add_relu).
 struct Saved {
   bool training;
-  Tensor x, w, y;  // y: the output, saved by the fused ops only (the relu's mask)
+  Tensor x, w, y;  // y: the output, saved by the fused ops only (the relu's mask; on CUDA its bits, u8)
 };
 
 // Gradient buffers for what `needs` asks: dx, dweight (sv.w's dtype), dbias (`bias_dtype`),
@@ -125,13 +129,18 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
   const auto in_st = [&](const Tensor& p) { return p.defined() && p.dtype() != st ? p.detach().to(st) : p; };
   const Tensor w_st = in_st(weight), b_st = in_st(bias);
   Tensor y = ops::empty_like(x);
+  // The relu's bits, when a backward will need them.
+  Tensor mask;  // (batch_norm_relu_mask_bytes,) u8
+  if (tail.relu && any_requires_grad({x, weight, bias, tail.residual}))
+    mask = Tensor::empty({int64_t(cuda::batch_norm_relu_mask_bytes(g, x.dtype()))}, DType::u8, x.device());
   if (tail.relu)
     cuda::batch_norm_apply_relu(g, x.dtype(), x.raw_data(), raw_or_null(tail.residual_x), mean.raw_data(),
-                                invstd.raw_data(), raw_or_null(w_st), raw_or_null(b_st), y.raw_data(), s);
+                                invstd.raw_data(), raw_or_null(w_st), raw_or_null(b_st), y.raw_data(),
+                                mask.defined() ? mask.data<uint8_t>() : nullptr, s);
   else
     cuda::batch_norm_apply(g, x.dtype(), x.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(w_st),
                            raw_or_null(b_st), y.raw_data(), s);
-  const Saved sv{training, x.detach(), w_st.defined() ? w_st.detach() : Tensor(), tail.relu ? y.detach() : Tensor()};
+  const Saved sv{training, x.detach(), w_st.defined() ? w_st.detach() : Tensor(), mask};
   const DType w_dtype = weight.defined() ? weight.dtype() : st, b_dtype = bias.defined() ? bias.dtype() : st;
   record(op, y, {x, weight, bias, tail.residual},
          [sv, g, mean, invstd, sync, count, st, w_dtype, b_dtype](const Tensor& gy, const std::vector<bool>& needs) {
@@ -145,7 +154,7 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
            if (sync) {
              // This process's sums, all-gathered, dx from their total (Note [Synchronised batch norm]).
              Tensor sums = Tensor::empty({2 * g.C}, DType::f64, sv.x.device());  // sum_dz[C], sum_dz_xmu[C]
-             cuda::batch_norm_backward_sums(g, sv.x.dtype(), sv.x.raw_data(), raw_or_null(sv.y), dy.raw_data(),
+             cuda::batch_norm_backward_sums(g, sv.x.dtype(), sv.x.raw_data(), bits_or_null(sv.y), dy.raw_data(),
                                             mean.raw_data(), invstd.raw_data(), raw_or_null(d[1]),
                                             raw_or_null(d[2]), raw_or_null(d[3]), sums.data<double>(),
                                             work.raw_data(), s);
@@ -156,12 +165,12 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
                // The residual's gradient is dz itself: read it instead of dy and y.
                const bool dz_written = sv.y.defined() && d[3].defined();
                cuda::batch_norm_backward_dx_from_sums(
-                   g, sv.x.dtype(), sv.x.raw_data(), dz_written ? nullptr : raw_or_null(sv.y),
+                   g, sv.x.dtype(), sv.x.raw_data(), dz_written ? nullptr : bits_or_null(sv.y),
                    dz_written ? d[3].raw_data() : dy.raw_data(), mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w),
                    int(all.size(0)), all.data<double>(), count.data<double>(), d[0].raw_data(), work.raw_data(), s);
              }
            } else if (sv.y.defined()) {
-             cuda::batch_norm_backward_relu(g, sv.x.dtype(), sv.x.raw_data(), sv.y.raw_data(), dy.raw_data(),
+             cuda::batch_norm_backward_relu(g, sv.x.dtype(), sv.x.raw_data(), sv.y.data<uint8_t>(), dy.raw_data(),
                                             mean.raw_data(), invstd.raw_data(), raw_or_null(sv.w), sv.training,
                                             raw_or_null(d[0]), raw_or_null(d[1]), raw_or_null(d[2]),
                                             raw_or_null(d[3]), work.raw_data(), s);

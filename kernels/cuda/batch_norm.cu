@@ -11,10 +11,11 @@
 //
 // Elementwise passes (apply, dx), memory-bound: one grid-stride kernel moves 16-byte packs
 // (Pack<T>: 4 floats, 2 doubles, 8 bf16/f16) when every pointer is 16-byte aligned, then the
-// n % W elements left one by one (all of them when a pointer is not aligned). A pack may
-// straddle NCHW rows or NHWC pixels: each of its elements gets its own channel. The fused
-// relu / residual variants (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h) are
-// the same passes with the relu, the residual and the mask by y switched on.
+// n % W elements left one by one (all of them when a pointer is not aligned), W of them
+// per thread. A pack may straddle NCHW rows or NHWC pixels: each of its elements gets its own
+// channel. The fused relu / residual variants (Note [Fused batch_norm + relu] in
+// kernels/cpu/batch_norm.h) are the same passes with the relu, the residual and the relu's
+// mask bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh) switched on.
 #include "kernels/cuda/batch_norm.cuh"
 #include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
@@ -70,30 +71,41 @@ struct WriteStats {
   }
 };
 
-// Backward: sum(dz) and sum(dz * (x - mean)); dz = dy, or (y > 0 ? dy : 0) when y is given.
+// Bit k of byte i / W: whether element i of relu(bn(x) [+ residual]) was kept
+// (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh).
+template <typename T>
+__device__ __forceinline__ bool kept(const uint8_t* mask, int64_t i) {
+  constexpr int W = Pack<T>::kWidth;
+  return (mask[i / W] >> (i % W)) & 1;
+}
+
+// Backward: sum(dz) and sum(dz * (x - mean)); dz = dy, or dy where the relu kept the output
+// and 0 elsewhere when mask is given.
 template <typename T>
 struct BackwardFold {
   using A = acc_t<T>;
   using State = detail::SumState<A>;
   static constexpr double kFlopsPerValue = 4;  // a += dz; b += dz * (x - mean)
-  const T *x, *dy, *y;
+  const T *x, *dy;
+  const uint8_t* mask;
   const A* mean;
   T* dz_out;  // null, or where dz goes (the residual's gradient): each element is visited once
   template <int U>
   __device__ void fold(State& st, int64_t c, const int64_t (&idx)[U], int u) const {
-    A g[U] = {}, xv[U] = {}, yv[U] = {};
+    A g[U] = {}, xv[U] = {};
+    bool keep[U];
     RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) {
         g[k] = to_acc(dy[idx[k]]);
         xv[k] = to_acc(x[idx[k]]);
-        if (y) yv[k] = to_acc(y[idx[k]]);
+        keep[k] = !mask || kept<T>(mask, idx[k]);
       }
     const A m = mean[c];
     RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) {
-        if (y && !(yv[k] > A(0))) g[k] = A(0);
+        if (!keep[k]) g[k] = A(0);
         if (dz_out) dz_out[idx[k]] = from_acc<T>(g[k]);
         st.a += g[k];
         st.b += g[k] * (xv[k] - m);
@@ -193,7 +205,10 @@ __global__ void eval_stats_kernel(int64_t C, const R* rm, const R* rv, double ep
 }
 
 // op over the n elements: op.pack(p, channels) for the 16-byte packs p < n / W when `vec`,
-// then op.one(i, channel) for the elements left (all of them without `vec`).
+// then op.one(i, channel) for the elements left (all of them without `vec`), a group of the
+// W elements of one pack position per thread, and op.group_done(p, bits) with the bits
+// op.one returned (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh: one thread per
+// mask byte).
 template <typename T, typename Op>
 __global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool vec, Op op) {
   constexpr int W = Pack<T>::kWidth;
@@ -207,9 +222,12 @@ __global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool vec, Op
       op.pack(p, c);
     }
   }
-  if (np * W + first < n) {
-    detail::ChannelWalk w(np * W + first, step, C, S);
-    for (int64_t i = np * W + first; i < n; i += step, w.advance()) op.one(i, w.c);
+  const int64_t groups = (n + W - 1) / W;
+  for (int64_t p = np + first; p < groups; p += step) {
+    const int64_t end = p * W + W < n ? p * W + W : n;
+    uint32_t bits = 0;
+    for (int64_t i = p * W; i < end; ++i) bits |= op.one(i, (i / S) % C) << (i - p * W);
+    op.group_done(p, bits);
   }
 }
 
@@ -268,6 +286,7 @@ struct ApplyOp {
   const A *gamma, *beta;  // Note [Batch norm parameters in the statistics dtype]
   bool relu;
   T* y;
+  uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
   __device__ A apply(A xv, A rv, A m, A scale, A shift) const {
     A v = (xv - m) * scale + shift;
     if (res) v += rv;
@@ -307,9 +326,24 @@ struct ApplyOp {
     for (int j = 0; j < W; ++j)
       py.v[j] = from_acc<T>(apply(to_acc(px.v[j]), res ? to_acc(pr.v[j]) : A(0), k.m[j], k.scale[j], k.shift[j]));
     store_pack(y, p, py);
+    store_bits<W>(p, py);
   }
-  __device__ void one(int64_t i, int64_t c) const {
-    y[i] = from_acc<T>(value(to_acc(x[i]), res ? to_acc(res[i]) : A(0), c));
+  // The pack's bits: its stored outputs > 0.
+  template <int W>
+  __device__ void store_bits(int64_t p, const Pack<T>& py) const {
+    if (!mask) return;
+    uint32_t bits = 0;
+    RT_UNROLL
+    for (int j = 0; j < W; ++j) bits |= uint32_t(to_acc(py.v[j]) > A(0)) << j;
+    mask[p] = uint8_t(bits);
+  }
+  __device__ uint32_t one(int64_t i, int64_t c) const {
+    const T v = from_acc<T>(value(to_acc(x[i]), res ? to_acc(res[i]) : A(0), c));
+    y[i] = v;
+    return to_acc(v) > A(0);
+  }
+  __device__ void group_done(int64_t p, uint32_t bits) const {
+    if (mask) mask[p] = uint8_t(bits);
   }
   template <int W>
   __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
@@ -320,24 +354,26 @@ struct ApplyOp {
     RT_UNROLL
     for (int k = 0; k < W; ++k) py.v[k] = from_acc<T>(value(to_acc(px.v[k]), res ? to_acc(pr.v[k]) : A(0), c[k]));
     store_pack(y, p, py);
+    store_bits<W>(p, py);
   }
 };
 
-// Backward: dz = dy, or (y > 0 ? dy : 0) when y is given; dx = k*dz + a*(x - mean) + b with
-// coef = k[C], a[C], b[C].
+// Backward: dz = dy, or dy where the relu kept the output and 0 elsewhere when mask is
+// given; dx = k*dz + a*(x - mean) + b with coef = k[C], a[C], b[C].
 template <typename T>
 struct DxOp {
   using A = acc_t<T>;
-  const T *x, *y, *dy;
+  const T *x, *dy;
+  const uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
   const A *mean, *coef;
   int64_t C;
   T* dx;
-  __device__ A dx_of(A g, A yv, A xv, A k, A a, A b, A m) const {
-    const A z = y && !(yv > A(0)) ? A(0) : g;
+  __device__ A dx_of(A g, bool keep, A xv, A k, A a, A b, A m) const {
+    const A z = keep ? g : A(0);
     return k * z + a * (xv - m) + b;
   }
-  __device__ A value(A g, A yv, A xv, int64_t c) const {
-    return dx_of(g, yv, xv, coef[c], coef[C + c], coef[2 * C + c], mean[c]);
+  __device__ A value(A g, bool keep, A xv, int64_t c) const {
+    return dx_of(g, keep, xv, coef[c], coef[C + c], coef[2 * C + c], mean[c]);
   }
   // Channels c0 .. c0 + W - 1, loaded once (Note [Channel-stationary packs]).
   template <int W>
@@ -356,25 +392,27 @@ struct DxOp {
   template <int W>
   __device__ void pack_with(int64_t p, const Coefs<W>& r) const {
     const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
-    Pack<T> py, pdx;
-    if (y) py = load_pack(y, p);
+    const uint32_t bits = mask ? mask[p] : 0xFFu;
+    Pack<T> pdx;
     RT_UNROLL
     for (int j = 0; j < W; ++j)
-      pdx.v[j] = from_acc<T>(dx_of(to_acc(pdy.v[j]), y ? to_acc(py.v[j]) : A(0), to_acc(px.v[j]), r.k[j], r.a[j],
-                                   r.b[j], r.m[j]));
+      pdx.v[j] = from_acc<T>(
+          dx_of(to_acc(pdy.v[j]), (bits >> j) & 1, to_acc(px.v[j]), r.k[j], r.a[j], r.b[j], r.m[j]));
     store_pack(dx, p, pdx);
   }
-  __device__ void one(int64_t i, int64_t c) const {
-    dx[i] = from_acc<T>(value(to_acc(dy[i]), y ? to_acc(y[i]) : A(0), to_acc(x[i]), c));
+  __device__ uint32_t one(int64_t i, int64_t c) const {
+    dx[i] = from_acc<T>(value(to_acc(dy[i]), !mask || kept<T>(mask, i), to_acc(x[i]), c));
+    return 0;
   }
+  __device__ void group_done(int64_t, uint32_t) const {}
   template <int W>
   __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
     const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
-    Pack<T> py, pdx;
-    if (y) py = load_pack(y, p);
+    const uint32_t bits = mask ? mask[p] : 0xFFu;
+    Pack<T> pdx;
     RT_UNROLL
     for (int k = 0; k < W; ++k)
-      pdx.v[k] = from_acc<T>(value(to_acc(pdy.v[k]), y ? to_acc(py.v[k]) : A(0), to_acc(px.v[k]), c[k]));
+      pdx.v[k] = from_acc<T>(value(to_acc(pdy.v[k]), (bits >> k) & 1, to_acc(px.v[k]), c[k]));
     store_pack(dx, p, pdx);
   }
 };
@@ -408,13 +446,14 @@ void launch_channel_map(const BatchNormGeom& g, std::initializer_list<const void
     CUDA_CHECK_LAUNCH();
     return;
   }
-  const int64_t work = vec ? std::max<int64_t>(n / W, n % W) : n;
+  const int64_t work = vec ? std::max<int64_t>(n / W, 1) : (n + W - 1) / W;  // packs, or groups of W
   RT_LAUNCH(detail::grid_for(work, kThreads), kThreads, 0, s, channel_map_kernel<T>)(n, g.C, g.nhwc ? 1 : g.S, vec, op);
   CUDA_CHECK_LAUNCH();
 }
 
 void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* residual, bool relu, const void* mean,
-                const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s, const char* op) {
+                const void* invstd, const void* gamma, const void* beta, void* y, uint8_t* mask, cudaStream_t s,
+                const char* op) {
   check_geom(g, op);
   RT_CHECK(x && mean && invstd && y, op, ": null pointer");
   detail::dispatch_floating(t, op, [&](auto z) {
@@ -422,26 +461,25 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
     using A = acc_t<T>;
     const ApplyOp<T> f{static_cast<const T*>(x),     static_cast<const T*>(residual), static_cast<const A*>(mean),
                        static_cast<const A*>(invstd), static_cast<const A*>(gamma),    static_cast<const A*>(beta),
-                       relu,                          static_cast<T*>(y)};
+                       relu,                          static_cast<T*>(y),              mask};
     // (x - mean) * (invstd * gamma) + beta [+ res], then the relu: 5 or 6 operations.
     launch_channel_map<T>(g, {x, residual, y}, {mean, invstd, gamma, beta}, f, residual ? 6.0 : 5.0, s);
   });
 }
 
-// The backward's reduction (pass 1). y: null, or the output of the fused forward (the mask
-// of dy). The residual's gradient dres is dz itself: the reduction writes it, and the dx
-// pass reads it back as its dy (no second mask, one read less), as kernels/cpu/batch_norm.cc
-// does. Writes the dx coefficients at the start of the workspace, or this process's sums
-// into `sums` (SyncBN) instead.
+// The backward's reduction (pass 1). mask: null, or the fused forward's relu bits
+// (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh). The residual's gradient dres is dz
+// itself: the reduction writes it, and the dx pass reads it back as its dy (no mask, one read
+// less), as kernels/cpu/batch_norm.cc does. Writes the dx coefficients at the start of the
+// workspace, or this process's sums into `sums` (SyncBN) instead.
 template <typename T>
-void backward_reduce(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const acc_t<T>* mean,
+void backward_reduce(const BatchNormGeom& g, const T* x, const uint8_t* mask, const T* dy, const acc_t<T>* mean,
                      const acc_t<T>* invstd, const acc_t<T>* gamma, bool training, acc_t<T>* dgamma,
-                     acc_t<T>* dbeta, T* dres,
-                     double* sums, void* workspace, cudaStream_t s) {
+                     acc_t<T>* dbeta, T* dres, double* sums, void* workspace, cudaStream_t s) {
   using A = acc_t<T>;
   const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
   auto part = reinterpret_cast<detail::SumState<A>*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
-  detail::channel_reduce<T>(plan, BackwardFold<T>{x, dy, y, mean, y ? dres : nullptr},
+  detail::channel_reduce<T>(plan, BackwardFold<T>{x, dy, mask, mean, mask ? dres : nullptr},
                             BackwardCoefs<T, A>{invstd, gamma, training, A(g.N * g.S), dgamma, dbeta,
                                                 static_cast<A*>(workspace), g.C, sums},
                             part, s);
@@ -450,32 +488,31 @@ void backward_reduce(const BatchNormGeom& g, const T* x, const T* y, const T* dy
 // The dx pass (pass 2) with the coefficients at the start of the workspace; dz read from
 // dres when the reduction wrote it there.
 template <typename T>
-void backward_dx(const BatchNormGeom& g, const T* x, const T* y, const T* dy, const T* dres, const acc_t<T>* mean,
-                 const void* workspace, T* dx, cudaStream_t s) {
-  if (y && dres) {  // dz is in dres now
+void backward_dx(const BatchNormGeom& g, const T* x, const uint8_t* mask, const T* dy, const T* dres,
+                 const acc_t<T>* mean, const void* workspace, T* dx, cudaStream_t s) {
+  if (mask && dres) {  // dz is in dres now
     dy = dres;
-    y = nullptr;
+    mask = nullptr;
   }
-  const DxOp<T> f{x, y, dy, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
+  const DxOp<T> f{x, dy, mask, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
   // k*z + a*(x - mean) + b; coef's three arrays are C apart (C a multiple of W keeps each aligned).
-  launch_channel_map<T>(g, {x, y, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f, 5.0, s);
+  launch_channel_map<T>(g, {x, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f, 5.0, s);
 }
 
-void backward_impl(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy, const void* mean,
-                   const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
-                   void* dres, void* workspace, cudaStream_t s, const char* op) {
+void backward_impl(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
+                   const void* mean, const void* invstd, const void* gamma, bool training, void* dx, void* dgamma,
+                   void* dbeta, void* dres, void* workspace, cudaStream_t s, const char* op) {
   check_geom(g, op);
   RT_CHECK(x && dy && mean && invstd && workspace, op, ": null pointer");
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-                       static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const A*>(gamma),
-                       training, static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dres), nullptr,
-                       workspace, s);
+    backward_reduce<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const A*>(mean),
+                       static_cast<const A*>(invstd), static_cast<const A*>(gamma), training,
+                       static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dres), nullptr, workspace, s);
     if (dx)
-      backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-                     static_cast<const T*>(dres), static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
+      backward_dx<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const T*>(dres),
+                     static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
   });
 }
 
@@ -544,12 +581,20 @@ void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const 
 
 void batch_norm_apply(const BatchNormGeom& g, DType t, const void* x, const void* mean, const void* invstd,
                       const void* gamma, const void* beta, void* y, cudaStream_t s) {
-  apply_impl(g, t, x, nullptr, false, mean, invstd, gamma, beta, y, s, "batch_norm_apply");
+  apply_impl(g, t, x, nullptr, false, mean, invstd, gamma, beta, y, nullptr, s, "batch_norm_apply");
 }
 
 void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const void* residual, const void* mean,
-                           const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s) {
-  apply_impl(g, t, x, residual, true, mean, invstd, gamma, beta, y, s, "batch_norm_apply_relu");
+                           const void* invstd, const void* gamma, const void* beta, void* y, uint8_t* mask,
+                           cudaStream_t s) {
+  apply_impl(g, t, x, residual, true, mean, invstd, gamma, beta, y, mask, s, "batch_norm_apply_relu");
+}
+
+size_t batch_norm_relu_mask_bytes(const BatchNormGeom& g, DType t) {
+  check_geom(g, "batch_norm_relu_mask_bytes");
+  int64_t W = 1;
+  detail::dispatch_floating(t, "batch_norm_relu_mask_bytes", [&](auto z) { W = Pack<decltype(z)>::kWidth; });
+  return size_t((g.N * g.C * g.S + W - 1) / W);
 }
 
 void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const void* dy, const void* mean,
@@ -559,11 +604,11 @@ void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const v
                 "batch_norm_backward");
 }
 
-void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s) {
-  RT_CHECK(y, "batch_norm_backward_relu: null pointer (the forward's output y)");
-  backward_impl(g, t, x, y, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace, s,
+  RT_CHECK(mask, "batch_norm_backward_relu: null pointer (the forward's relu mask)");
+  backward_impl(g, t, x, mask, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace, s,
                 "batch_norm_backward_relu");
 }
 
@@ -600,7 +645,7 @@ void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, d
   });
 }
 
-void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
                               const void* mean, const void* invstd, void* dgamma, void* dbeta, void* dresidual,
                               double* sums, void* workspace, cudaStream_t s) {
   const char* op = "batch_norm_backward_sums";
@@ -609,15 +654,15 @@ void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, co
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    backward_reduce<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy),
-                       static_cast<const A*>(mean), static_cast<const A*>(invstd), nullptr, true,
+    backward_reduce<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const A*>(mean),
+                       static_cast<const A*>(invstd), nullptr, true,
                        static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dresidual), sums, workspace,
                        s);
   });
 }
 
-void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
-                                      const void* mean, const void* invstd, const void* gamma, int k,
+void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask,
+                                      const void* dy, const void* mean, const void* invstd, const void* gamma, int k,
                                       const double* sums, const double* count, void* dx, void* workspace,
                                       cudaStream_t s) {
   const char* op = "batch_norm_backward_dx_from_sums";
@@ -631,8 +676,8 @@ void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const voi
                                 nullptr, static_cast<A*>(workspace), g.C, nullptr};
     RT_LAUNCH(detail::grid_for(g.C, kThreads), kThreads, 0, s, sync_coefs_kernel<T, A>)(k, sums, count, f);
     CUDA_CHECK_LAUNCH();
-    backward_dx<T>(g, static_cast<const T*>(x), static_cast<const T*>(y), static_cast<const T*>(dy), nullptr,
-                   static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
+    backward_dx<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), nullptr, static_cast<const A*>(mean),
+                   workspace, static_cast<T*>(dx), s);
   });
 }
 

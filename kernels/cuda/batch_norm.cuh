@@ -56,13 +56,28 @@ void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const v
 // The fused tail of a ResNet block, as kernels/cpu/batch_norm.h
 // (Note [Fused batch_norm + relu]): y = max(0, (x - mean) * invstd * gamma + beta + residual),
 // residual may be null (0), in one pass (normalised in the statistics type, rounded once).
+// mask (may be null: no backward to come) receives which outputs are positive
+// (Note [Relu mask bits]), batch_norm_relu_mask_bytes(g, t) bytes.
 void batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const void* residual, const void* mean,
-                           const void* invstd, const void* gamma, const void* beta, void* y, cudaStream_t s);
+                           const void* invstd, const void* gamma, const void* beta, void* y, uint8_t* mask,
+                           cudaStream_t s);
 
-// batch_norm_backward of dz = (y > 0 ? dy : 0), y the output of batch_norm_apply_relu, read
-// in place of dy (never stored); dresidual (may be null) receives dz. dx, dgamma, dbeta may
-// be null. `workspace`: batch_norm_backward_workspace_bytes.
-void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+// Note [Relu mask bits]
+// The backward of relu(bn(x) [+ residual]) needs only which outputs were positive. The
+// forward writes that as bits, one byte per 16-byte pack of the output: byte p holds the
+// W = 16 / sizeof(T) elements p*W .. p*W + W - 1, element p*W + k in bit k (the last byte
+// covers the n % W elements left). The one thread that writes a pack (or, on the scalar
+// path, the W elements of that pack) writes its byte, so no two threads share one. The
+// backward reads 1/16 of the bytes it read when it took the mask from y (bf16 ResNet50: the
+// two backward passes each read one bit instead of two bytes per element, kernel lab). A
+// bit is set when the stored, rounded output is > 0, exactly the test it made on y: a
+// value that rounds to zero in fp16 and a NaN are masked, as before.
+size_t batch_norm_relu_mask_bytes(const BatchNormGeom& g, DType t);
+
+// batch_norm_backward of dz = (bit set ? dy : 0), `mask` batch_norm_apply_relu's bits
+// (Note [Relu mask bits]); dresidual (may be null) receives dz. dx, dgamma, dbeta may be
+// null. `workspace`: batch_norm_backward_workspace_bytes.
+void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);
 
@@ -86,18 +101,19 @@ void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, d
                               cudaStream_t s);
 
 // Backward, step 1: this process's sums = sum_dz[C], sum_dz_xmu[C] (f64; mean is the global
-// one), its own dgamma and dbeta, and dz in dresidual when y is given (the fused op; see
-// batch_norm_backward_relu). Any of dgamma, dbeta, dresidual may be null. `workspace`:
+// one), its own dgamma and dbeta, and dz in dresidual when mask is given (the fused op; see
+// batch_norm_backward_relu). Any of mask, dgamma, dbeta, dresidual may be null. `workspace`:
 // batch_norm_backward_workspace_bytes.
-void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
+void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
                               const void* mean, const void* invstd, void* dgamma, void* dbeta, void* dresidual,
                               double* sums, void* workspace, cudaStream_t s);
 
 // Backward, step 3: dx (training) from k processes' sums (k x 2C, added in process order)
-// and the global count (count[0]). dz = dy, or (y > 0 ? dy : 0) when y is non-null.
-// `workspace`: batch_norm_backward_workspace_bytes (the same one step 1 used may be reused).
-void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const void* y, const void* dy,
-                                      const void* mean, const void* invstd, const void* gamma, int k,
+// and the global count (count[0]). dz = dy, or dy where mask's bit is set and 0 elsewhere when
+// mask is non-null. `workspace`: batch_norm_backward_workspace_bytes (the same one step 1 used
+// may be reused).
+void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask,
+                                      const void* dy, const void* mean, const void* invstd, const void* gamma, int k,
                                       const double* sums, const double* count, void* dx, void* workspace,
                                       cudaStream_t s);
 

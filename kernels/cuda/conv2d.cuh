@@ -42,6 +42,10 @@ struct ConvKey {
   int align = 16;           // byte alignment every data pointer has (a power of two <= 16)
   bool allow_tf32 = false;  // f32 only: whether TF32 tensor-core engines may be chosen
   bool benchmark = false;   // plan chosen by timing the candidates (cudnn_benchmark())
+  // beta = 1: the result is added to what the output already holds (a gradient accumulated in
+  // place: Note [Gradients accumulated in place] in engine/autograd.h). Never benchmarked:
+  // timing the candidates would add to the output once per candidate.
+  bool accumulate = false;
   int device = 0;
 
   bool operator==(const ConvKey&) const = default;
@@ -72,6 +76,7 @@ struct ConvKeyHash {
                       int64_t(k.align),
                       int64_t(k.allow_tf32),
                       int64_t(k.benchmark),
+                      int64_t(k.accumulate),
                       int64_t(k.device)})
       mix(v);
     return h;

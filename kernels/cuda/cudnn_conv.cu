@@ -304,6 +304,7 @@ std::string what_was_tried(const std::vector<Offer>& offers, const EnginePolicy&
 std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, const ConvBenchArgs* bench) {
   const int64_t HO = conv_out_size(k.H, k.KH, k.sh, k.ph, k.dh), WO = conv_out_size(k.W, k.KW, k.sw, k.pw, k.dw);
   RT_CHECK(!k.benchmark || bench, "conv2d: benchmarking ", k.str(), " needs its data (ConvBenchArgs)");
+  RT_CHECK(!(k.benchmark && k.accumulate), "conv2d: ", k.str(), " accumulates into its output: it cannot be benchmarked");
   Desc x = tensor_desc(kX, k, {k.N, k.C, k.H, k.W});
   Desc w = tensor_desc(kW, k, {k.O, k.C / k.groups, k.KH, k.KW});  // groups: from C / w's C
   Desc y = tensor_desc(kY, k, {k.N, k.O, HO, WO});
@@ -320,11 +321,12 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
   conv.finalize();
 
   Desc op;
+  const double beta_v = k.accumulate ? 1.0 : 0.0;
   auto scalars = [&](cudnnBackendAttributeName_t alpha, cudnnBackendAttributeName_t beta) {
     if (f64)
-      op.set(alpha, CUDNN_TYPE_DOUBLE, 1.0).set(beta, CUDNN_TYPE_DOUBLE, 0.0);
+      op.set(alpha, CUDNN_TYPE_DOUBLE, 1.0).set(beta, CUDNN_TYPE_DOUBLE, beta_v);
     else
-      op.set(alpha, CUDNN_TYPE_FLOAT, 1.0f).set(beta, CUDNN_TYPE_FLOAT, 0.0f);
+      op.set(alpha, CUDNN_TYPE_FLOAT, 1.0f).set(beta, CUDNN_TYPE_FLOAT, float(beta_v));
   };
   switch (k.kind) {
     case ConvKind::forward:
@@ -420,7 +422,7 @@ std::string ConvKey::str() const {
      << ", " << C << ", " << H << ", " << W << ") w(" << O << ", " << C / groups << ", " << KH << ", " << KW
      << ") stride (" << sh << ", " << sw << ") padding (" << ph << ", " << pw << ") dilation (" << dh << ", " << dw
      << ") groups " << groups << " align " << align << (allow_tf32 ? " tf32" : "") << (benchmark ? " benchmark" : "")
-     << " on cuda:" << device;
+     << (accumulate ? " accumulate" : "") << " on cuda:" << device;
   return os.str();
 }
 

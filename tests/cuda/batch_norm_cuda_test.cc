@@ -250,19 +250,22 @@ TEST_CASE("batch_norm on CUDA rejects what the CPU rejects") {
 TEST_CASE("fused batch_norm launchers reject bad arguments on the host (runs without a GPU)") {
   const cuda::BatchNormGeom g{2, 4, 1, true};
   float dummy[8];
+  uint8_t bits[2];
   CHECK_THROWS_WITH_AS(cuda::batch_norm_apply_relu(g, DType::i64, dummy, nullptr, dummy, dummy, nullptr, nullptr, dummy,
-                                                   nullptr),
+                                                   bits, nullptr),
                        doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
   CHECK_THROWS_WITH_AS(cuda::batch_norm_apply_relu(g, DType::f32, dummy, dummy, dummy, dummy, nullptr, nullptr, nullptr,
-                                                   nullptr),
+                                                   bits, nullptr),
                        doctest::Contains("null pointer"), Error);
   CHECK_THROWS_WITH_AS(cuda::batch_norm_backward_relu(g, DType::f32, dummy, nullptr, dummy, dummy, dummy, nullptr, true,
                                                       dummy, nullptr, nullptr, nullptr, dummy, nullptr),
-                       doctest::Contains("null pointer"), Error);
+                       doctest::Contains("null pointer (the forward's relu mask)"), Error);
   const cuda::BatchNormGeom bad{2, 0, 1, true};
-  CHECK_THROWS_WITH_AS(cuda::batch_norm_backward_relu(bad, DType::f32, dummy, dummy, dummy, dummy, dummy, nullptr, true,
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_backward_relu(bad, DType::f32, dummy, bits, dummy, dummy, dummy, nullptr, true,
                                                       dummy, nullptr, nullptr, nullptr, dummy, nullptr),
                        doctest::Contains("bad geometry"), Error);
+  CHECK_THROWS_WITH_AS(cuda::batch_norm_relu_mask_bytes(g, DType::i64),
+                       doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
 }
 
 // Calls f(R{}) with the CPU reference's compute type for dtype t.
@@ -275,6 +278,26 @@ void with_ref_type(DType t, F f) {
 template <typename R>
 R* ptr_or_null(const Tensor& t, bool on) {
   return on ? t.data<R>() : nullptr;
+}
+
+// The relu's bits for outputs y (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh), built
+// on the host from y's values in dtype t: bit k of byte i / W set when y[i] > 0, W = 16 / size.
+std::vector<uint8_t> mask_bits(const Tensor& y, DType t) {
+  const std::vector<double> v = y.to_vector<double>();
+  const size_t W = 16 / dtype_size(t);
+  std::vector<uint8_t> bits((v.size() + W - 1) / W, 0);
+  for (size_t i = 0; i < v.size(); ++i)
+    if (v[i] > 0) bits[i / W] = uint8_t(bits[i / W] | (1u << (i % W)));
+  return bits;
+}
+Tensor mask_on_gpu(const std::vector<uint8_t>& bits) {
+  Tensor host = Tensor::empty({int64_t(bits.size())}, DType::u8);
+  std::copy(bits.begin(), bits.end(), host.data<uint8_t>());
+  return host.to(gpu());
+}
+std::vector<uint8_t> bits_of(const Tensor& m) {
+  const Tensor h = m.to(Device::cpu());
+  return std::vector<uint8_t>(h.data<uint8_t>(), h.data<uint8_t>() + h.numel());
 }
 
 // v64's n values on the GPU as dtype t, one element into a buffer of n + 1: a pointer that is
@@ -310,7 +333,10 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
       // The backward's mask: any output of a relu will do (about half exact zeros). The same
       // values on both sides, so the mask is the same.
       const Tensor ymask64 = relu(rnd({n}, ++seed));
-      const Tensor x = to_gpu(x64, t), r = to_gpu(r64, t), dy = to_gpu(dy64, t), ym = to_gpu(ymask64, t);
+      const Tensor x = to_gpu(x64, t), r = to_gpu(r64, t), dy = to_gpu(dy64, t);
+      const std::vector<uint8_t> ybits = mask_bits(to_gpu(ymask64, t), t);
+      const Tensor ym = mask_on_gpu(ybits);
+      REQUIRE(size_t(ym.numel()) == cuda::batch_norm_relu_mask_bytes(g, t));
 
       const Tensor xr = to_ref(x64, t), rr = to_ref(r64, t), dyr = to_ref(dy64, t), ymr = to_ref(ymask64, t);
       const Tensor gammar = to_ref(gamma64, t), betar = to_ref(beta64, t);
@@ -330,11 +356,13 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
       for (bool affine : {true, false})
         for (bool res : {true, false}) {
           const std::string tag = std::string(affine ? " affine" : "") + (res ? " residual" : "");
-          // Forward: y = relu(bn(x) [+ r]).
+          // Forward: y = relu(bn(x) [+ r]), and its bits: those of y's values.
           Tensor y = poisoned({n}, t);
+          Tensor bits = mask_on_gpu(std::vector<uint8_t>(ybits.size(), 0xA5));  // poisoned
           cuda::batch_norm_apply_relu(g, t, x.raw_data(), res ? r.raw_data() : nullptr, gm.raw_data(), gi.raw_data(),
                                       affine ? gamma.raw_data() : nullptr, affine ? beta.raw_data() : nullptr,
-                                      y.raw_data(), stream());
+                                      y.raw_data(), bits.data<uint8_t>(), stream());
+          CHECK_MESSAGE(bits_of(bits) == mask_bits(y, t), glabel("apply_relu bits", t, ge), tag);
           Tensor yr = Tensor::empty({n}, rd);
           with_ref_type(t, [&](auto z) {
             using R = decltype(z);
@@ -346,16 +374,19 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
           // The same through the scalar path: pointers one element off 16-byte alignment.
           const Shifted xs = shifted(x64, t), rs = shifted(r64, t);
           Shifted ys = shifted(Tensor::full({n}, std::numeric_limits<double>::quiet_NaN(), DType::f64), t);
+          Tensor bits_s = mask_on_gpu(std::vector<uint8_t>(ybits.size(), 0xA5));
           cuda::batch_norm_apply_relu(g, t, xs.ptr, res ? rs.ptr : nullptr, gm.raw_data(), gi.raw_data(),
                                       affine ? gamma.raw_data() : nullptr, affine ? beta.raw_data() : nullptr, ys.ptr,
-                                      stream());
+                                      bits_s.data<uint8_t>(), stream());
           check_close(unshift(ys), yr.to_vector<double>(), gpu_tol_for(t), glabel("apply_relu unaligned", t, ge) + tag);
+          CHECK_MESSAGE(bits_of(bits_s) == mask_bits(Tensor::from_vector(unshift(ys), {n}), t),
+                        glabel("apply_relu unaligned bits", t, ge), tag);
 
           for (bool training : {true, false}) {
             const std::string btag = tag + (training ? " training" : " eval");
             Tensor dx = poisoned({n}, t), dg = poisoned({ge.C}, st), db = poisoned({ge.C}, st), dr = poisoned({n}, t);
             Tensor ws = workspace(cuda::batch_norm_backward_workspace_bytes(g, t));
-            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
+            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.data<uint8_t>(), dy.raw_data(), gm.raw_data(),
                                            gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, dx.raw_data(),
                                            dg.raw_data(), db.raw_data(), res ? dr.raw_data() : nullptr, ws.raw_data(),
                                            stream());
@@ -376,15 +407,15 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
 
             // The residual's gradient alone (dx, dgamma, dbeta not wanted).
             Tensor dr2 = poisoned({n}, t);
-            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.raw_data(), dy.raw_data(), gm.raw_data(),
+            cuda::batch_norm_backward_relu(g, t, x.raw_data(), ym.data<uint8_t>(), dy.raw_data(), gm.raw_data(),
                                            gi.raw_data(), affine ? gamma.raw_data() : nullptr, training, nullptr,
                                            nullptr, nullptr, dr2.raw_data(), ws.raw_data(), stream());
             check_on_gpu(dr2, drr, gpu_tol_for(t), glabel("dresidual alone", t, ge) + btag);
 
             // Scalar path for the backward too.
-            const Shifted yms = shifted(ymask64, t), dys = shifted(dy64, t);
+            const Shifted dys = shifted(dy64, t);
             Shifted dxs = shifted(Tensor::full({n}, std::numeric_limits<double>::quiet_NaN(), DType::f64), t);
-            cuda::batch_norm_backward_relu(g, t, xs.ptr, yms.ptr, dys.ptr, gm.raw_data(), gi.raw_data(),
+            cuda::batch_norm_backward_relu(g, t, xs.ptr, ym.data<uint8_t>(), dys.ptr, gm.raw_data(), gi.raw_data(),
                                            affine ? gamma.raw_data() : nullptr, training, dxs.ptr, nullptr, nullptr,
                                            nullptr, ws.raw_data(), stream());
             check_close(unshift(dxs), dxr.to_vector<double>(), gpu_tol_for(t),

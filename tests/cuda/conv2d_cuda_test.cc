@@ -6,7 +6,9 @@
 #include <cmath>
 #include <unordered_set>
 
+#include "engine/autograd.h"
 #include "engine/ops.h"
+#include "engine/profiler.h"
 #include "engine/stream.h"
 #include "kernels/cuda/conv2d.cuh"
 #include "tests/conv2d_cases.h"
@@ -107,6 +109,7 @@ TEST_CASE("conv plan keys tell every parameter apart (runs without a GPU)") {
   vary([](auto& k) { k.align = 4; });
   vary([](auto& k) { k.allow_tf32 = true; });
   vary([](auto& k) { k.benchmark = true; });
+  vary([](auto& k) { k.accumulate = true; });
   vary([](auto& k) { k.device = 1; });
   std::unordered_set<size_t> hashes;
   for (size_t i = 0; i < keys.size(); ++i) {
@@ -203,6 +206,79 @@ TEST_CASE("conv2d in bf16/f16 NHWC with odd channels plans and matches the CPU")
   for (DType t : {DType::bf16, DType::f16}) check_case(k, t, MemoryFormat::channels_last, seed += 10, loosen);
   const BenchmarkOn on;  // the same through the benchmarking path (other keys)
   for (DType t : {DType::bf16, DType::f16}) check_case(k, t, MemoryFormat::channels_last, seed += 10, loosen);
+}
+
+// Note [Gradients accumulated in place] in engine/autograd.h: h feeds a convolution
+// (recorded first, so its backward runs last) and a scale; the convolution's input gradient
+// is added by cuDNN (beta = 1) into the scale's, no separate add. Both ways match the CPU's
+// f64 result on the same values within the dtype's tolerance (the in-place sum rounds once,
+// the out-of-place one twice), and the weight gradient is the same bits.
+TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the out-of-place sum") {
+  if (!have_gpu("conv2d adds its input gradient into an earlier one in place, as the out-of-place sum")) return;
+  const Case k{2, 6, 7, 5, 8, 3, 3, Conv2dParams::make(1, 1), false};
+  uint64_t seed = 900;
+  struct Out {
+    Tensor dx, dw;
+    int adds;  // out-of-place gradient sums during backward
+  };
+  // The inputs: f64 values representable in t, on device d in t and format f.
+  auto run = [&](const std::vector<Tensor>& v64, Device d, DType t, MemoryFormat f, bool in_place) {
+    set_accumulate_in_place(in_place);
+    auto in = [&](const Tensor& v) { return v.to(t).to(f).to(d).clone(); };  // a leaf of this run's own
+    Tensor x = in(v64[0]), w = in(v64[1]);
+    x.set_requires_grad(true);
+    w.set_requires_grad(true);
+    const Tensor h = mul(x, 2.0);
+    const Tensor a = conv2d(h, w, Tensor(), k.p);
+    const Tensor b = mul(h, 3.0);
+    const Tensor loss = add(sum(mul(a, in(v64[2]))), sum(mul(b, in(v64[3]))));
+    prof::start();
+    loss.backward();
+    int adds = 0;
+    for (const prof::Event& e : prof::stop())
+      if (e.kind == prof::EventKind::op && !e.backward && e.name == "add") ++adds;
+    set_accumulate_in_place(true);
+    return Out{x.grad(), w.grad(), adds};
+  };
+  for (DType t : {DType::f32, DType::bf16})
+    for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+      std::vector<Tensor> v64;
+      for (const Shape& s : {Shape{k.N, k.C, k.H, k.W}, Shape{k.O, k.C, k.KH, k.KW}, Shape{k.N, k.O, 7, 5},
+                             Shape{k.N, k.C, k.H, k.W}})
+        v64.push_back(rnd(s, ++seed).to(t).to(DType::f64));
+      const Out fused = run(v64, gpu(), t, f, true), plain = run(v64, gpu(), t, f, false);
+      const Out ref = run(v64, Device::cpu(), DType::f64, MemoryFormat::contiguous, false);
+      const std::string what = label("conv2d accumulate", t, {k.N, k.C, k.H, k.W}, f);
+      CHECK_MESSAGE(fused.adds == 0, what);
+      CHECK_MESSAGE(plain.adds == 1, what);
+      if (t == DType::f32) {
+        check_on_gpu(fused.dx, ref.dx, gpu_tol_for(t), what + " dx in place");
+        check_on_gpu(plain.dx, ref.dx, gpu_tol_for(t), what + " dx out of place");
+      } else {
+        // bf16 rounds the scale's gradient, the convolution's and the sum (the in-place sum
+        // skips one), and the two terms can cancel: each element within 3 roundings
+        // (2^-8 each) of the terms' magnitudes, the two terms computed apart in f64 (dx is
+        // linear in the seeds: ga alone gives the convolution's term, gb alone the scale's).
+        std::vector<Tensor> only_a = v64, only_b = v64;
+        only_a[3] = mul(v64[3], 0.0);
+        only_b[2] = mul(v64[2], 0.0);
+        const std::vector<double> ta = run(only_a, Device::cpu(), DType::f64, MemoryFormat::contiguous, false)
+                                           .dx.to_vector<double>(),
+                                  tb = run(only_b, Device::cpu(), DType::f64, MemoryFormat::contiguous, false)
+                                           .dx.to_vector<double>(),
+                                  want = ref.dx.to_vector<double>();
+        for (const auto& [got_t, how] :
+             {std::pair<Tensor, std::string>{fused.dx, "in place"}, {plain.dx, "out of place"}}) {
+          CHECK(got_t.device() == gpu());
+          const std::vector<double> got = got_t.to(MemoryFormat::contiguous).to_vector<double>();
+          int bad = 0;
+          for (size_t i = 0; i < want.size(); ++i)
+            if (!(std::abs(got[i] - want[i]) <= 3 * 0x1p-8 * (std::abs(ta[i]) + std::abs(tb[i])) + 1e-6)) ++bad;
+          CHECK_MESSAGE(bad == 0, what, " dx ", how, ": ", bad, " elements beyond 3 roundings of their terms");
+        }
+      }
+      CHECK_MESSAGE(fused.dw.to_vector<double>() == plain.dw.to_vector<double>(), what, " dw");
+    }
 }
 
 TEST_CASE("conv2d plans are built once per key and then reused") {
