@@ -246,7 +246,7 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                     " bytes of workspace (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) and the variant pack has none");
   if (ws_bytes > 0) uses.push_back({ws, ws_bytes, rt::emu::MemUse::write});
 
-  const Numerics num = numerics_of(spec, graph.conv, g_executions.fetch_add(1));
+  const Numerics num = numerics_of(spec, graph.conv, 0);
   const double alpha = op.alpha, beta = op.beta;
   note_engine_executed(spec.name);
   const std::string name = "cudnn " + spec.name + " convolution " + conv_op_name(p.op);
@@ -269,13 +269,19 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
               : p.dtype == CUDNN_DATA_DOUBLE ? "f64"
               : num.input == Numerics::Input::tf32 ? "tf32"
                                                    : "f32";
-  const cudaError_t e = rt::emu::enqueue(
-      h.stream, name, std::move(uses), [p, num, x = ptrs[0], w = ptrs[1], y = ptrs[2], ws, ws_bytes, alpha, beta] {
-        // The engine's scratch: every byte written (the emulator checked the whole range).
-        if (ws_bytes > 0) std::memset(ws, 0xA5, ws_bytes);
-        run_conv(p, num, x, w, y, alpha, beta);
-      },
-      std::move(cost));
+  // A nondeterministic engine's order is drawn per execution: when queued, and anew at each
+  // launch of a CUDA graph that captured it (emu.h, enqueue_issued).
+  auto issue = [p, num, x = ptrs[0], w = ptrs[1], y = ptrs[2], ws, ws_bytes, alpha, beta]() -> std::function<void()> {
+    Numerics run_num = num;
+    const uint64_t execution = g_executions.fetch_add(1);
+    if (run_num.splits > 1) run_num.rotation = execution;  // as numerics_of sets it
+    return [p, run_num, x, w, y, ws, ws_bytes, alpha, beta] {
+      // The engine's scratch: every byte written (the emulator checked the whole range).
+      if (ws_bytes > 0) std::memset(ws, 0xA5, ws_bytes);
+      run_conv(p, run_num, x, w, y, alpha, beta);
+    };
+  };
+  const cudaError_t e = rt::emu::enqueue_issued(h.stream, name, std::move(uses), std::move(issue), std::move(cost));
   if (e != cudaSuccess)
     return fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, where,
                 std::string("queueing the convolution failed: ") + cudaGetErrorString(e) +

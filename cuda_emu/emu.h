@@ -38,6 +38,16 @@ struct LibraryCost {
 };
 cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
                     std::function<void()> fn, LibraryCost cost);
+// The same for work with host-side state per execution (an NCCL operation's ticket and
+// sequence numbers, a nondeterministic engine's order): `issue` is called on the host when
+// the work is queued and returns the work to run. Work captured into a CUDA graph keeps
+// `issue`, and each launch of the graph calls it anew (Note [Stream capture] in
+// cuda_emu/capture.cc); plain `fn` work is run again as it is, so it must not move out of
+// its captures.
+cudaError_t enqueue_issued(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                           std::function<std::function<void()>()> issue);
+cudaError_t enqueue_issued(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                           std::function<std::function<void()>()> issue, LibraryCost cost);
 
 // ---- the kernel lab (docs/kernel-lab.md) --------------------------------------------------
 // With RINGTAPE_EMU_PERF=FILE the emulator counts, per kernel instantiation and launch

@@ -59,6 +59,7 @@
 #include <string>
 #include <thread>
 
+#include "cuda_emu/graph.h"
 #include "cuda_emu/perf.h"
 #include "cuda_emu/stream.h"
 
@@ -827,6 +828,11 @@ void note_kernel(const LaunchSite& where) {
 }
 }  // namespace
 
+uint64_t new_launch_id() {
+  static std::atomic<uint64_t> launches{0};
+  return ++launches;
+}
+
 void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, const LaunchSite& where,
             KernelEntry entry, std::shared_ptr<const void> args, size_t args_bytes) {
   double flops = 0;  // the hint is this launch's, whether it is queued or not
@@ -849,10 +855,10 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
     std::fprintf(stderr, "cuda-emu: launch of %s at %s:%d: grid %s, block %s, %zu bytes of shared memory: %s\n",
                  where.kernel, where.file, where.line, dims(grid).c_str(), dims(block).c_str(), dynamic_smem, bad);
     set_last_error(code);
+    capture_failed(s);  // as any refused work (Note [Stream capture] in cuda_emu/capture.cc)
     return;
   }
   note_kernel(where);
-  static std::atomic<uint64_t> launches{0};
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kernel;
   op->name = where.kernel;
@@ -865,7 +871,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
   L.entry = entry;
   L.args = std::move(args);
   L.args_bytes = args_bytes;
-  L.id = ++launches;
+  L.id = new_launch_id();
   L.flops = flops;
   L.flops_f64 = flops_f64;
   if (const cudaError_t e = submit(s, std::move(op))) set_last_error(e);

@@ -132,6 +132,9 @@ struct Op {
   Clock clock;
   std::vector<MemUse> uses;            // copy, memset, library: checked, then marked
   std::function<void()> fn;            // copy, memset, library, host: the work
+  // Work with host-side state per execution (emu.h, enqueue_issued): called when the op is
+  // queued, it gives `fn`; a captured op keeps it, and each graph launch calls it anew.
+  std::function<std::function<void()>()> issue;
   std::unique_ptr<KernelLaunch> kernel;
   uint64_t correlation_id = 0;         // CUPTI's
   std::vector<uint64_t> external_ids;  // CUPTI external correlation at the launch
@@ -141,6 +144,7 @@ struct Op {
   bool writes_discarded = false;       // set by discard_writes() inside its work
   bool skipped = false;                // not run: the device had faulted before it
   bool perf = false;                   // recorded by the kernel lab (perf_recording() when queued)
+  bool graph_node = false;             // queued by a graph launch (Note [Graph replay] in cuda_emu/graph.cc)
   std::shared_ptr<LaunchPerf> launch_perf;      // a recorded kernel's counters while it runs
   std::shared_ptr<const LibraryCost> library_cost;  // a library call's, for the lab
 };
@@ -150,6 +154,9 @@ Op* current_op();
 
 // ---- kernels (executor.cc, memcheck.cc) ---------------------------------------------------------
 void run_kernel(Op& op);  // every block; a fault raises OpFault after the report
+// A fresh launch number (KernelLaunch::id): each replay of a captured kernel draws its own
+// thread order, as each eager launch does.
+uint64_t new_launch_id();
 
 struct OpFault {
   cudaError_t code;

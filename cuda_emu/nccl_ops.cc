@@ -297,17 +297,9 @@ void check_op(const Comm& c, const Op& op) {
 }
 
 ncclResult_t launch(const std::shared_ptr<Comm>& c, std::vector<Op> ops) {
-  for (Op& op : ops)
-    op.d.seq = op.d.kind == Kind::send   ? c->next_send(op.d.root)
-               : op.d.kind == Kind::recv ? c->next_recv(op.d.root)
-                                         : c->next_collective();
   std::vector<MemUse> uses;
   for (const Op& op : ops) add_uses(*c, op, uses);
   const std::string name = ops.size() == 1 ? kind_name(ops[0].d.kind) : "ncclGroup";
-  auto batch = std::make_shared<Batch>();
-  batch->comm = c;
-  batch->what = batch_text(ops);
-  batch->ticket = c->issue_ticket();
   const cudaStream_t primary = ops[0].stream;
   std::vector<cudaStream_t> others;
   for (const Op& op : ops) {
@@ -316,11 +308,25 @@ ncclResult_t launch(const std::shared_ptr<Comm>& c, std::vector<Op> ops) {
     for (cudaStream_t o : others) seen = seen || id == rt::emu::stream_id(o);
     if (!seen) others.push_back(op.stream);
   }
-  batch->ops = std::move(ops);
+  // Numbered and ticketed when queued, and anew at each launch of a CUDA graph that captured
+  // it (emu.h, enqueue_issued): every run is an operation of its own on the communicator,
+  // which all ranks must issue in the same order.
+  auto issue = [c, ops = std::move(ops)]() -> std::function<void()> {
+    auto batch = std::make_shared<Batch>();
+    batch->comm = c;
+    batch->ops = ops;
+    for (Op& op : batch->ops)
+      op.d.seq = op.d.kind == Kind::send   ? c->next_send(op.d.root)
+                 : op.d.kind == Kind::recv ? c->next_recv(op.d.root)
+                                           : c->next_collective();
+    batch->what = batch_text(batch->ops);
+    batch->ticket = c->issue_ticket();
+    return [batch] { run(*batch); };
+  };
   try {
     const DeviceScope scope(c->device);
     for (cudaStream_t o : others) join_stream(primary, o);
-    cuda_ok(rt::emu::enqueue(primary, name, std::move(uses), [batch] { run(*batch); }), "queueing on the stream");
+    cuda_ok(rt::emu::enqueue_issued(primary, name, std::move(uses), std::move(issue)), "queueing on the stream");
     for (cudaStream_t o : others) join_stream(o, primary);
   } catch (const Error& e) {
     warn(name + ": " + e.what());

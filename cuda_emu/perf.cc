@@ -19,6 +19,17 @@
 // (no vectorisation, no merged stores: tools/copts.bzl), so that requests are as nvcc
 // issues them, one per source access.
 //
+// Note [Graph launches in the lab]
+// A node of a CUDA graph runs as its own operation at every launch of the graph
+// (Note [Graph replay] in cuda_emu/graph.cc), so its kernel, library call, copy or memset is
+// counted in its record like eager work: `launches` counts the times the work ran on the
+// device, and `graph_node_launches` how many of those came from graph launches. What the
+// host issued is another count: one cudaGraphLaunch is a single host launch however many
+// nodes it runs. The file's `graph_launches` counts those, and `host_launches` is the work
+// the host queued itself (every record's launches less its graph node launches) plus the
+// graph launches. The roofline bound of a record still charges the H200's launch cost to
+// each of its launches, graph nodes included.
+//
 // Note [Warp-level requests]
 // A GPU issues a memory instruction once for the active lanes of a warp; the emulator runs
 // the lanes one after another. Each GPU thread logs its accesses (address, bytes, the
@@ -316,6 +327,7 @@ struct Record {
   dim3 grid{0, 0, 0}, block{0, 0, 0};
   size_t dynamic_smem = 0;
   uint64_t launches = 0, dram_bytes = 0;
+  uint64_t graph_node_launches = 0;  // of `launches` (Note [Graph launches in the lab])
   double flops = 0;
   Counters c;
 };
@@ -326,6 +338,7 @@ struct State {
   std::atomic<int> window{0};  // 0: no window (everything), 1: window closed, 2: open
   std::mutex mu;
   std::map<std::string, Record> records;
+  uint64_t graph_launches = 0;  // under mu
 };
 
 void write_at_exit();
@@ -395,7 +408,8 @@ std::string record_json(const Record& r) {
   const bool kernel = r.kind == "kernel";
   std::string o = "{\"kind\": " + quoted(r.kind) + ", \"kernel\": " + quoted(r.name);
   if (kernel) o += ", \"written\": " + quoted(r.written);
-  o += ", \"site\": " + quoted(r.site) + ", \"launches\": " + num(r.launches);
+  o += ", \"site\": " + quoted(r.site) + ", \"launches\": " + num(r.launches) +
+       ", \"graph_node_launches\": " + num(r.graph_node_launches);
   if (kernel)
     o += ", \"grid\": " + triple(r.grid) + ", \"block\": " + triple(r.block) +
          ", \"dynamic_shared_bytes\": " + num(uint64_t(r.dynamic_smem));
@@ -465,7 +479,9 @@ std::string instance_from_symbol(std::string f) {
 bool write_records(State& s) {
   std::vector<const Record*> rs;
   std::lock_guard<std::mutex> g(s.mu);
+  uint64_t host_launches = s.graph_launches;  // Note [Graph launches in the lab]
   for (auto& [key, r] : s.records) {
+    host_launches += r.launches - r.graph_node_launches;
     if (r.entry) {  // named by its symbol (once: the key keeps the entry)
       const std::string f = function_name(r.entry);
       r.name = f.empty() ? r.written : instance_from_symbol(f);
@@ -475,7 +491,8 @@ bool write_records(State& s) {
   }
   std::string out = "{\"format\": \"ringtape kernel lab 1\", \"device\": \"NVIDIA H200 (modelled, cuda_emu/h200.h)\"";
   out += ", \"dram_bytes_per_s\": " + num(h200::kDramBytesPerS) + ", \"launch_us\": " + num(h200::kLaunchUs) +
-         ", \"sms\": " + num(uint64_t(h200::kSMs)) + ", \"records\": [";
+         ", \"sms\": " + num(uint64_t(h200::kSMs)) + ", \"graph_launches\": " + num(s.graph_launches) +
+         ", \"host_launches\": " + num(host_launches) + ", \"records\": [";
   for (size_t i = 0; i < rs.size(); ++i) out += (i ? ",\n  " : "\n  ") + record_json(*rs[i]);
   out += "\n]}\n";
   const std::string tmp = s.path + ".tmp." + std::to_string(getpid());
@@ -559,6 +576,7 @@ void perf_op_done(const Op& op) {
       if (!resolved) r.entry = L.site.entry;
       r.math = L.flops_f64 ? "f64" : "f32";
       ++r.launches;
+      r.graph_node_launches += op.graph_node;
       r.flops += L.flops;
       if (op.launch_perf) {
         r.c.add(op.launch_perf->counters);
@@ -572,6 +590,7 @@ void perf_op_done(const Op& op) {
       Record& r = record_for(s, "library", op.name, cost.api, dim3(0, 0, 0), dim3(0, 0, 0), 0, cost.shape);
       r.math = cost.math;
       ++r.launches;
+      r.graph_node_launches += op.graph_node;
       r.flops += cost.flops;
       r.dram_bytes += uint64_t(cost.min_bytes);
       break;
@@ -583,11 +602,18 @@ void perf_op_done(const Op& op) {
       Record& r = record_for(s, copy ? "memcpy" : "memset", op.name, "", dim3(0, 0, 0), dim3(0, 0, 0), 0,
                              std::to_string(op.bytes) + " bytes");
       ++r.launches;
+      r.graph_node_launches += op.graph_node;
       r.dram_bytes += copy ? 2 * op.bytes : op.bytes;
       break;
     }
     default: break;
   }
+}
+
+void perf_graph_launch() {
+  State& s = state();
+  std::lock_guard<std::mutex> g(s.mu);
+  ++s.graph_launches;
 }
 
 // ---- emu.h and simt.h ------------------------------------------------------------------------------

@@ -37,5 +37,7 @@ void take_launch_flops(double* flops, bool* f64);
 
 // A recorded operation has run (kernel, copy, memset, library call): into the records.
 void perf_op_done(const Op& op);
+// A cudaGraphLaunch queued while the lab records (Note [Graph launches in the lab] in cuda_emu/perf.cc).
+void perf_graph_launch();
 
 }  // namespace rt::emu

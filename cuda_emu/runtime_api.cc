@@ -8,6 +8,7 @@
 #include <cstring>
 #include <string>
 
+#include "cuda_emu/graph.h"
 #include "cuda_emu/stream.h"
 
 using namespace rt::emu;
@@ -41,6 +42,25 @@ constexpr ErrorText kErrors[] = {
     {cudaErrorPeerAccessUnsupported, "cudaErrorPeerAccessUnsupported", "peer access is not supported between these two devices"},
     {cudaErrorInvalidDevicePointer, "cudaErrorInvalidDevicePointer", "invalid device pointer"},
     {cudaErrorNotSupported, "cudaErrorNotSupported", "operation not supported"},
+    {cudaErrorIllegalState, "cudaErrorIllegalState", "the operation cannot be performed in the present state"},
+    // Stream capture (Note [Stream capture] in cuda_emu/capture.cc).
+    {cudaErrorStreamCaptureUnsupported, "cudaErrorStreamCaptureUnsupported",
+     "operation not permitted when stream is capturing"},
+    {cudaErrorStreamCaptureInvalidated, "cudaErrorStreamCaptureInvalidated",
+     "operation failed due to a previous error during capture"},
+    {cudaErrorStreamCaptureMerge, "cudaErrorStreamCaptureMerge",
+     "operation would result in a merge of separate capture sequences"},
+    {cudaErrorStreamCaptureUnmatched, "cudaErrorStreamCaptureUnmatched",
+     "capture was not ended in the same stream as it began"},
+    {cudaErrorStreamCaptureUnjoined, "cudaErrorStreamCaptureUnjoined", "capturing stream has unjoined work"},
+    {cudaErrorStreamCaptureIsolation, "cudaErrorStreamCaptureIsolation",
+     "dependency created on uncaptured work in another stream"},
+    {cudaErrorStreamCaptureImplicit, "cudaErrorStreamCaptureImplicit",
+     "operation would make the legacy stream depend on a capturing blocking stream"},
+    {cudaErrorCapturedEvent, "cudaErrorCapturedEvent",
+     "operation not permitted on an event last recorded in a capturing stream"},
+    {cudaErrorStreamCaptureWrongThread, "cudaErrorStreamCaptureWrongThread",
+     "attempt to terminate a thread-local capture sequence from another thread"},
 };
 
 const ErrorText* find_error(cudaError_t e) {
@@ -101,9 +121,13 @@ cudaError_t copy(void* dst, const void* src, size_t n, cudaMemcpyKind kind, cuda
   if (dst_dev) op->uses.push_back({dst, n, MemUse::write});
   op->fn = [dst, src, n] { std::memmove(dst, src, n); };
   // Pageable host memory: the call returns once the copy is done (the host buffer may be
-  // reused at once; a device-to-host result is readable), as CUDA's staging does.
+  // reused at once; a device-to-host result is readable), as CUDA's staging does. So it
+  // cannot be captured, and is a synchronous call (Note [Capture modes] in cuda_emu/capture.cc).
   const bool pageable = (!src_dev && ws == Where::host) || (!dst_dev && wd == Where::host);
-  if (sync || pageable) return ret(submit_and_wait(s, std::move(op), sync || k == cudaMemcpyDeviceToHost));
+  if (sync || pageable) {
+    if (const cudaError_t e = check_host_wait(s)) return ret(e);
+    return ret(submit_and_wait(s, std::move(op), sync || k == cudaMemcpyDeviceToHost));
+  }
   return ret(submit(s, std::move(op)));
 }
 
@@ -118,7 +142,9 @@ cudaError_t set(void* dst, int value, size_t n, cudaStream_t stream, bool sync) 
   op->bytes = n;
   op->uses.push_back({dst, n, MemUse::write});
   op->fn = [dst, value, n] { std::memset(dst, value, n); };
-  return ret(sync ? submit_and_wait(s, std::move(op), true) : submit(s, std::move(op)));
+  if (!sync) return ret(submit(s, std::move(op)));
+  if (const cudaError_t e = check_host_wait(s)) return ret(e);  // Note [Capture modes] in cuda_emu/capture.cc
+  return ret(submit_and_wait(s, std::move(op), true));
 }
 
 }  // namespace
@@ -238,6 +264,7 @@ cudaError_t cudaDeviceGetP2PAttribute(int* value, cudaDeviceP2PAttr attr, int de
 cudaError_t cudaDeviceSynchronize() {
   note_context();
   if (const cudaError_t e = check_device(current_device())) return ret(e);
+  if (const cudaError_t e = check_device_wait(current_device())) return ret(e);
   return synchronize_device(current_device());
 }
 
@@ -288,6 +315,7 @@ cudaError_t cudaMalloc(void** p, size_t bytes) {
   if (!p) return ret(cudaErrorInvalidValue);
   *p = nullptr;
   if (const cudaError_t e = current_ok()) return ret(e);
+  if (const cudaError_t e = check_unsafe_call()) return ret(e);  // Note [Capture modes] in cuda_emu/capture.cc
   if (bytes == 0) return cudaSuccess;
   *p = device_alloc(current_device(), bytes);
   return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
@@ -298,6 +326,7 @@ cudaError_t cudaFree(void* p) {
   if (!p) return cudaSuccess;
   const int d = device_of(p);
   if (d < 0) return ret(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_unsafe_call()) return ret(e);
   synchronize_device(d);  // as CUDA: freeing waits for the device's work
   return ret(device_free(p));
 }
@@ -314,6 +343,7 @@ cudaError_t cudaMemGetInfo(size_t* free_bytes, size_t* total) {
 cudaError_t cudaHostAlloc(void** p, size_t bytes, unsigned int) {
   note_context();
   if (!p) return ret(cudaErrorInvalidValue);
+  if (const cudaError_t e = check_unsafe_call()) return ret(e);
   *p = pinned_alloc(bytes);
   return *p ? cudaSuccess : ret(cudaErrorMemoryAllocation);
 }
@@ -322,6 +352,7 @@ cudaError_t cudaMallocHost(void** p, size_t bytes) { return cudaHostAlloc(p, byt
 
 cudaError_t cudaFreeHost(void* p) {
   note_context();
+  if (const cudaError_t e = check_unsafe_call()) return ret(e);
   return ret(pinned_free(p));
 }
 
@@ -362,11 +393,17 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
 
 cudaError_t cudaStreamCreate(cudaStream_t* s) { return cudaStreamCreateWithPriority(s, cudaStreamDefault, 0); }
 
-cudaError_t cudaStreamDestroy(cudaStream_t s) { return ret(destroy_stream(s)); }
+cudaError_t cudaStreamDestroy(cudaStream_t s) {
+  if (s != nullptr && s != cudaStreamLegacy && s != cudaStreamPerThread)
+    if (CUstream_st* live = resolve(s))
+      if (const cudaError_t e = check_stream_destroy(live)) return ret(e);
+  return ret(destroy_stream(s));
+}
 
 cudaError_t cudaStreamSynchronize(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   if (!s) return ret(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_host_wait(s)) return ret(e);
   return synchronize_stream(s);
 }
 
@@ -374,6 +411,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   CUstream_st* s = resolve(stream);
   if (!s) return ret(cudaErrorInvalidResourceHandle);
   if (const cudaError_t e = sticky_error(s->device)) return e;
+  if (const cudaError_t e = check_host_wait(s)) return ret(e);
   return stream_done(s) ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -424,6 +462,7 @@ cudaError_t cudaEventRecord(cudaEvent_t e, cudaStream_t stream) {
 cudaError_t cudaEventSynchronize(cudaEvent_t e) {
   note_context();
   if (!is_live_event(e)) return ret(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t err = check_event_wait(e)) return ret(err);
   return synchronize_event(e);
 }
 
@@ -431,6 +470,7 @@ cudaError_t cudaEventQuery(cudaEvent_t e) {
   note_context();
   if (!is_live_event(e)) return ret(cudaErrorInvalidResourceHandle);
   if (const cudaError_t err = sticky_error(e->device)) return err;
+  if (const cudaError_t err = check_event_wait(e)) return ret(err);
   return event_done(e) ? cudaSuccess : cudaErrorNotReady;
 }
 
@@ -439,6 +479,8 @@ cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) 
   if (!ms) return ret(cudaErrorInvalidValue);
   if (!is_live_event(start) || !is_live_event(end)) return ret(cudaErrorInvalidResourceHandle);
   if ((start->flags | end->flags) & cudaEventDisableTiming) return ret(cudaErrorInvalidResourceHandle);
+  if (const cudaError_t e = check_event_use(start)) return ret(e);
+  if (const cudaError_t e = check_event_use(end)) return ret(e);
   if (!event_done(start) || !event_done(end)) return ret(cudaErrorNotReady);
   const uint64_t a = start->time_ns.load(), b = end->time_ns.load();
   if (!a || !b) return ret(cudaErrorInvalidResourceHandle);  // never recorded

@@ -15,6 +15,7 @@
 #include <unordered_set>
 #include <unordered_map>
 
+#include "cuda_emu/graph.h"
 #include "cuda_emu/perf.h"
 
 namespace rt::emu {
@@ -142,10 +143,11 @@ void wait_completed(CUstream_st* s, uint64_t seq) {
   s->done_cv.wait(lk, [&] { return s->completed.load(std::memory_order_acquire) >= seq; });
 }
 
-CUstream_st* new_stream(int device, bool legacy, bool blocking, int priority) {
+CUstream_st* new_stream(int device, bool legacy, bool blocking, int priority, bool graph_lane = false) {
   auto* s = new CUstream_st;
   s->device = device;
   s->legacy = legacy;
+  s->graph_lane = graph_lane;
   s->blocking = blocking;
   s->priority = priority;
   {
@@ -238,6 +240,8 @@ std::string stream_name(uint32_t uid) {
   char buf[96];
   if (s->legacy)
     std::snprintf(buf, sizeof buf, "the legacy default stream of cuda:%d", s->device);
+  else if (s->graph_lane)
+    std::snprintf(buf, sizeof buf, "graph lane stream %p of cuda:%d", static_cast<const void*>(s), s->device);
   else
     std::snprintf(buf, sizeof buf, "stream %p of cuda:%d", static_cast<const void*>(s), s->device);
   return buf;
@@ -274,6 +278,8 @@ CUstream_st* resolve_on(cudaStream_t s, int device) {
 CUstream_st* create_stream(int device, bool blocking, int priority) {
   return new_stream(device, false, blocking, priority);
 }
+
+CUstream_st* create_lane_stream(int device) { return new_stream(device, false, false, 0, true); }
 
 cudaError_t destroy_stream(cudaStream_t s) {
   if (s == nullptr || s == cudaStreamLegacy || s == cudaStreamPerThread) return cudaErrorInvalidResourceHandle;
@@ -316,6 +322,14 @@ cudaError_t destroy_event(cudaEvent_t e) {
 cudaError_t record_event(CUevent_st* e, CUstream_st* s) {
   if (const cudaError_t st = sticky_error(s->device)) return st;
   if (e->device != s->device) return cudaErrorInvalidResourceHandle;
+  bool captured = false;
+  if (const cudaError_t st = capture_record(e, s, &captured)) return st;
+  if (captured) {  // no uncaptured record is left to wait for (Note [Stream capture] in cuda_emu/capture.cc)
+    std::lock_guard<std::mutex> g(g_clock_mu);
+    e->stream = nullptr;
+    ++e->generation;
+    return cudaSuccess;
+  }
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::record;
   op->name = "event record";
@@ -337,6 +351,9 @@ cudaError_t record_event(CUevent_st* e, CUstream_st* s) {
 
 cudaError_t wait_event(CUstream_st* s, CUevent_st* e) {
   if (const cudaError_t st = sticky_error(s->device)) return st;
+  bool captured = false;
+  if (const cudaError_t st = capture_wait(s, e, event_recorded(e), &captured)) return st;
+  if (captured) return cudaSuccess;
   std::lock_guard<std::mutex> g(g_clock_mu);
   if (!e->stream) return cudaSuccess;  // never recorded: nothing to wait for
   s->clock.join(e->clock);
@@ -345,14 +362,25 @@ cudaError_t wait_event(CUstream_st* s, CUevent_st* e) {
 }
 
 namespace {
-// Queues `op` on `s`; its sequence number on `s` goes to *seq.
+// Fills in what the queueing adds to an op's own fields: its CUPTI ids, whether the lab records it.
+void stamp(Op& op) {
+  op.correlation_id = ++g_correlation;
+  op.external_ids = tls_external_ids;
+  // Decided when queued, as the host's window is (Note [Kernel lab] in perf.cc).
+  op.perf = op.kind != Op::Kind::record && op.kind != Op::Kind::wait && op.kind != Op::Kind::host && perf_recording();
+}
+
+// Queues `op` on `s`; its sequence number on `s` goes to *seq (0 when it was captured).
 cudaError_t submit_seq(CUstream_st* s, std::unique_ptr<Op> op, uint64_t* seq) {
   if (const cudaError_t st = sticky_error(s->device)) return st;
-  op->correlation_id = ++g_correlation;
-  op->external_ids = tls_external_ids;
-  // Decided when queued, as the host's window is (Note [Kernel lab] in perf.cc).
-  op->perf = op->kind != Op::Kind::record && op->kind != Op::Kind::wait && op->kind != Op::Kind::host &&
-             perf_recording();
+  bool captured = false;
+  if (const cudaError_t st = capture_op(s, op, &captured)) return st;
+  if (captured) {
+    *seq = 0;
+    return cudaSuccess;
+  }
+  if (op->issue) op->fn = op->issue();
+  stamp(*op);
   std::lock_guard<std::mutex> g(g_clock_mu);
   legacy_waits_locked(s);
   push_locked(s, std::move(op));
@@ -370,6 +398,7 @@ cudaError_t submit_and_wait(CUstream_st* s, std::unique_ptr<Op> op, bool host_le
   // The op's own number, taken under g_clock_mu: another host thread may queue on `s` meanwhile.
   uint64_t seq = 0;
   if (const cudaError_t e = submit_seq(s, std::move(op), &seq)) return e;
+  if (seq == 0) return cudaErrorStreamCaptureUnsupported;  // callers refuse capturing streams first
   return host_learns ? synchronize_stream(s) : (wait_completed(s, seq), sticky_error(s->device));
 }
 
@@ -432,12 +461,68 @@ bool stream_done(CUstream_st* s) {
   return true;
 }
 
+bool event_recorded(CUevent_st* e) {
+  std::lock_guard<std::mutex> g(g_clock_mu);
+  return e->stream != nullptr;
+}
+
 Op* current_op() { return tls_op; }
+
+// ---- graph launches ----------------------------------------------------------------------------
+namespace {
+Point point_locked(CUstream_st* s) { return Point{s, s->enqueued, s->clock}; }
+
+// Under g_clock_mu: `s`'s later work waits for `p`, as after cudaStreamWaitEvent.
+void join_locked(CUstream_st* s, const Point& p) {
+  if (!p.stream || p.stream == s || p.seq == 0 || s->clock.at(p.stream->uid) >= p.seq) return;
+  s->clock.join(p.clock);
+  push_locked(s, wait_op(p.stream, p.seq));
+}
+}  // namespace
+
+cudaError_t submit_replay(CUstream_st* s, const std::vector<CUstream_st*>& lanes, std::vector<ReplayStep> steps,
+                          Point* last) {
+  if (const cudaError_t st = sticky_error(s->device)) return st;
+  for (ReplayStep& step : steps) stamp(*step.op);
+  std::lock_guard<std::mutex> g(g_clock_mu);
+  legacy_waits_locked(s);  // a graph launch is work on `s` (Note [Legacy default stream])
+  join_locked(s, *last);   // launches of one exec do not overlap
+  const Point start = point_locked(s);
+  std::vector<CUstream_st*> on(lanes.size(), nullptr);  // lanes started so far
+  std::vector<Point> at(steps.size());
+  std::vector<size_t> latest(lanes.size());
+  for (size_t i = 0; i < steps.size(); ++i) {
+    ReplayStep& step = steps[i];
+    CUstream_st* ls = step.lane == 0 ? s : lanes[step.lane];
+    if (!on[step.lane]) {
+      on[step.lane] = ls;
+      join_locked(ls, start);
+    }
+    // Per other lane, only its latest step that this one depends on: a lane runs in order.
+    std::vector<bool> seen(lanes.size(), false);
+    for (size_t d : step.after) {
+      const uint32_t l = steps[d].lane;
+      if (l == step.lane) continue;
+      if (!seen[l] || d > latest[l]) latest[l] = d;
+      seen[l] = true;
+    }
+    for (uint32_t l = 0; l < lanes.size(); ++l)
+      if (seen[l]) join_locked(ls, at[latest[l]]);
+    push_locked(ls, std::move(step.op));
+    at[i] = point_locked(ls);
+  }
+  for (size_t l = 1; l < on.size(); ++l)
+    if (on[l]) join_locked(s, point_locked(on[l]));
+  *last = point_locked(s);
+  return cudaSuccess;
+}
 
 // ---- emu.h -----------------------------------------------------------------------------------
 namespace {
+// `fn`, or else `issue` (Op::issue), is the work.
 cudaError_t enqueue_library(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
-                            std::function<void()> fn, std::shared_ptr<const LibraryCost> cost) {
+                            std::function<void()> fn, std::function<std::function<void()>()> issue,
+                            std::shared_ptr<const LibraryCost> cost) {
   CUstream_st* s = resolve(stream);
   if (!s) return cudaErrorInvalidResourceHandle;
   auto op = std::make_unique<Op>();
@@ -445,18 +530,30 @@ cudaError_t enqueue_library(cudaStream_t stream, const std::string& name, std::v
   op->name = name;
   op->uses = std::move(uses);
   op->fn = std::move(fn);
+  op->issue = std::move(issue);
   op->library_cost = std::move(cost);
   return submit(s, std::move(op));
 }
 }  // namespace
 
 cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses, std::function<void()> fn) {
-  return enqueue_library(stream, name, std::move(uses), std::move(fn), nullptr);
+  return enqueue_library(stream, name, std::move(uses), std::move(fn), nullptr, nullptr);
 }
 
 cudaError_t enqueue(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses, std::function<void()> fn,
                     LibraryCost cost) {
-  return enqueue_library(stream, name, std::move(uses), std::move(fn),
+  return enqueue_library(stream, name, std::move(uses), std::move(fn), nullptr,
+                         std::make_shared<const LibraryCost>(std::move(cost)));
+}
+
+cudaError_t enqueue_issued(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                           std::function<std::function<void()>()> issue) {
+  return enqueue_library(stream, name, std::move(uses), nullptr, std::move(issue), nullptr);
+}
+
+cudaError_t enqueue_issued(cudaStream_t stream, const std::string& name, std::vector<MemUse> uses,
+                           std::function<std::function<void()>()> issue, LibraryCost cost) {
+  return enqueue_library(stream, name, std::move(uses), nullptr, std::move(issue),
                          std::make_shared<const LibraryCost>(std::move(cost)));
 }
 

@@ -11,6 +11,10 @@
 
 #include "cuda_emu/internal.h"
 
+namespace rt::emu {
+struct Capture;  // graph.h
+}
+
 struct CUstream_st {
   uint32_t uid = 0;
   int device = 0;
@@ -27,6 +31,10 @@ struct CUstream_st {
   bool stopping = false;
   std::thread worker;
   std::vector<std::string> recent;  // names of the last operations, by seq % size (reports)
+  bool graph_lane = false;          // a graph exec's own (Note [Graph replay] in cuda_emu/graph.cc)
+  // Under graph_mu() (graph.h): the capture sequence the stream is part of, and its lane there.
+  std::shared_ptr<rt::emu::Capture> capture;
+  uint32_t capture_lane = 0;
 };
 
 struct CUevent_st {
@@ -38,6 +46,10 @@ struct CUevent_st {
   rt::emu::Clock clock;
   uint64_t generation = 0;
   std::atomic<uint64_t> time_ns{0};  // when the stream passed the record
+  // Under graph_mu(): when the last record was captured, its capture sequence and the nodes it
+  // stands for (Note [Stream capture] in cuda_emu/capture.cc); then `stream` is null.
+  std::shared_ptr<rt::emu::Capture> capture;
+  std::vector<CUgraphNode_st*> capture_deps;
 };
 
 namespace rt::emu {
@@ -48,6 +60,8 @@ CUstream_st* resolve(cudaStream_t s);
 // The same, with nullptr and cudaStreamLegacy meaning `device`'s legacy stream.
 CUstream_st* resolve_on(cudaStream_t s, int device);
 CUstream_st* create_stream(int device, bool blocking, int priority);
+// A graph exec's own non-blocking stream for a lane (Note [Graph replay] in cuda_emu/graph.cc).
+CUstream_st* create_lane_stream(int device);
 cudaError_t destroy_stream(cudaStream_t s);
 bool is_live_event(cudaEvent_t e);
 CUevent_st* create_event(int device, unsigned flags);
@@ -67,5 +81,28 @@ cudaError_t synchronize_device(int device);
 cudaError_t synchronize_event(CUevent_st* e);
 bool event_done(CUevent_st* e);   // joins the host clock when done
 bool stream_done(CUstream_st* s);
+bool event_recorded(CUevent_st* e);  // has an uncaptured record to wait for
+
+// ---- graph launches (graph.cc) ---------------------------------------------------------------
+// A point of a stream's queue: its operation `seq`, and the clock of what is ordered before it.
+struct Point {
+  CUstream_st* stream = nullptr;
+  uint64_t seq = 0;
+  Clock clock;
+};
+// One operation of a graph launch: its lane (0: the launch's stream) and the earlier steps it
+// depends on.
+struct ReplayStep {
+  uint32_t lane = 0;
+  std::unique_ptr<Op> op;
+  std::vector<size_t> after;
+};
+// Queues a graph launch under one hold of the queues' lock (Note [Graph replay] in
+// cuda_emu/graph.cc): lane 0 on `s`, lane k on lanes[k]; every lane after `s`'s work so far
+// and after *last (the previous launch of the same exec), and `s` after every lane's last
+// operation, which becomes *last. Cross-lane dependencies are wait operations with their
+// clocks. Each step's op is stamped. A non-success return means nothing was queued.
+cudaError_t submit_replay(CUstream_st* s, const std::vector<CUstream_st*>& lanes, std::vector<ReplayStep> steps,
+                          Point* last);
 
 }  // namespace rt::emu
