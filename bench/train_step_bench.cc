@@ -39,6 +39,7 @@
 #include "bench/bench_util.h"
 #include "cli/flags.h"
 #include "engine/autograd.h"
+#include "engine/nn/layers.h"
 #include "engine/nn/module.h"
 #include "engine/ops.h"
 #include "engine/profiler.h"
@@ -62,13 +63,14 @@ struct Options {
   std::string profile_steps, profile_group, profile_dir;
   rt::cpu::ConvAlgo cpu_conv = rt::cpu::ConvAlgo::onednn;
   bool inference = false;  // eval-mode forward passes without autograd instead of training steps
+  bool unfused = false;    // the block tails and residual gradient sums as separate ops
 };
 
 const char* kUsage =
     "usage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] [--classes K] [--width W] [--small-stem] "
     "[--stem-stride S] [--channels-last] [--device D] [--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] "
     "[--steps N] [--warmup N] [--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] "
-    "[--cpu-conv onednn|im2col] [--inference]";
+    "[--cpu-conv onednn|im2col] [--inference] [--unfused]";
 
 std::vector<rt::cli::Flag> flag_table() {
   using rt::bench::int_at_least;
@@ -98,6 +100,9 @@ std::vector<rt::cli::Flag> flag_table() {
        {"onednn", "im2col"}},
       {"inference", FlagType::boolean, "false",
        "eval-mode forward passes without autograd instead of training steps"},
+      {"unfused", FlagType::boolean, "false",
+       "batch norm's relu and residual add as separate ops, residual gradients summed out of place: what "
+       "the fusions are measured against (Note [Fused block tails] in models/resnet.cc)"},
   };
 }
 
@@ -116,6 +121,7 @@ Options parse(int argc, char** argv) {
   o.small_stem = f.boolean("small-stem");
   o.stem_stride = int(f.integer("stem-stride"));
   o.channels_last = f.boolean("channels-last");
+  o.unfused = f.boolean("unfused");
   o.device = f.str("device");
   o.precision = f.str("precision");
   o.cudnn_benchmark = f.boolean("cudnn-benchmark");
@@ -164,6 +170,11 @@ int run(const Options& o) {
   mo.small_stem = o.small_stem;
   mo.stem_stride = o.stem_stride;
   auto model = rt::models::make_model(o.model, mo);
+  if (o.unfused) {
+    for (auto& [name, m] : model->named_modules())
+      if (auto* bn = dynamic_cast<rt::nn::BatchNorm2d*>(m)) bn->fuse_relu = false;
+    rt::set_accumulate_in_place(false);
+  }
   rt::nn::name_modules_for_profiling(*model);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
   const rt::Device dev = rt::Device::parse(o.device);
@@ -233,11 +244,11 @@ int run(const Options& o) {
   const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"threads\": %d, "
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"fused\": %s, \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
               "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
-              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", omp_get_max_threads(), o.steps,
+              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", o.unfused ? "false" : "true", omp_get_max_threads(), o.steps,
               med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }
