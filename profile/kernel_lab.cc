@@ -239,6 +239,13 @@ Lab build(const std::vector<std::pair<int, json::Value>>& docs, int target) {
   std::sort(lab.rows.begin(), lab.rows.end(), [](const Row& a, const Row& b) { return a.bound_us > b.bound_us; });
 
   Summary& s = lab.summary;
+  for (const auto& [batch, doc] : docs)
+    if (batch == lab.batches.back()) {
+      const json::Value* h = doc.find("host_launches");
+      const json::Value* g = doc.find("graph_launches");
+      if (h && h->is_number()) s.host_launches = h->as_double();
+      if (g && g->is_number()) s.graph_launches = g->as_double();
+    }
   for (const Row& r : lab.rows) {
     if (r.kind == "kernel") s.kernel_us += r.bound_us, s.kernel_launches += r.target.launches, s.kernel_bytes += r.target.dram_bytes;
     else if (r.kind == "library") s.library_us += r.bound_us, s.library_calls += r.target.launches;
@@ -303,6 +310,11 @@ std::string table(const Lab& lab, int top) {
                 "launches per step: %.0f; hand-written kernels move %.1f MB per image; images/s at the bound: %.0f\n",
                 s.launches, s.kernel_bytes / double(lab.target) / 1e6, s.images_per_s);
   o << line;
+  if (s.host_launches >= 0) {
+    std::snprintf(line, sizeof line, "host launches per step: %.0f (%.0f of them CUDA graph launches)\n",
+                  s.host_launches, std::max(0.0, s.graph_launches));
+    o << line;
+  }
   return o.str();
 }
 
@@ -324,6 +336,7 @@ json::Value to_json(const Lab& lab) {
   sj.set("library_calls", s.library_calls);
   sj.set("copies", s.copies);
   sj.set("launches", s.launches);
+  if (s.host_launches >= 0) sj.set("host_launches", s.host_launches), sj.set("graph_launches", s.graph_launches);
   sj.set("kernel_dram_bytes", s.kernel_bytes);
   sj.set("kernel_dram_bytes_per_image", s.kernel_bytes / double(lab.target));
   sj.set("images_per_s", s.images_per_s);

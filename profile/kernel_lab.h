@@ -58,6 +58,10 @@ struct Summary {
   double kernel_us = 0, library_us = 0, copy_us = 0, total_us = 0;  // the step's bound, by kind
   double kernel_launches = 0, library_calls = 0, copies = 0, launches = 0;
   double kernel_bytes = 0;   // DRAM bytes of the hand-written kernels per step
+  // Launches the host makes per step: each cudaGraphLaunch once, its nodes not (the lab
+  // file's `host_launches`, Note [Graph launches in the lab] in cuda_emu/perf.cc; the largest
+  // batch's, it does not grow with the batch); -1 for a file without it.
+  double host_launches = -1, graph_launches = -1;
   double images_per_s = 0;   // target / total
 };
 

@@ -151,6 +151,22 @@ TEST_CASE("the table, the JSON and the roofline") {
   CHECK(svg.find("<rect x=") != std::string::npos);  // the convolution's square
 }
 
+TEST_CASE("host launches per step: a graph launch counts once, from the largest batch's file") {
+  // Without the fields (files before graphs were counted): not printed.
+  const lab::Lab plain = lab::build({{1, step(1)}, {2, step(2)}}, 256);
+  CHECK(plain.summary.host_launches == -1);
+  CHECK(lab::table(plain, 0).find("host launches") == std::string::npos);
+  Value a = step(1), b = step(2);
+  a.set("host_launches", 9), a.set("graph_launches", 1);
+  b.set("host_launches", 3), b.set("graph_launches", 1);
+  const lab::Lab l = lab::build({{2, b}, {1, a}}, 256);
+  CHECK(l.summary.host_launches == 3);
+  CHECK(l.summary.graph_launches == 1);
+  CHECK(lab::table(l, 0).find("host launches per step: 3 (1 of them CUDA graph launches)") != std::string::npos);
+  const Value j = rt::json::parse(rt::json::dump(lab::to_json(l)));
+  CHECK(j.find("summary")->find("host_launches")->as_double() == 3);
+}
+
 TEST_CASE("short names drop every qualifier") {
   CHECK(lab::short_name("rt::cuda::{anonymous}::map_vec<__nv_bfloat16, rt::cuda::{anonymous}::BinaryFwd<rt::ew::Add, "
                         "float> >") == "map_vec<__nv_bfloat16, BinaryFwd<Add, float> >");
