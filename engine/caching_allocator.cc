@@ -41,6 +41,8 @@ struct CachingAllocator::Block {
   size_t size = 0;
   StreamId stream = nullptr;
   Pool* pool = nullptr;      // the pool of its segment (not of its size: blocks merge)
+  GraphPool* graph = nullptr;  // the graph pool its segment belongs to (Note [Graph pools])
+  bool small = false;        // its segment is a small-pool one (Note [Block sizes])
   Block* prev = nullptr;     // neighbours in the segment
   Block* next = nullptr;
   bool allocated = false;
@@ -89,14 +91,19 @@ void* CachingAllocator::allocate(size_t bytes) {
 void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
   const size_t size = round_size(bytes);
   std::lock_guard<std::mutex> g(mu_);
-  process_events(false);
-  Pool& pool = size < kSmallSize ? small_ : large_;
+  if (captures_.empty()) process_events(false);  // a capture refuses event queries (Note [Graph pools])
+  const auto cap = captures_.find(stream);
+  GraphPool* gp = cap == captures_.end() ? nullptr : cap->second;
+  const bool small = size < kSmallSize;
+  Pool& pool = gp ? (small ? gp->small : gp->large) : (small ? small_ : large_);
   Block* b = find_cached(pool, size, stream);
   const bool hit = b != nullptr;
   if (!b) {
-    const size_t seg = &pool == &small_ ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
+    const size_t seg = small ? kSmallSegment : (size + kLargeRound - 1) / kLargeRound * kLargeRound;
     b = new_segment(seg, stream, bytes);
     b->pool = &pool;
+    b->graph = gp;
+    b->small = small;
   }
   b = split(b, size);
   b->allocated = true;
@@ -124,7 +131,7 @@ CachingAllocator::Block* CachingAllocator::find_cached(Pool& pool, size_t size, 
 
 CachingAllocator::Block* CachingAllocator::new_segment(size_t size, StreamId stream, size_t requested) {
   void* p = raw_->alloc(size);
-  if (!p) {  // give back what the cache holds and try once more
+  if (!p && captures_.empty()) {  // give back what the cache holds and try once more (never in a capture)
     process_events(true);
     release_cached_segments();
     update_stats([](AllocatorStats& s) { s.num_oom_retries++; });
@@ -149,12 +156,14 @@ CachingAllocator::Block* CachingAllocator::new_segment(size_t size, StreamId str
 // it is big enough to serve a request of the same pool (Note [Block sizes]).
 CachingAllocator::Block* CachingAllocator::split(Block* b, size_t size) {
   const size_t rest_size = b->size - size;
-  if (rest_size < (b->pool == &small_ ? kRound : kSmallSize)) return b;
+  if (rest_size < (b->small ? kRound : kSmallSize)) return b;
   Block* rest = new Block;
   rest->ptr = b->ptr + size;
   rest->size = rest_size;
   rest->stream = b->stream;
   rest->pool = b->pool;
+  rest->graph = b->graph;
+  rest->small = b->small;
   rest->prev = b;
   rest->next = b->next;
   if (b->next) b->next->prev = rest;
@@ -179,6 +188,15 @@ void CachingAllocator::deallocate(void* ptr, size_t /*bytes: the block knows*/) 
   b->allocated = false;
   b->requested = 0;
   b->tag = MemoryTag::other;
+  if (!b->uses.empty() && !captures_.empty()) {  // no event may be recorded now (Note [Graph pools])
+    b->event_count++;
+    deferred_.push_back(b);
+    return;
+  }
+  record_free_events(b);
+}
+
+void CachingAllocator::record_free_events(Block* b) noexcept {
   for (StreamId s : b->uses) {
     b->event_count++;  // stays counted if recording fails: the block is then never reused
     try {
@@ -259,6 +277,7 @@ void CachingAllocator::release_cached_segments() noexcept {
 
 void CachingAllocator::empty_cache() {
   std::lock_guard<std::mutex> g(mu_);
+  if (!captures_.empty()) return;  // it would wait for events and free memory (Note [Graph pools])
   process_events(true);
   release_cached_segments();
 }
@@ -275,6 +294,62 @@ void CachingAllocator::record_stream(void* ptr, StreamId stream) {
   b->uses.push_back(stream);
 }
 
+CachingAllocator::GraphPoolId CachingAllocator::create_graph_pool() {
+  std::lock_guard<std::mutex> g(mu_);
+  auto gp = std::make_unique<GraphPool>();
+  gp->id = next_graph_pool_++;
+  const GraphPoolId id = gp->id;
+  graph_pools_[id] = std::move(gp);
+  return id;
+}
+
+void CachingAllocator::begin_capture(StreamId stream, GraphPoolId pool) {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = graph_pools_.find(pool);
+  RT_CHECK(it != graph_pools_.end(), "begin_capture: graph pool ", pool, " of ", device_.str(), " does not exist");
+  RT_CHECK(!captures_.count(stream), "begin_capture: stream ", stream, " of ", device_.str(), " already captures");
+  captures_[stream] = it->second.get();
+  it->second->captures++;
+}
+
+void CachingAllocator::end_capture(StreamId stream) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = captures_.find(stream);
+  if (it == captures_.end()) return;
+  it->second->captures--;
+  captures_.erase(it);
+  if (!captures_.empty()) return;
+  // The frees that waited for the captures to end: their events now (Note [Graph pools]).
+  std::vector<Block*> deferred;
+  deferred.swap(deferred_);
+  for (Block* b : deferred) {
+    b->event_count--;
+    record_free_events(b);
+  }
+}
+
+void CachingAllocator::release_graph_pool(GraphPoolId pool) noexcept {
+  std::lock_guard<std::mutex> g(mu_);
+  auto it = graph_pools_.find(pool);
+  if (it == graph_pools_.end()) return;
+  GraphPool* gp = it->second.get();
+  if (gp->captures > 0) {  // a capture still allocates from it: keep it (it leaks)
+    std::fprintf(stderr, "warning: %s allocator: graph pool %lu released during its capture; kept\n",
+                 device_.str().c_str(), static_cast<unsigned long>(pool));
+    return;
+  }
+  for (auto& [p, first] : segments_) {
+    if (first->graph != gp) continue;
+    for (Block* b = first; b; b = b->next) {
+      Pool* general = b->small ? &small_ : &large_;
+      if (b->pool->erase(b)) general->insert(b);  // a cached block: now the general cache's
+      b->pool = general;
+      b->graph = nullptr;
+    }
+  }
+  graph_pools_.erase(it);
+}
+
 void CachingAllocator::record_stream(void* ptr, const Stream& stream) {
   RT_CHECK(stream.device() == device_, "record_stream: a stream of ", stream.device().str(), " for memory of ",
            device_.str());
@@ -286,7 +361,8 @@ std::vector<CachingAllocator::BlockInfo> CachingAllocator::snapshot() const {
   std::vector<BlockInfo> out;
   for (const auto& [p, first] : segments_)
     for (const Block* b = first; b; b = b->next)
-      out.push_back({b->ptr, b->size, p, b->stream, b->allocated, !b->allocated && b->event_count > 0});
+      out.push_back({b->ptr, b->size, p, b->stream, b->allocated, !b->allocated && b->event_count > 0,
+                     b->graph ? b->graph->id : 0});
   return out;
 }
 
@@ -318,7 +394,25 @@ namespace {
 class CudaRawMemory final : public RawMemory {
  public:
   explicit CudaRawMemory(int index) : index_(index) {}
-  void* alloc(size_t bytes) override { return cuda::try_malloc(index_, bytes); }
+  // Note [Segments during capture]
+  // A graph pool may need a segment while its capture is active (Note [Graph pools]).
+  // cudaMalloc is one of the calls CUDA leaves to the capture mode (Note [Capture modes] in
+  // cuda_emu/capture.cc): the global and thread-local modes refuse it to the capturing thread,
+  // and would invalidate the capture. It is not captured and needs no stream order (the
+  // memory is new), so the calling thread is switched to relaxed mode for this call alone, as
+  // PyTorch's allocator does; outside a capture the switch changes nothing.
+  void* alloc(size_t bytes) override {
+    const cuda::CaptureMode prev = cuda::exchange_capture_mode(cuda::CaptureMode::relaxed);
+    void* p = nullptr;
+    try {
+      p = cuda::try_malloc(index_, bytes);
+    } catch (...) {
+      cuda::exchange_capture_mode(prev);
+      throw;
+    }
+    cuda::exchange_capture_mode(prev);
+    return p;
+  }
   void free(void* ptr) noexcept override { cuda::free(index_, ptr); }
   void mem_info(size_t* free_bytes, size_t* total_bytes) override {
     cuda::mem_get_info(index_, free_bytes, total_bytes);

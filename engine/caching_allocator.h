@@ -25,6 +25,29 @@
 // free. Events recorded on one stream complete in order: a pass stops querying a stream at
 // its first event not yet done. The host waits for them only when the device is out of
 // memory and in empty_cache().
+//
+// Note [Graph pools]
+// A CUDA graph replays its kernels on the addresses they had when it was captured, so the
+// memory a capture allocates must stay the graph's for as long as the graph lives (PyTorch's
+// private pools of CUDACachingAllocator). Between begin_capture(stream, pool) and
+// end_capture(stream), every allocation on `stream` comes from the graph's pool: its own
+// small and large free sets, whose segments are taken from the system for it. A pool block
+// freed during the capture goes back to the pool and is reused by a later allocation of the
+// same capture: the replay runs both on the capture's stream in the captured order, so the
+// reuse is stream-ordered as it was at capture. Replays go on the capture's stream
+// (engine/cuda_graph.h), so a pool block keeps the stream order of every other block.
+// Allocations outside the capture never see the pool's blocks, also after the capture ended
+// (a block freed later, a graph output the caller dropped, goes back to the pool), until
+// release_graph_pool() (the graph is destroyed): the pool's segments then join the general
+// cache, where the blocks still in use are freed to and whole free segments go back to the
+// system in empty_cache(). While any capture is active the allocator makes none of the calls
+// a capture refuses in its mode (Note [Capture modes] in cuda_emu/capture.cc): no event is
+// queried or waited for (freed cross-stream blocks wait until the capture ends), no event is
+// recorded for a freed block used on other streams (its events are recorded when the last
+// capture ends), nothing is returned to the system, and an out-of-memory fails at once
+// instead of emptying the cache. A segment the pool needs is still taken during the capture:
+// RawMemory::alloc of CUDA switches its thread to relaxed capture mode around cudaMalloc
+// (Note [Segments during capture], caching_allocator.cc).
 #pragma once
 
 #include <cstddef>
@@ -93,6 +116,16 @@ class CachingAllocator final : public Allocator {
   // segment to the system.
   void empty_cache() override;
 
+  // CUDA graphs' private pools (Note [Graph pools]). A new, empty pool.
+  using GraphPoolId = uint64_t;
+  GraphPoolId create_graph_pool();
+  // From now until end_capture(stream), allocations on `stream` come from `pool` (one capture
+  // per stream at a time).
+  void begin_capture(StreamId stream, GraphPoolId pool);
+  void end_capture(StreamId stream) noexcept;
+  // The graph that owned `pool` is gone: its segments join the general cache.
+  void release_graph_pool(GraphPoolId pool) noexcept;
+
   // For tests and memory reports: every block of every segment, in address order.
   struct BlockInfo {
     const void* ptr;
@@ -101,6 +134,7 @@ class CachingAllocator final : public Allocator {
     StreamId stream;
     bool allocated;
     bool awaiting_events;  // freed, waiting for events of other streams
+    GraphPoolId graph_pool;  // 0: the general cache
   };
   std::vector<BlockInfo> snapshot() const;
 
@@ -110,12 +144,18 @@ class CachingAllocator final : public Allocator {
     bool operator()(const Block* a, const Block* b) const;
   };
   using Pool = std::set<Block*, BySize>;
+  struct GraphPool {
+    GraphPoolId id = 0;
+    Pool small, large;
+    int captures = 0;  // streams capturing into it now
+  };
 
   static size_t round_size(size_t bytes);
   Block* find_cached(Pool& pool, size_t size, StreamId stream);
   Block* new_segment(size_t size, StreamId stream, size_t requested);
   Block* split(Block* b, size_t size);
   void cache_block(Block* b) noexcept;  // merges with free neighbours and caches it
+  void record_free_events(Block* b) noexcept;  // or caches it when it has no other streams' uses
   void process_events(bool wait) noexcept;
   void release_cached_segments() noexcept;
   [[noreturn]] void fail_oom(size_t requested, size_t size);
@@ -134,6 +174,10 @@ class CachingAllocator final : public Allocator {
   };
   std::vector<PendingEvent> events_;  // in recording order (Note [Pending events])
   std::map<const void*, Block*> segments_;        // first block of each segment, by address
+  std::map<GraphPoolId, std::unique_ptr<GraphPool>> graph_pools_;  // live ones (Note [Graph pools])
+  GraphPoolId next_graph_pool_ = 1;
+  std::unordered_map<StreamId, GraphPool*> captures_;  // streams capturing now, into which pool
+  std::vector<Block*> deferred_;  // freed during a capture with other streams' uses
 };
 
 }  // namespace rt

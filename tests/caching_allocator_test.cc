@@ -8,6 +8,8 @@
 #include <thread>
 
 #include "engine/caching_allocator.h"
+#include "engine/cuda_graph.h"
+#include "engine/ops.h"
 #include "engine/memory_report.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
@@ -552,6 +554,117 @@ TEST_CASE("peaks: total, reserved, per tag, and the breakdown at the total's pea
   f.a.deallocate(p, 0);
 }
 
+// Note [Graph pools] in engine/caching_allocator.h.
+TEST_CASE("graph pool: a capture's blocks come from its pool and are reused within it, not outside") {
+  Fixture f;
+  void* general = f.a.allocate(1000);
+  f.a.deallocate(general, 1000);  // cached in the general pool of stream 1
+  const auto pool = f.a.create_graph_pool();
+  f.a.begin_capture(f.current, pool);
+  void* x = f.a.allocate(1000);  // not the cached general block: a segment of the pool
+  CHECK(x != general);
+  CHECK(f.dev.allocs == 2);
+  void* big = f.a.allocate(3 * kMiB);
+  f.a.deallocate(x, 1000);
+  void* y = f.a.allocate(700);  // a later allocation of the same capture reuses it
+  CHECK(y == x);
+  f.a.deallocate(big, 3 * kMiB);
+  void* big2 = f.a.allocate(3 * kMiB);
+  CHECK(big2 == big);
+  CHECK(f.dev.allocs == 3);
+  // Another stream during the capture: the general cache.
+  void* other = f.a.allocate(1000, fake_stream(2));
+  int in_pool = 0;
+  for (const auto& b : f.a.snapshot())
+    if (b.graph_pool == pool) in_pool += b.allocated;
+  CHECK(in_pool == 2);
+  f.a.end_capture(f.current);
+  f.a.deallocate(y, 700);
+  f.a.deallocate(big2, 3 * kMiB);
+  f.a.deallocate(other, 1000);
+  // After the capture, while the pool lives, its free blocks are never handed out elsewhere.
+  void* after = f.a.allocate(1000);
+  CHECK(after == general);
+  void* after2 = f.a.allocate(1000);
+  CHECK(after2 != x);
+  void* big3 = f.a.allocate(3 * kMiB);
+  CHECK(big3 != big);
+  for (const auto& b : f.a.snapshot())
+    if (b.ptr == after2 || b.ptr == big3) CHECK(b.graph_pool == 0);
+  f.a.deallocate(after, 1000);
+  f.a.deallocate(after2, 1000);
+  f.a.deallocate(big3, 3 * kMiB);
+  // The graph is destroyed: its segments join the general cache and are reused there.
+  const int allocs = f.dev.allocs;
+  f.a.release_graph_pool(pool);
+  for (const auto& b : f.a.snapshot()) CHECK(b.graph_pool == 0);
+  std::set<void*> smalls;  // two small segments (the general one, the pool's) hold four
+  for (int i = 0; i < 4; ++i) smalls.insert(f.a.allocate(900 * kKiB));
+  void* l1 = f.a.allocate(3 * kMiB);
+  void* l2 = f.a.allocate(3 * kMiB);
+  CHECK(smalls.count(x) == 1);
+  CHECK((l1 == big || l2 == big));
+  CHECK(f.dev.allocs == allocs);
+  for (void* p : smalls) f.a.deallocate(p, 900 * kKiB);
+  for (void* p : {l1, l2}) f.a.deallocate(p, 3 * kMiB);
+  f.a.empty_cache();
+  CHECK(f.dev.live.empty());
+}
+
+TEST_CASE("graph pool: a block still in use when the graph goes is freed to the general cache") {
+  Fixture f;
+  const auto pool = f.a.create_graph_pool();
+  f.a.begin_capture(f.current, pool);
+  void* kept = f.a.allocate(1000);  // a graph output the caller keeps past the graph
+  f.a.end_capture(f.current);
+  f.a.release_graph_pool(pool);
+  f.a.deallocate(kept, 1000);
+  CHECK(f.a.allocate(1000) == kept);
+}
+
+TEST_CASE("graph pool: during a capture no event is queried or recorded; cross-stream frees wait for its end") {
+  Fixture f;
+  void* cross = f.a.allocate(1000);
+  f.a.record_stream(cross, fake_stream(2));
+  void* pending = f.a.allocate(1000);
+  f.a.record_stream(pending, fake_stream(2));
+  f.a.deallocate(pending, 1000);  // an event before the capture
+  CHECK(f.dev.event_stream.size() == 1);
+  const auto pool = f.a.create_graph_pool();
+  f.a.begin_capture(f.current, pool);
+  const int queries = f.dev.queries;
+  f.a.deallocate(cross, 1000);  // used on stream 2: no event recorded now
+  CHECK(f.dev.event_stream.size() == 1);
+  void* in = f.a.allocate(1000);
+  f.a.record_stream(in, fake_stream(2));
+  f.a.deallocate(in, 1000);  // a pool block used on stream 2: not reused in this capture
+  void* in2 = f.a.allocate(1000);
+  CHECK(in2 != in);
+  f.a.empty_cache();  // refused quietly: it would wait for events and free memory
+  CHECK(f.dev.queries == queries);
+  CHECK(f.dev.waits == 0);
+  CHECK(f.dev.frees == 0);
+  f.a.end_capture(f.current);
+  CHECK(f.dev.event_stream.size() == 3);  // the deferred frees' events, recorded at the end
+  f.a.deallocate(in2, 1000);
+  f.a.release_graph_pool(pool);
+  f.a.empty_cache();
+  CHECK(f.dev.live.empty());
+}
+
+TEST_CASE("graph pool: out of memory during a capture fails at once, without emptying the cache") {
+  Fixture f;
+  f.dev.capacity = 8 * kMiB;
+  void* cached = f.a.allocate(4 * kMiB);
+  f.a.deallocate(cached, 4 * kMiB);
+  const auto pool = f.a.create_graph_pool();
+  f.a.begin_capture(f.current, pool);
+  CHECK_THROWS_AS(f.a.allocate(6 * kMiB), OutOfMemory);
+  CHECK(f.dev.frees == 0);
+  f.a.end_capture(f.current);
+  f.a.release_graph_pool(pool);
+}
+
 TEST_CASE("sizes beyond any device are refused before rounding overflows") {
   Fixture f;
   CHECK_THROWS_WITH_AS(f.a.allocate(~size_t(0)), doctest::Contains("beyond any device"), Error);
@@ -621,6 +734,43 @@ TEST_CASE("the CUDA allocator caches, is per stream, and fails clearly") {
                        Error);
   CHECK_THROWS_WITH_AS(Tensor::empty({int64_t(1) << 50}, DType::u8, d), doctest::Contains("a smaller batch"), Error);
   CHECK(a->stats().current_bytes == s0.current_bytes);
+}
+
+TEST_CASE("CudaGraph: the capture runs nothing, each replay runs it on the inputs' contents of the time") {
+  if (!have_gpu("CudaGraph")) return;
+  const Device d = Device::cuda(0);
+  auto* a = dynamic_cast<CachingAllocator*>(&allocator_for(d));
+  REQUIRE(a);
+  Stream s = Stream::create(d);
+  StreamGuard g(s);
+  Tensor x = Tensor::full({1000}, 1.0, DType::f32, d);  // the static input
+  Tensor y;
+  {
+    CudaGraph graph;
+    graph.capture(s, [&] { y = add(mul(x, 2.0), 1.0); });  // mul's result is freed in the capture
+    CHECK(graph.captured());
+    bool from_pool = false;
+    for (const auto& b : a->snapshot())
+      if (b.ptr == y.raw_data()) from_pool = b.graph_pool != 0;
+    CHECK(from_pool);
+    graph.replay(s);
+    CHECK(y.to_vector<float>()[7] == 3.0f);
+    x.copy_(Tensor::full({1000}, 5.0, DType::f32, Device::cpu()));
+    graph.replay(s);
+    CHECK(y.to_vector<float>()[999] == 11.0f);
+    Stream other = Stream::create(d);
+    CHECK_THROWS_WITH_AS(graph.replay(other), doctest::Contains("capture's stream"), Error);
+  }
+  // The graph is gone: its pool's blocks are the general cache's, y's among them.
+  for (const auto& b : a->snapshot()) CHECK(b.graph_pool == 0);
+  CHECK(y.to_vector<float>()[0] == 11.0f);
+  // A host wait on the captured stream is refused: the capture fails, naming CUDA's error, and
+  // the stream works again.
+  CudaGraph bad;
+  CHECK_THROWS_WITH_AS(bad.capture(s, [&] { (void)y.to_vector<float>(); }),
+                       doctest::Contains("cudaErrorStreamCapture"), Error);
+  CHECK(!bad.captured());
+  CHECK(add(x, 1.0).to_vector<float>()[3] == 6.0f);
 }
 
 }  // namespace

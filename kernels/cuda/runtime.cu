@@ -153,4 +153,46 @@ float event_elapsed_ms(void* start, void* end) {
   return ms;
 }
 
+namespace {
+cudaStreamCaptureMode to_cuda(CaptureMode m) {
+  return m == CaptureMode::global          ? cudaStreamCaptureModeGlobal
+         : m == CaptureMode::thread_local_ ? cudaStreamCaptureModeThreadLocal
+                                           : cudaStreamCaptureModeRelaxed;
+}
+}  // namespace
+
+void stream_begin_capture(void* stream, CaptureMode mode) {
+  CUDA_CHECK(cudaStreamBeginCapture(static_cast<cudaStream_t>(stream), to_cuda(mode)));
+}
+void* stream_end_capture(void* stream) {
+  cudaGraph_t g = nullptr;
+  const cudaError_t e = cudaStreamEndCapture(static_cast<cudaStream_t>(stream), &g);
+  // The capture is over either way: the next launch check must not see its error.
+  if (e != cudaSuccess) (void)cudaGetLastError();
+  CUDA_CHECK(e);
+  return g;
+}
+bool stream_is_capturing(void* stream) {
+  cudaStreamCaptureStatus st = cudaStreamCaptureStatusNone;
+  CUDA_CHECK(cudaStreamIsCapturing(static_cast<cudaStream_t>(stream), &st));
+  return st != cudaStreamCaptureStatusNone;
+}
+void* graph_instantiate(void* graph) {
+  cudaGraphExec_t x = nullptr;
+  CUDA_CHECK(cudaGraphInstantiate(&x, static_cast<cudaGraph_t>(graph), 0));
+  return x;
+}
+void graph_launch(void* exec, void* stream) {
+  CUDA_CHECK(cudaGraphLaunch(static_cast<cudaGraphExec_t>(exec), static_cast<cudaStream_t>(stream)));
+}
+void graph_destroy(void* graph) noexcept { CUDA_WARN(cudaGraphDestroy(static_cast<cudaGraph_t>(graph))); }
+void graph_exec_destroy(void* exec) noexcept { CUDA_WARN(cudaGraphExecDestroy(static_cast<cudaGraphExec_t>(exec))); }
+CaptureMode exchange_capture_mode(CaptureMode mode) {
+  cudaStreamCaptureMode m = to_cuda(mode);
+  CUDA_CHECK(cudaThreadExchangeStreamCaptureMode(&m));
+  return m == cudaStreamCaptureModeGlobal       ? CaptureMode::global
+         : m == cudaStreamCaptureModeThreadLocal ? CaptureMode::thread_local_
+                                                 : CaptureMode::relaxed;
+}
+
 }  // namespace rt::cuda

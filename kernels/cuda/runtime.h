@@ -67,6 +67,22 @@ void event_synchronize(void* event);
 bool event_query(void* event);
 float event_elapsed_ms(void* start, void* end);
 
+// Stream capture and CUDA graphs (engine/cuda_graph.h says how the engine uses them).
+// CUDA's capture modes (cudaStreamCaptureMode): which threads may not make potentially unsafe
+// calls (cudaMalloc, host waits and queries) while a capture is active.
+enum class CaptureMode { global, thread_local_, relaxed };
+void stream_begin_capture(void* stream, CaptureMode mode);
+// The captured graph (cudaGraph_t); throws when the capture failed (invalidated, unjoined).
+void* stream_end_capture(void* stream);
+bool stream_is_capturing(void* stream);  // an active (or invalidated) capture on `stream`
+void* graph_instantiate(void* graph);    // cudaGraphExec_t
+void graph_launch(void* exec, void* stream);
+void graph_destroy(void* graph) noexcept;
+void graph_exec_destroy(void* exec) noexcept;
+// The calling thread's capture mode (cudaThreadExchangeStreamCaptureMode): sets `mode` and
+// returns the previous one.
+CaptureMode exchange_capture_mode(CaptureMode mode);
+
 // dst[0:n] = value (converted to dtype) on `stream`.
 void fill(void* dst, DType dtype, int64_t n, double value, int device, void* stream);
 
