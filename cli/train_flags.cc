@@ -396,6 +396,11 @@ std::vector<FlagRow> device_rows() {
                       "first tried, which can take seconds per shape; without this flag they are skipped unless "
                       "nothing else fits)"),
                  [](const FlagValue& v, TrainConfig& c) { c.compute.cudnn_benchmark_runtime_compiled = v.boolean(); }),
+      // Not part of the trajectory: the graph replays the eager step's kernels in their order.
+      train_only(flag("cuda-graphs", FlagType::boolean, "false", Topic::device,
+                      "CUDA: capture the training step (forward, loss, backward, update) as a CUDA graph and launch "
+                      "it whole; a setting that prevents it is named once on stderr and the step runs eagerly"),
+                 [](const FlagValue& v, TrainConfig& c) { c.compute.cuda_graphs = v.boolean(); }),
   };
 }
 

@@ -6,11 +6,97 @@
 
 #include "base/error.h"
 #include "data/batch_augment.h"
+#include "engine/cuda_graph.h"
 #include "engine/ops.h"
 #include "engine/memory_tag.h"
+#include "engine/nn/layers.h"
 #include "engine/profiler.h"
+#include "engine/stream.h"
 
 namespace rt::train {
+
+// Note [The training step as a CUDA graph]
+// With --cuda-graphs on CUDA, forward, loss, backward and the update (MixedPrecision::step,
+// then zero_grad) of a batch are captured once as a CUDA graph (engine/cuda_graph.h) and the
+// later steps launch it: one host launch instead of one per kernel. The graph replays the
+// same kernels in the same order on the same memory, so training is bit for bit the eager
+// training. How:
+//   - Every step of such a run queues its work on a stream of its own, which first waits for
+//     the caller's stream and which the caller's stream waits for after it (a capture needs a
+//     stream other than the legacy default one); the feeder's batch is taken on it too.
+//   - The first step runs eagerly: it makes the convolution plans, the optimizer's state and
+//     its multi-tensor tables.
+//   - The batch is copied into static input and label buffers (made from the first batch
+//     after it), which the graph reads. Memory the step allocates comes from the graph's pool
+//     (Note [Graph pools] in engine/caching_allocator.h).
+//   - The optimizer's multi-tensor tables hold the gradients' addresses; they are uploaded
+//     (through host staging and events, which a capture refuses) whenever the list changes,
+//     and the gradients are allocated anew every step. So the capture must see the addresses
+//     the step before it had: before capturing, the step runs eagerly in the pool
+//     ("rehearsed", CudaGraph::rehearse) until a rehearsal takes no new segment; the pool then
+//     starts each run with the same free segments and the allocator hands the same requests
+//     the same blocks, so the capture meets the tables as the rehearsal left them.
+//   - Kernel arguments are baked at capture, the learning rate among them (kernels/cuda/optim.cuh).
+//     The graph is captured again, into the same pool (so with the same addresses), when the
+//     optimizer's lr differs from the captured one: a capture costs the host time of one eager
+//     step and runs nothing, so a schedule that changes lr per epoch (step, multistep) costs
+//     one capture per change; a per-step warm-up (--lr-warmup-epochs) captures at every
+//     warm-up step, no faster than eager there; cosine and poly change lr every step and run
+//     eagerly (the lr read from device memory by the update kernels would lift that; not done).
+//     Momentum, weight decay and the rest do not change during a run.
+//   - A batch of another shape (the epoch's last, partial batch) runs eagerly, outside the
+//     pool. Its gradients' addresses then sit in the tables' device copies, which the graph
+//     reads without uploading: the next full batch is rehearsed again in the pool (the tables
+//     get the pool's addresses back) and the graph captured again after it. So an epoch with a
+//     partial batch has, past its first steps, two eager steps and a capture more than those.
+//   - Batch norm counts its batches on the host (num_batches_tracked, a host read the capture
+//     refuses): during the capture its forward does not count, and every batch norm counts
+//     once after each replay, as the eager forward would (BatchNorm2d::count_in_forward).
+//   - The loss stays on the device: the graph writes it into a pool block, which the loss
+//     meter adds after the replay, on the same stream, as the eager step adds its loss
+//     (Note [Loss on the device] in train/loss_meter.h).
+// What cannot be captured, or gains nothing, runs eagerly, said once on stderr (graph_blocker
+// below): several micro-batches (--accum-steps: the step's loop would need one graph per micro-batch and the
+// reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
+// augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
+// drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
+// host whether the gradients overflowed), AdamW (its bias corrections come from host step
+// counts, baked at capture), the cosine and poly schedules (above), data parallelism with
+// more than one process (the reducer's buckets use a communication stream and NCCL calls that
+// this capture does not join), and the CPU. In the kernel lab
+// (Note [Graph launches in the lab] in cuda_emu/perf.cc) a replayed
+// step counts each of its kernels as a launch that ran on the device (graph_node_launches)
+// and the step as one host launch (graph_launches); `host_launches` is what the host paid for.
+std::string graph_blocker(const TrainConfig& cfg) {
+  if (cfg.loop.accum_steps > 1) return "--accum-steps " + std::to_string(cfg.loop.accum_steps) + " (use 1)";
+  if (cfg.loop.skip_nonfinite) return "--skip-nonfinite (drop it)";
+  if (cfg.data.mixup_alpha > 0) return "--mixup-alpha (host-drawn mixing weights; use 0)";
+  if (cfg.data.cutmix_alpha > 0) return "--cutmix-alpha (host-drawn boxes; use 0)";
+  if (cfg.data.random_erase > 0) return "--random-erase (host-drawn boxes; use 0)";
+  if (cfg.compute.precision == Precision::fp16)
+    return "--precision fp16 (the loss scaler reads overflow on the host; use bf16 or fp32)";
+  if (cfg.optimizer.kind == OptimizerKind::adamw)
+    return "--optimizer adamw (host step counts in its bias corrections; use sgd or lars)";
+  const optim::LrScheduleKind k = cfg.lr_schedule.kind;
+  if (k == optim::LrScheduleKind::cosine || k == optim::LrScheduleKind::poly)
+    return std::string("--lr-scheduler ") + optim::lr_schedule_name(k) +
+           " (the lr changes every step and each change is a new capture; use step, multistep or constant)";
+  return "";
+}
+
+// The captured step of one input shape (Note [The training step as a CUDA graph]).
+struct TrainStep::Graphed {
+  Stream stream;
+  Event entered, left;  // the caller's stream -> the step's, and back
+  bool warmed = false;  // the first step ran eagerly
+  Tensor input, labels;  // static buffers: the graph's input
+  CudaGraph graph;
+  Tensor loss;           // the graph's output: the step's loss
+  double lr = 0;         // at the capture
+  bool current = false;  // the graph may be replayed (nothing ran eagerly since its capture)
+  bool ready = false;    // the last run in the pool took no segment: a capture now meets its addresses
+  explicit Graphed(Device d) : stream(Stream::create(d)), entered(d), left(d) {}
+};
 
 TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp, ParallelContext& par,
                      const LoopConfig& loop, double label_smoothing, Device device, const StepOptions& options)
@@ -25,9 +111,128 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
       loss_on_device_(device.is_cuda() && !loop.skip_nonfinite),
       losses_(!loss_on_device_) {
   if (skip_nonfinite_) good_ = TrainState::take(model_, opt_, mp_);
+  if (!options_.cuda_graphs) return;
+  std::string why = options_.graph_blocker;
+  if (why.empty() && !device.is_cuda()) why = "--device " + device.str() + " (CUDA graphs need --device cuda)";
+  if (why.empty() && par_.world_size() > 1)
+    why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
+  if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision bf16 or fp32)";
+  if (!why.empty()) {
+    std::fprintf(stderr, "--cuda-graphs: the training step runs eagerly because of %s\n", why.c_str());
+    return;
+  }
+  graphed_ = std::make_unique<Graphed>(device);
 }
 
+TrainStep::~TrainStep() = default;
+
 StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
+  if (!graphed_) return run_eager(feed, p);
+  Graphed& g = *graphed_;
+  const Stream caller = Stream::current(g.stream.device());
+  g.entered.record(caller);
+  g.entered.block(g.stream);
+  StepOutcome out;
+  {
+    const StreamGuard on(g.stream);
+    out = run_graphed(feed, p);
+  }
+  g.left.record(g.stream);
+  g.left.block(caller);
+  return out;
+}
+
+Tensor TrainStep::step_core(const Tensor& input, const Tensor& labels) {
+  Tensor loss;
+  {
+    const MemoryTagScope tag(MemoryTag::activations);
+    loss = cross_entropy(mp_.forward(input), labels, label_smoothing_);
+  }
+  {
+    const MemoryTagScope tag(MemoryTag::gradients);
+    par_.before_backward(true);
+    mp_.backward(loss);
+    par_.after_backward(true);
+  }
+  const MemoryTagScope tag(MemoryTag::optimizer_state);
+  par_.before_optimizer_step();
+  mp_.step(opt_, options_.clip_grad_norm);
+  opt_.zero_grad();
+  return loss;
+}
+
+StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) {
+  Graphed& g = *graphed_;
+  if (!g.warmed) {
+    g.warmed = true;
+    return run_eager(feed, p);
+  }
+  using prof::EventKind;
+  StepOutcome out;
+  std::optional<data::DeviceBatch> b;
+  {
+    const prof::RangeScope phase(EventKind::phase, "data");
+    b = feed.next();
+  }
+  if (!b) {
+    losses_.end_step(false);
+    return out;
+  }
+  out.samples = b->input.size(0);
+  out.complete = stepped_ = true;
+  if (!g.input.defined()) {
+    g.input = b->input.clone();
+    g.labels = b->labels.clone();
+  }
+  const prof::RangeScope phase(EventKind::phase, "step");
+  Tensor loss;
+  if (b->input.shape() != g.input.shape() || b->labels.shape() != g.labels.shape()) {
+    loss = step_core(b->input, b->labels);  // eagerly, outside the pool: the tables now hold other addresses
+    g.current = g.ready = false;
+  } else {
+    g.input.copy_(b->input);
+    g.labels.copy_(b->labels);
+    b.reset();
+    const double lr = opt_.lr();
+    if (g.graph.captured() && g.current && g.lr == lr) {
+      g.graph.replay(g.stream);
+    } else if (g.ready) {
+      g.loss = Tensor();  // the pool as the last rehearsal or capture found it: every block free
+      const auto count = [&](bool in_forward) {
+        model_.for_each_module([&](nn::Module& m) {
+          if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->count_in_forward = in_forward;
+        });
+      };
+      count(false);  // its host read of the count would fail the capture; counted at each replay
+      try {
+        g.graph.capture(g.stream, [&] { g.loss = step_core(g.input, g.labels); });
+      } catch (...) {
+        count(true);
+        throw;
+      }
+      count(true);
+      g.lr = lr;
+      g.current = true;
+      g.graph.replay(g.stream);
+    } else {
+      g.loss = Tensor();  // as a capture starts: every block of the pool free
+      const int64_t segments = g.graph.pool_segments();
+      g.graph.rehearse(g.stream, [&] { loss = step_core(g.input, g.labels); });
+      g.ready = g.graph.pool_segments() == segments;
+    }
+    if (g.current) {
+      loss = g.loss;
+      model_.for_each_module([](nn::Module& m) {  // as the eager forward counts its batch
+        if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->count_batch();
+      });
+    }
+  }
+  losses_.add(loss, 1);
+  losses_.end_step(true);
+  return out;
+}
+
+StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
   StepOutcome out;
   std::string skip_why;  // why this step is skipped (--skip-nonfinite); "" while it stands
   // Phases (prof::RangeScope): named ranges in NVTX and in a profile (Note [Profiler scopes]).
@@ -98,6 +303,8 @@ StepOptions step_options(const TrainConfig& cfg) {
   o.cutmix_alpha = cfg.data.cutmix_alpha;
   o.random_erase = cfg.data.random_erase;
   o.clip_grad_norm = cfg.optimizer.clip_grad_norm;
+  o.cuda_graphs = cfg.compute.cuda_graphs;
+  if (o.cuda_graphs) o.graph_blocker = graph_blocker(cfg);
   return o;
 }
 

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -28,6 +29,10 @@ struct StepOptions {
   uint64_t seed = 0;  // the draws: data/batch_augment.h, functions of (seed, epoch, batch or position)
   double mixup_alpha = 0, cutmix_alpha = 0, random_erase = 0;
   double clip_grad_norm = 0;
+  // --cuda-graphs (Note [The training step as a CUDA graph], step.cc), and why this
+  // configuration cannot be captured ("" = it can; the device and world size are the step's).
+  bool cuda_graphs = false;
+  std::string graph_blocker;
 };
 StepOptions step_options(const TrainConfig& cfg);
 
@@ -44,6 +49,7 @@ class TrainStep {
   // snapshot of the state now, so construct it after resuming.
   TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& mp, ParallelContext& par,
             const LoopConfig& loop, double label_smoothing, Device device, const StepOptions& options = {});
+  ~TrainStep();
 
   // The step after `p` (p.step + 1), from the feed's next batches, at the optimizer's lr.
   StepOutcome run(data::DeviceFeeder& feed, const Progress& p);
@@ -66,6 +72,12 @@ class TrainStep {
   // The micro-batch's loss after random erasing and mixup/cutmix of its images (in place
   // in `b`; Note [Batch augmentation order], step.cc).
   Tensor loss_of(data::DeviceBatch& b);
+  StepOutcome run_eager(data::DeviceFeeder& feed, const Progress& p);
+  // --cuda-graphs on CUDA (Note [The training step as a CUDA graph], step.cc).
+  StepOutcome run_graphed(data::DeviceFeeder& feed, const Progress& p);
+  // Forward, loss, backward, update and zero_grad of one batch: the captured work.
+  Tensor step_core(const Tensor& input, const Tensor& labels);
+  struct Graphed;
 
   nn::Module& model_;
   optim::Optimizer& opt_;
@@ -79,6 +91,7 @@ class TrainStep {
   LossMeter losses_;
   bool stepped_ = false;  // a step has run in this process (for the cause of a NaN loss)
   std::optional<TrainState> good_;  // --skip-nonfinite: the state after the last step that stood
+  std::unique_ptr<Graphed> graphed_;  // --cuda-graphs where the step can be captured
 };
 
 }  // namespace rt::train

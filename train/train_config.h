@@ -92,6 +92,7 @@ struct ComputeConfig {
   int threads = 0;                     // CPU threads for the math; 0 = all cores
   bool cudnn_benchmark = false;        // training only, like the next one
   bool cudnn_benchmark_runtime_compiled = false;
+  bool cuda_graphs = false;  // training only (Note [The training step as a CUDA graph], train/step.cc)
 
   bool operator==(const ComputeConfig&) const = default;
 };

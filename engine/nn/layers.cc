@@ -49,7 +49,7 @@ void BatchNorm2d::count_batch() {
 
 Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
   const prof::ModuleScope scope(this);
-  count_batch();
+  if (count_in_forward) count_batch();
   // As in forward (Note [Batch norm in mixed precision]).
   const Tensor w = param_for(weight, x), b = param_for(bias, x);
   if (!fuse_relu) {
@@ -63,7 +63,7 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
 
 Tensor BatchNorm2d::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
-  count_batch();
+  if (count_in_forward) count_batch();
   // Note [Batch norm in mixed precision]
   // The parameters and running statistics stay in the master dtype (keeps_master_dtype)
   // while x comes in the compute dtype. batch_norm takes running statistics of another

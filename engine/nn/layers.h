@@ -34,12 +34,14 @@ class BatchNorm2d : public Module {
   // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
   // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
   std::shared_ptr<BatchNormSync> sync;
+  // PyTorch counts every training-mode forward (num_batches_tracked, on the host). false: the
+  // forward does not, its caller counts (a captured step, counted at each replay:
+  // Note [The training step as a CUDA graph] in train/step.cc).
+  bool count_in_forward = true;
+  void count_batch();
 
  protected:
   bool keeps_master_dtype() const override { return true; }  // Note [Batch norm in mixed precision]
-
- private:
-  void count_batch();  // PyTorch counts every training-mode forward
 };
 
 // Every BatchNorm2d of `model` synchronises through `sync` from now on (null: none again),

@@ -1,0 +1,107 @@
+// `ringtape train --cuda-graphs` on the CUDA path (Note [The training step as a CUDA graph] in
+// train/step.cc), against the same runs without it:
+//   - bit for bit the same weights, running statistics, optimizer state and losses, through
+//     the rehearsals, the capture, replays and a recapture when a step schedule lowers the lr;
+//   - an exact resume of a run with graphs;
+//   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
+// It runs where there is a GPU, and under --config=cuda-emu; elsewhere every case prints SKIPPED.
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/io/safetensors.h"
+#include "kernels/cuda/runtime.h"
+#include "tests/train/process_util.h"
+
+namespace rt {
+namespace {
+
+namespace fs = std::filesystem;
+using test::ringtape;
+using test::Run;
+
+bool have_gpu(const char* test) {
+  std::string why;
+  if (cuda::device_count(&why) > 0) return true;
+  std::printf("SKIPPED: no CUDA device (%s): %s\n", why.c_str(), test);
+  return false;
+}
+
+// A width-4 ResNet18 on 40 synthetic 3x16x16 images, batch 8 (5 steps an epoch), 2 epochs
+// without shuffling, SGD with momentum at lr 0.1, then 0.01 in the second epoch.
+std::vector<std::string> tiny(const fs::path& dir, std::vector<std::string> more = {}) {
+  std::vector<std::string> a = {"train", "--dataset", "synthetic", "--synthetic-size", "40x3x16x16", "--num-classes",
+                                "4", "--width", "4", "--batch-size", "8", "--epochs", "2", "--no-shuffle",
+                                "--workers", "0", "--device", "cuda", "--seed", "6", "--precision", "fp32",
+                                "--lr-scheduler", "step", "--lr-step-size", "1", "--lr-gamma", "0.1",
+                                "--print-freq", "1", "--output-dir", dir.string()};
+  a.insert(a.end(), more.begin(), more.end());
+  return a;
+}
+
+Run train(const fs::path& dir, const std::vector<std::string>& args) {
+  const Run r = ringtape(args, dir.string() + ".txt", std::chrono::seconds(1200));
+  INFO(r.output);
+  REQUIRE(r.status == 0);
+  return r;
+}
+
+// Every tensor of the two files (model, optimizer state, running statistics) with the same
+// bytes; returns how many were compared.
+size_t check_identical(const fs::path& a_file, const fs::path& b_file) {
+  const std::map<std::string, Tensor> a = load_safetensors(a_file.string()), b = load_safetensors(b_file.string());
+  REQUIRE(a.size() == b.size());
+  for (const auto& [name, tb] : b) {
+    CAPTURE(name);
+    REQUIRE(a.count(name));
+    const Tensor& ta = a.at(name);
+    REQUIRE(ta.dtype() == tb.dtype());
+    REQUIRE(ta.shape() == tb.shape());
+    CHECK(std::memcmp(ta.raw_data(), tb.raw_data(), tb.nbytes()) == 0);
+  }
+  return b.size();
+}
+
+TEST_CASE("--cuda-graphs trains bit for bit as without, across a capture, replays and an lr change") {
+  if (!have_gpu("cuda graphs vs eager")) return;
+  const fs::path base = test::fresh_dir("cuda_graphs_test_", "same");
+  train(base / "eager", tiny(base / "eager"));
+  const Run g = train(base / "graphs", tiny(base / "graphs", {"--cuda-graphs"}));
+  CHECK(g.output.find("runs eagerly") == std::string::npos);
+  const size_t n =
+      check_identical(base / "graphs" / "checkpoint.safetensors", base / "eager" / "checkpoint.safetensors");
+  MESSAGE("checkpoint tensors compared bit for bit: ", n);
+  CHECK(n > 60);  // weights, momentum buffers, running statistics
+  check_identical(base / "graphs" / "model.safetensors", base / "eager" / "model.safetensors");
+  CHECK(test::read_file(base / "graphs" / "metrics.jsonl").size() > 0);
+}
+
+TEST_CASE("--cuda-graphs resumes exactly") {
+  if (!have_gpu("cuda graphs resume")) return;
+  const fs::path base = test::fresh_dir("cuda_graphs_test_", "resume");
+  train(base / "whole", tiny(base / "whole", {"--cuda-graphs"}));
+  train(base / "part", tiny(base / "part", {"--cuda-graphs", "--steps", "7"}));
+  train(base / "part",
+        tiny(base / "part", {"--cuda-graphs", "--resume", (base / "part" / "checkpoint.safetensors").string()}));
+  check_identical(base / "part" / "checkpoint.safetensors", base / "whole" / "checkpoint.safetensors");
+}
+
+TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and names the setting") {
+  if (!have_gpu("cuda graphs fallback")) return;
+  const fs::path base = test::fresh_dir("cuda_graphs_test_", "fallback");
+  const Run r = train(base / "accum", tiny(base / "accum", {"--cuda-graphs", "--accum-steps", "2", "--steps", "1",
+                                                             "--batch-size", "4"}));
+  CHECK(r.output.find("--cuda-graphs: the training step runs eagerly because of --accum-steps 2 (use 1)") !=
+        std::string::npos);
+  const Run c = train(base / "cosine", tiny(base / "cosine", {"--cuda-graphs", "--steps", "1", "--lr-scheduler",
+                                                               "cosine"}));
+  CHECK(c.output.find("because of --lr-scheduler cosine") != std::string::npos);
+}
+
+}  // namespace
+}  // namespace rt
