@@ -6,7 +6,7 @@
 #
 #   bench/run_kernel_lab.sh [--model resnet50] [--precision bf16] [--memory-format channels_last|contiguous]
 #       [--batches 1,2,4] [--target-batch 256] [--size 3x224x224] [--classes 1000] [--width 64]
-#       [--small-stem] [--stem-stride S] [--top 15] [--out DIR]
+#       [--small-stem] [--stem-stride S] [--cuda-graphs] [--top 15] [--out DIR]
 #
 # Defaults: ResNet50 at 224 px, bf16, channels-last, batches 1, 2 and 4 extrapolated to 256
 # (Note [Extrapolating the lab] in profile/kernel_lab.h). --small-model: the default model of
@@ -15,11 +15,14 @@
 # cuDNN plans and the allocator's cache): --warmup 1 --steps 1 --profile-steps 2:3, the
 # profiler's window being the lab's (profile/session.cc). Out: DIR/lab-bB.json per batch,
 # DIR/report.json, DIR/roofline.svg, DIR/report.txt (default out/kernel_lab/<model>-<precision>-<format>).
+# --cuda-graphs: the recorded step is a replay of the step captured as a CUDA graph
+# (train_step_bench --cuda-graphs); the report's "host launches per step" then counts the
+# graph launch once.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 model=resnet50 precision=bf16 format=channels_last batches=1,2,4 target=256 size=3x224x224 classes=1000 width=64
-small_stem=() stem_stride=() top=15 out=""
+small_stem=() stem_stride=() graphs=() top=15 out=""
 while [[ $# -gt 0 ]]; do
   case "$1" in
     --model) model="$2"; shift 2 ;;
@@ -35,9 +38,10 @@ while [[ $# -gt 0 ]]; do
     --small-model)
       model=resnet18 size=1x28x28 classes=10 width=16 small_stem=(--small-stem) stem_stride=(--stem-stride 2)
       target=128; shift ;;
+    --cuda-graphs) graphs=(--cuda-graphs); shift ;;
     --top) top="$2"; shift 2 ;;
     --out) out="$2"; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) sed -n '2,20p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
     *) echo "run_kernel_lab.sh: unknown argument '$1' (--help lists them)" >&2; exit 2 ;;
   esac
 done
@@ -65,7 +69,7 @@ for b in "${bs[@]}"; do
   rm -f "$out/lab-b$b.json"
   RINGTAPE_EMU_PERF="$out/lab-b$b.json" "$bin/bench/train_step_bench" --device cuda --model "$model" \
     --batch "$b" --size "$size" --classes "$classes" --width "$width" "${small_stem[@]}" "${stem_stride[@]}" \
-    "${fmt_flag[@]}" --precision "$precision" --warmup 1 --steps 1 --profile-steps 2:3 \
+    "${fmt_flag[@]}" "${graphs[@]}" --precision "$precision" --warmup 1 --steps 1 --profile-steps 2:3 \
     --profile-dir "$out/profile-b$b" >"$out/step-b$b.json" 2>"$out/step-b$b.log" ||
     { tail -20 "$out/step-b$b.log" >&2; echo "run_kernel_lab.sh: the batch-$b step failed (log: $out/step-b$b.log)" >&2; exit 1; }
   [[ -s "$out/lab-b$b.json" ]] || { echo "run_kernel_lab.sh: no lab records in $out/lab-b$b.json" >&2; exit 1; }

@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,8 @@
 #include "bench/bench_util.h"
 #include "cli/flags.h"
 #include "engine/autograd.h"
+#include "engine/cuda_graph.h"
+#include "engine/stream.h"
 #include "engine/nn/layers.h"
 #include "engine/nn/module.h"
 #include "engine/ops.h"
@@ -64,13 +67,14 @@ struct Options {
   rt::cpu::ConvAlgo cpu_conv = rt::cpu::ConvAlgo::onednn;
   bool inference = false;  // eval-mode forward passes without autograd instead of training steps
   bool unfused = false;    // the block tails and residual gradient sums as separate ops
+  bool cuda_graphs = false;  // the timed steps replay one captured CUDA graph
 };
 
 const char* kUsage =
     "usage: train_step_bench [--model NAME] [--batch N] [--size CxHxW] [--classes K] [--width W] [--small-stem] "
     "[--stem-stride S] [--channels-last] [--device D] [--precision fp32|tf32|bf16|fp16|auto] [--cudnn-benchmark] "
     "[--steps N] [--warmup N] [--profile-steps A:B] [--profile-group op|layer|kernel] [--profile-dir DIR] "
-    "[--cpu-conv onednn|im2col] [--inference] [--unfused]";
+    "[--cpu-conv onednn|im2col] [--inference] [--unfused] [--cuda-graphs]";
 
 std::vector<rt::cli::Flag> flag_table() {
   using rt::bench::int_at_least;
@@ -103,6 +107,9 @@ std::vector<rt::cli::Flag> flag_table() {
       {"unfused", FlagType::boolean, "false",
        "batch norm's relu and residual add as separate ops, residual gradients summed out of place: what "
        "the fusions are measured against (Note [Fused block tails] in models/resnet.cc)"},
+      {"cuda-graphs", FlagType::boolean, "false",
+       "CUDA training: the timed steps replay the step captured as one CUDA graph after the warm-up (as "
+       "`ringtape train --cuda-graphs`, Note [The training step as a CUDA graph] in train/step.cc)"},
   };
 }
 
@@ -122,6 +129,7 @@ Options parse(int argc, char** argv) {
   o.stem_stride = int(f.integer("stem-stride"));
   o.channels_last = f.boolean("channels-last");
   o.unfused = f.boolean("unfused");
+  o.cuda_graphs = f.boolean("cuda-graphs");
   o.device = f.str("device");
   o.precision = f.str("precision");
   o.cudnn_benchmark = f.boolean("cudnn-benchmark");
@@ -132,6 +140,9 @@ Options parse(int argc, char** argv) {
   o.profile_dir = f.str("profile-dir");
   o.cpu_conv = f.str("cpu-conv") == "im2col" ? rt::cpu::ConvAlgo::im2col : rt::cpu::ConvAlgo::onednn;
   o.inference = f.boolean("inference");
+  if (o.cuda_graphs && (o.inference || o.warmup < 1 || o.precision == "fp16" || o.device.rfind("cuda", 0) != 0))
+    throw rt::UsageError("--cuda-graphs needs --device cuda, training (not --inference), --warmup 1 or more (the "
+                         "graph is captured after an eager step) and no loss scaling (not --precision fp16)");
   // Values whose form the rows cannot check: refused here, before the model is built.
   try {
     rt::Device::parse(o.device);
@@ -200,6 +211,44 @@ int run(const Options& o) {
   const rt::Tensor y = rt::randint({o.batch}, g, 0, o.classes, dev);
   std::vector<double> ms, profiled_ms;
   double loss = 0;
+  // --cuda-graphs, as TrainStep does it (Note [The training step as a CUDA graph] in
+  // train/step.cc): at the end of the warm-up, the step on a stream of its own is rehearsed in
+  // the graph's pool until it takes no new segment, then captured; each timed step is one
+  // replay. All of it before the timed steps, so the kernel lab's window sees replays only.
+  auto core = [&] {
+    opt->zero_grad();
+    const rt::Tensor l = rt::cross_entropy(mp.forward(x), y);
+    mp.backward(l);
+    mp.step(*opt);
+    return l;
+  };
+  std::optional<rt::Stream> gs;
+  rt::CudaGraph graph;
+  rt::Tensor graph_loss;  // the graph's output, in its pool
+  auto for_bn = [&](auto f) {
+    model->for_each_module([&](rt::nn::Module& m) {
+      if (auto* bn = dynamic_cast<rt::nn::BatchNorm2d*>(&m)) f(*bn);
+    });
+  };
+  auto join = [&](const rt::Stream& from, const rt::Stream& to) {
+    rt::Event e(dev);
+    e.record(from);
+    e.block(to);
+  };
+  auto prepare_graph = [&] {
+    gs.emplace(rt::Stream::create(dev));
+    join(rt::Stream::current(dev), *gs);
+    for (int r = 0;; ++r) {
+      RT_CHECK(r < 8, "train_step_bench --cuda-graphs: the step still takes new memory after 8 rehearsals");
+      const int64_t segments = graph.pool_segments();
+      graph.rehearse(*gs, [&] { (void)core(); });
+      if (graph.pool_segments() == segments) break;
+    }
+    for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_in_forward = false; });  // its host read would fail the capture
+    graph.capture(*gs, [&] { graph_loss = core(); });
+    for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_in_forward = true; });
+    join(*gs, rt::Stream::current(dev));
+  };
   using rt::prof::EventKind;
   using rt::prof::RangeScope;
   for (int s = 0; s < o.warmup + o.steps; ++s) {
@@ -213,6 +262,12 @@ int run(const Options& o) {
         const rt::NoGradGuard no_grad;
         const RangeScope phase(EventKind::phase, "forward");
         loss = rt::sum(mp.forward(x)).item();  // waits for the device
+      } else if (o.cuda_graphs && s >= o.warmup) {
+        join(rt::Stream::current(dev), *gs);
+        graph.replay(*gs);
+        join(*gs, rt::Stream::current(dev));
+        for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_batch(); });  // as the eager forward counts
+        loss = graph_loss.item();  // waits for the device
       } else {
         opt->zero_grad();
         rt::Tensor l;
@@ -235,6 +290,7 @@ int run(const Options& o) {
     session.end_step(s);
     if (profiled) profiled_ms.push_back(t);
     else if (s >= o.warmup) ms.push_back(t);
+    if (o.cuda_graphs && s + 1 == o.warmup) prepare_graph();
   }
   std::sort(ms.begin(), ms.end());
   std::sort(profiled_ms.begin(), profiled_ms.end());
@@ -244,11 +300,11 @@ int run(const Options& o) {
   const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"fused\": %s, \"threads\": %d, "
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"fused\": %s, \"cuda_graphs\": %s, \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
               "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
-              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", o.unfused ? "false" : "true", omp_get_max_threads(), o.steps,
+              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", o.unfused ? "false" : "true", o.cuda_graphs ? "true" : "false", omp_get_max_threads(), o.steps,
               med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }

@@ -19,8 +19,11 @@ MultiTensorTable::~MultiTensorTable() {
 }
 
 void MultiTensorTable::wait_for_upload(cudaStream_t stream) {
-  if (uploaded_once_ && stream != upload_stream_)
-    CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(staged_[next_ ^ 1]), 0));
+  if (!uploaded_once_ || stream == upload_stream_) return;
+  for (cudaStream_t s : waited_)
+    if (s == stream) return;
+  CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(staged_[next_ ^ 1]), 0));
+  waited_.push_back(stream);
 }
 
 void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set_id, cudaStream_t stream) {
@@ -79,6 +82,7 @@ void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set
   staged_recorded_[k] = true;
   upload_stream_ = stream;
   uploaded_once_ = true;
+  waited_.clear();
   uploaded_ = image_;
   ++uploads_;
 }

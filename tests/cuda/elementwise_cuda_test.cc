@@ -9,6 +9,7 @@
 #include <limits>
 #include <random>
 
+#include "engine/cuda_graph.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cpu/elementwise.h"
@@ -524,6 +525,39 @@ TEST_CASE("check_matches_cpu: a user's composed op in one line") {
 // conv2d, global_avg_pool, linear and cross_entropy used to be checked here for throwing "has no
 // CUDA kernel yet"; they have kernels now, and conv2d_cuda_test, pool_cuda_test, linear_cuda_test
 // and cross_entropy_cuda_test check their values against the CPU.
+
+// A table uploaded on one stream and used on another: that stream waits for the upload once
+// (its first use, eagerly), so a CUDA graph captured there later makes no wait on the
+// uncaptured upload, which CUDA refuses (cudaErrorStreamCaptureIsolation): a training step
+// warmed up on one stream and captured on its own (train_step_bench --cuda-graphs).
+TEST_CASE("a multi-tensor table uploaded on one stream can be captured on another after one use there") {
+  if (!have_gpu("multi-tensor table across streams and a capture")) return;
+  const int64_t n = 1000;
+  const Tensor src = rnd({n}, 77).to(DType::f32).to(gpu());
+  Tensor dst = poisoned({n}, DType::bf16);
+  const std::vector<cuda::CastTensor> list = {{src.raw_data(), dst.raw_data(), n, false}};
+  cuda::MultiTensorTable table;
+  cuda::cast_many(DType::f32, DType::bf16, list, table, stream());  // uploaded on the current stream
+  const Stream side = Stream::create(gpu());
+  Event e(gpu());
+  e.record(Stream::current(gpu()));
+  e.block(side);
+  const auto side_s = static_cast<cudaStream_t>(side.handle());
+  cuda::cast_many(DType::f32, DType::bf16, list, table, side_s);  // eagerly: waits for the upload here
+  CudaGraph g;
+  g.capture(side, [&] { cuda::cast_many(DType::f32, DType::bf16, list, table, side_s); });
+  Event back(gpu());  // the fill below comes after the side stream's eager write
+  back.record(side);
+  back.block(Stream::current(gpu()));
+  dst.fill_(0.0);
+  Event filled(gpu());
+  filled.record(Stream::current(gpu()));
+  filled.block(side);
+  g.replay(side);
+  side.synchronize();
+  check_on_gpu(dst, src.to(DType::bf16), kExact, "cast_many replayed on the side stream");
+  CHECK(table.uploads() == 1);
+}
 
 }  // namespace
 }  // namespace rt
