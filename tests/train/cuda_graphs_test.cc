@@ -101,6 +101,9 @@ TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and
   const Run c = train(base / "cosine", tiny(base / "cosine", {"--cuda-graphs", "--steps", "1", "--lr-scheduler",
                                                                "cosine"}));
   CHECK(c.output.find("because of --lr-scheduler cosine") != std::string::npos);
+  const Run m = train(base / "bf16", tiny(base / "bf16", {"--cuda-graphs", "--steps", "1", "--precision", "bf16"}));
+  CHECK(m.output.find("because of --precision bf16 (mixed precision's compute copies are not captured yet") !=
+        std::string::npos);
 }
 
 }  // namespace
