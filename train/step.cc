@@ -55,14 +55,19 @@ namespace rt::train {
 //   - The loss stays on the device: the graph writes it into a pool block, which the loss
 //     meter adds after the replay, on the same stream, as the eager step adds its loss
 //     (Note [Loss on the device] in train/loss_meter.h).
+//   - Mixed precision's compute copies are refreshed from the masters by the forward when the
+//     host thinks them stale (MixedPrecision's fresh flag, cleared by step()). A replay updates
+//     the masters without step() running on the host, so the flag is cleared after every
+//     replay and before every capture: the graph always holds the refresh, and an evaluation
+//     between replays refreshes the copies for itself. (Without this, an evaluation marked the
+//     copies fresh, the next recapture left the refresh out, and bf16 training with graphs
+//     left the eager trajectory: found by the bf16 case of tests/train/cuda_graphs_test.)
 // What cannot be captured, or gains nothing, runs eagerly, said once on stderr (graph_blocker
 // below): several micro-batches (--accum-steps: the step's loop would need one graph per micro-batch and the
 // reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
 // drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
-// host whether the gradients overflowed), bf16 and fp16's compute copies (a bf16 run left the
-// eager trajectory two replays after a recapture under the emulator, cause not found yet: no
-// capture rather than a silently different step), AdamW (its bias corrections come from host step
+// host whether the gradients overflowed), AdamW (its bias corrections come from host step
 // counts, baked at capture), the cosine and poly schedules (above), data parallelism with
 // more than one process (the reducer's buckets use a communication stream and NCCL calls that
 // this capture does not join), and the CPU. In the kernel lab
@@ -119,12 +124,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (why.empty() && par_.world_size() > 1)
     why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
   if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision fp32)";
-  // Mixed precision's compute copies: a bf16 run with graphs left the eager trajectory two
-  // replays after a recapture (an lr change) under the emulator, cause not yet found; until
-  // it is, no captured step with them rather than a silently different one.
-  if (why.empty() && mp_.compute_copies())
-    why = "--precision " + std::string(dtype_name(mp_.input_dtype())) +
-          " (mixed precision's compute copies are not captured yet; use --precision fp32)";
+
   if (!why.empty()) {
     std::fprintf(stderr, "--cuda-graphs: the training step runs eagerly because of %s\n", why.c_str());
     return;
@@ -202,8 +202,13 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     g.labels.copy_(b->labels);
     b.reset();
     const double lr = opt_.lr();
+    // The graph's update changes the masters without MixedPrecision::step running on the host:
+    // its compute copies are stale after every replay, and a capture must include their refresh
+    // whatever an evaluation in between left (it refreshes them and marks them fresh).
+    mp_.weights_changed();
     if (g.graph.captured() && g.current && g.lr == lr) {
       g.graph.replay(g.stream);
+      mp_.weights_changed();
     } else if (g.ready) {
       g.loss = Tensor();  // the pool as the last rehearsal or capture found it: every block free
       const auto count = [&](bool in_forward) {
@@ -222,6 +227,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
       g.lr = lr;
       g.current = true;
       g.graph.replay(g.stream);
+      mp_.weights_changed();
     } else {
       g.loss = Tensor();  // as a capture starts: every block of the pool free
       const int64_t segments = g.graph.pool_segments();
