@@ -52,6 +52,7 @@
 #include "optim/optimizer.h"
 #include "profile/session.h"
 #include "train/precision.h"
+#include "train/step_graph.h"
 
 namespace {
 
@@ -225,11 +226,6 @@ int run(const Options& o) {
   std::optional<rt::Stream> gs;
   rt::CudaGraph graph;
   rt::Tensor graph_loss;  // the graph's output, in its pool
-  auto for_bn = [&](auto f) {
-    model->for_each_module([&](rt::nn::Module& m) {
-      if (auto* bn = dynamic_cast<rt::nn::BatchNorm2d*>(&m)) f(*bn);
-    });
-  };
   auto join = [&](const rt::Stream& from, const rt::Stream& to) {
     rt::Event e(dev);
     e.record(from);
@@ -238,15 +234,9 @@ int run(const Options& o) {
   auto prepare_graph = [&] {
     gs.emplace(rt::Stream::create(dev));
     join(rt::Stream::current(dev), *gs);
-    for (int r = 0;; ++r) {
+    for (int r = 0; !rt::train::rehearse_step(graph, *gs, [&] { (void)core(); }); ++r)
       RT_CHECK(r < 8, "train_step_bench --cuda-graphs: the step still takes new memory after 8 rehearsals");
-      const int64_t segments = graph.pool_segments();
-      graph.rehearse(*gs, [&] { (void)core(); });
-      if (graph.pool_segments() == segments) break;
-    }
-    for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_in_forward = false; });  // its host read would fail the capture
-    graph.capture(*gs, [&] { graph_loss = core(); });
-    for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_in_forward = true; });
+    rt::train::capture_step(graph, *gs, *model, [&] { graph_loss = core(); });
     join(*gs, rt::Stream::current(dev));
   };
   using rt::prof::EventKind;
@@ -266,7 +256,7 @@ int run(const Options& o) {
         join(rt::Stream::current(dev), *gs);
         graph.replay(*gs);
         join(*gs, rt::Stream::current(dev));
-        for_bn([](rt::nn::BatchNorm2d& bn) { bn.count_batch(); });  // as the eager forward counts
+        rt::train::count_replayed_step(*model);
         loss = graph_loss.item();  // waits for the device
       } else {
         opt->zero_grad();

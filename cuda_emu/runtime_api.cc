@@ -387,6 +387,15 @@ cudaError_t cudaStreamGetPriority(cudaStream_t stream, int* priority) {
   return cudaSuccess;
 }
 
+// As CUDA: an id unique among the process's streams, never reused after a stream is destroyed
+// (a handle may be; the uid is the stream's index in stream.cc's table, which only grows).
+cudaError_t cudaStreamGetId(cudaStream_t stream, unsigned long long* id) {
+  CUstream_st* s = resolve(stream);
+  if (!s || !id) return ret(!s ? cudaErrorInvalidResourceHandle : cudaErrorInvalidValue);
+  *id = s->uid;
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
   return cudaStreamCreateWithPriority(s, flags, 0);
 }

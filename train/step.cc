@@ -12,6 +12,7 @@
 #include "engine/nn/layers.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
+#include "train/step_graph.h"
 
 namespace rt::train {
 
@@ -63,8 +64,8 @@ namespace rt::train {
 //     copies fresh, the next recapture left the refresh out, and bf16 training with graphs
 //     left the eager trajectory: found by the bf16 case of tests/train/cuda_graphs_test.)
 // What cannot be captured, or gains nothing, runs eagerly, said once on stderr (graph_blocker
-// below): several micro-batches (--accum-steps: the step's loop would need one graph per micro-batch and the
-// reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
+// below): several micro-batches (--accum-steps: the step's loop would need one graph per
+// micro-batch and the reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
 // drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
 // host whether the gradients overflowed), AdamW (its bias corrections come from host step
@@ -123,7 +124,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (why.empty() && !device.is_cuda()) why = "--device " + device.str() + " (CUDA graphs need --device cuda)";
   if (why.empty() && par_.world_size() > 1)
     why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
-  if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision fp32)";
+  if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision bf16 or fp32)";
 
   if (!why.empty()) {
     std::fprintf(stderr, "--cuda-graphs: the training step runs eagerly because of %s\n", why.c_str());
@@ -202,43 +203,26 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     g.labels.copy_(b->labels);
     b.reset();
     const double lr = opt_.lr();
-    // The graph's update changes the masters without MixedPrecision::step running on the host:
-    // its compute copies are stale after every replay, and a capture must include their refresh
-    // whatever an evaluation in between left (it refreshes them and marks them fresh).
-    mp_.weights_changed();
     if (g.graph.captured() && g.current && g.lr == lr) {
       g.graph.replay(g.stream);
-      mp_.weights_changed();
     } else if (g.ready) {
       g.loss = Tensor();  // the pool as the last rehearsal or capture found it: every block free
-      const auto count = [&](bool in_forward) {
-        model_.for_each_module([&](nn::Module& m) {
-          if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->count_in_forward = in_forward;
-        });
-      };
-      count(false);  // its host read of the count would fail the capture; counted at each replay
-      try {
-        g.graph.capture(g.stream, [&] { g.loss = step_core(g.input, g.labels); });
-      } catch (...) {
-        count(true);
-        throw;
-      }
-      count(true);
+      // The graph's update changes the masters without MixedPrecision::step running on the host:
+      // a capture must hold the compute copies' refresh whatever an evaluation in between left
+      // (it refreshes them and marks them fresh).
+      mp_.weights_changed();
+      capture_step(g.graph, g.stream, model_, [&] { g.loss = step_core(g.input, g.labels); });
       g.lr = lr;
       g.current = true;
       g.graph.replay(g.stream);
-      mp_.weights_changed();
     } else {
       g.loss = Tensor();  // as a capture starts: every block of the pool free
-      const int64_t segments = g.graph.pool_segments();
-      g.graph.rehearse(g.stream, [&] { loss = step_core(g.input, g.labels); });
-      g.ready = g.graph.pool_segments() == segments;
+      g.ready = rehearse_step(g.graph, g.stream, [&] { loss = step_core(g.input, g.labels); });
     }
     if (g.current) {
       loss = g.loss;
-      model_.for_each_module([](nn::Module& m) {  // as the eager forward counts its batch
-        if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(&m)) bn->count_batch();
-      });
+      mp_.weights_changed();  // the replay updated the masters: the copies are stale
+      count_replayed_step(model_);
     }
   }
   losses_.add(loss, 1);

@@ -19,11 +19,14 @@ MultiTensorTable::~MultiTensorTable() {
 }
 
 void MultiTensorTable::wait_for_upload(cudaStream_t stream) {
-  if (!uploaded_once_ || stream == upload_stream_) return;
-  for (cudaStream_t s : waited_)
-    if (s == stream) return;
+  if (!uploaded_once_) return;
+  unsigned long long id = 0;  // not the handle: a destroyed stream's handle may come back for a new one
+  CUDA_CHECK(cudaStreamGetId(stream, &id));
+  if (id == upload_stream_) return;
+  for (unsigned long long w : waited_)
+    if (w == id) return;
   CUDA_CHECK(cudaStreamWaitEvent(stream, static_cast<cudaEvent_t>(staged_[next_ ^ 1]), 0));
-  waited_.push_back(stream);
+  waited_.push_back(id);
 }
 
 void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set_id, cudaStream_t stream) {
@@ -80,7 +83,7 @@ void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set
   CUDA_CHECK(cudaMemcpyAsync(device_, staging_[k], bytes, cudaMemcpyHostToDevice, stream));
   CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(staged_[k]), stream));
   staged_recorded_[k] = true;
-  upload_stream_ = stream;
+  CUDA_CHECK(cudaStreamGetId(stream, &upload_stream_));
   uploaded_once_ = true;
   waited_.clear();
   uploaded_ = image_;

@@ -67,13 +67,14 @@ class MultiTensorTable {
   void* staged_[2] = {nullptr, nullptr};         // events after each staging buffer's copy
   bool staged_recorded_[2] = {false, false};
   int next_ = 0;
-  cudaStream_t upload_stream_ = nullptr;  // of the last upload, whose copy staged_[next_ ^ 1] follows
+  // The stream of the last upload (cudaStreamGetId), whose copy staged_[next_ ^ 1] follows.
+  unsigned long long upload_stream_ = 0;
   bool uploaded_once_ = false;
   // Streams other than upload_stream_ that already wait for the last upload: each waits once,
   // later work on it is ordered after that wait. So a stream that waited eagerly (a CUDA
   // graph's rehearsal) makes no wait on the uncaptured upload when it is captured, which
   // CUDA refuses (cudaErrorStreamCaptureIsolation).
-  std::vector<cudaStream_t> waited_;
+  std::vector<unsigned long long> waited_;  // cudaStreamGetId's
   void* used_ = nullptr;  // event after the last launches that read the table
   bool used_recorded_ = false;
   int64_t uploads_ = 0;
