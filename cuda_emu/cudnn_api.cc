@@ -4,7 +4,8 @@
 //
 // Note [Execution]
 // cudnnBackendExecute checks the call (handle, plan, variant pack, every tensor's pointer and
-// alignment, the workspace) and queues the convolution on the handle's stream with
+// alignment, the workspace) and queues the convolution, with its fused parts
+// (Note [Fused graphs the fake runs] in cudnn_finalize.cc), on the handle's stream with
 // rt::emu::enqueue; device memory is touched only there, on the stream's worker. Its uses
 // cover exactly the bytes each tensor's dims and strides reach (reads of the inputs, a write
 // of the output, or read-write when beta != 0) and a write of the plan's whole workspace,
@@ -23,6 +24,7 @@
 #include "cuda_emu/cudnn_attrs.h"
 #include "cuda_emu/cudnn_conv.h"
 #include "cuda_emu/cudnn_finalize.h"
+#include "cuda_emu/cudnn_fusion.h"
 #include "cuda_emu/cudnn_status.h"
 #include "cuda_emu/emu.h"
 
@@ -139,8 +141,9 @@ cudnnStatus_t cudnnBackendCreateDescriptor(cudnnBackendDescriptorType_t type, cu
   if (!emulated_type(type))
     return fail(CUDNN_STATUS_NOT_SUPPORTED, where,
                 "descriptor type " + std::to_string(int(type)) +
-                    " is not emulated: the fake runs convolution graphs (tensor, convolution, convolution operations, "
-                    "operation graph, heuristics, engine, engine config, plan, variant pack)");
+                    " is not emulated: the fake runs convolution graphs, fused or not (tensor, convolution, "
+                    "convolution operations, pointwise, pointwise operation, genstats operation, operation graph, "
+                    "heuristics, engine, engine config, plan, variant pack)");
   *descriptor = new_descriptor(type);
   return CUDNN_STATUS_SUCCESS;
 }
@@ -210,16 +213,37 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   const GraphInfo& graph = plan.graph();
   const EngineSpec& spec = plan.engine().spec();
   const OpInfo& op = graph.op->as<OpInfo>();
+  const Fusion& fusion = graph.fusion;
   const ConvProblem& p = graph.conv.p;
-  const char* slot_names[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
-  const NodePtr tensors[3] = {op.x, op.w, op.y};
+  // The real tensors the variant pack binds (Note [Fused graphs the fake runs]): the
+  // convolution's three slots, X in place of a prologue's virtual x, then the fusion's own.
   // Which slot the operation writes (Note [Execution]): y forward, x backward data, w backward filter.
+  const char* slot_names[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
   const int written = p.op == ConvOp::forward ? 2 : p.op == ConvOp::backward_data ? 0 : 1;
-  void* ptrs[3] = {};
-  std::vector<rt::emu::MemUse> uses;
+  const auto conv_out = op.beta != 0.0 ? rt::emu::MemUse::read_write : rt::emu::MemUse::write;
+  struct Binding {
+    std::string name;
+    NodePtr tensor;
+    rt::emu::MemUse::Access access;
+  };
+  std::vector<Binding> binds;
   for (int i = 0; i < 3; ++i) {
-    const TensorInfo& t = tensors[i]->as<TensorInfo>();
-    const std::string name = std::string(slot_names[int(p.op)][i]) + " (unique id " + std::to_string(t.uid) + ")";
+    const NodePtr& t = i == 0 && fusion.prologue() ? fusion.x : i == 0 ? op.x : i == 1 ? op.w : op.y;
+    binds.push_back({slot_names[int(p.op)][i], t, i == written ? conv_out : rt::emu::MemUse::read});
+  }
+  if (fusion.prologue()) {
+    binds.push_back({"the prologue's scale", fusion.scale, rt::emu::MemUse::read});
+    binds.push_back({"the prologue's bias", fusion.bias, rt::emu::MemUse::read});
+  }
+  if (fusion.genstats()) {
+    binds.push_back({"genstats' sum", fusion.sum, rt::emu::MemUse::write});
+    binds.push_back({"genstats' sqsum", fusion.sqsum, rt::emu::MemUse::write});
+  }
+  std::vector<void*> ptrs;
+  std::vector<rt::emu::MemUse> uses;
+  for (const Binding& b : binds) {
+    const TensorInfo& t = b.tensor->as<TensorInfo>();
+    const std::string name = b.name + " (unique id " + std::to_string(t.uid) + ")";
     const auto it = std::find(pack.uids.begin(), pack.uids.end(), t.uid);
     if (it == pack.uids.end())
       return fail(CUDNN_STATUS_BAD_PARAM, where,
@@ -230,13 +254,10 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
       return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, where,
                   "the pointer for " + name + " is not aligned to the " + std::to_string(t.alignment) +
                       " bytes its descriptor's CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT promises");
-    ptrs[i] = ptr;
+    ptrs.push_back(ptr);
     const size_t bytes =
         size_t(extent_elements(t.dims.data(), t.strides.data(), int(t.dims.size()))) * dtype_size(t.dtype);
-    const auto access = i != written      ? rt::emu::MemUse::read
-                        : op.beta != 0.0 ? rt::emu::MemUse::read_write
-                                         : rt::emu::MemUse::write;
-    uses.push_back({ptr, bytes, access});
+    uses.push_back({ptr, bytes, b.access});
   }
   void* ws = pack.workspace;
   const size_t ws_bytes = size_t(plan.workspace);
@@ -249,11 +270,15 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
   const Numerics num = numerics_of(spec, graph.conv, 0);
   const double alpha = op.alpha, beta = op.beta;
   note_engine_executed(spec.name);
-  const std::string name = "cudnn " + spec.name + " convolution " + conv_op_name(p.op);
+  const std::string name = "cudnn " + spec.name + " convolution " + conv_op_name(p.op) +
+                           (fusion.prologue() ? fusion.relu ? " +scale_bias_relu" : " +scale_bias" : "") +
+                           (fusion.genstats() ? " +genstats" : "");
   // The kernel lab's view (emu.h): 2 FLOPs per multiply-add of the direct convolution, in
   // each of the three directions; each operand read once, the output written once (and
   // read when beta != 0); bounded by the tensor cores of the storage type (f32: TF32 when
-  // the engine rounds its inputs so, else the CUDA cores).
+  // the engine rounds its inputs so, else the CUDA cores). A fused graph adds only its
+  // per-channel tensors: the prologue is applied as x is loaded and the statistics taken as
+  // y is stored, which is the fusion's point (no extra pass over the activations).
   rt::emu::LibraryCost cost;
   cost.api = where;
   cost.shape = p.str();
@@ -264,21 +289,35 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
                y_bytes = double(p.N * p.O * p.HO * p.WO) * esz;
   const double out_bytes = written == 2 ? y_bytes : written == 0 ? x_bytes : w_bytes;
   cost.min_bytes = x_bytes + w_bytes + y_bytes + (beta != 0 ? out_bytes : 0.0);
+  for (size_t i = 3; i < binds.size(); ++i) cost.min_bytes += double(uses[i].bytes);  // scale, bias, sum, sqsum
   cost.math = p.dtype == CUDNN_DATA_BFLOAT16 ? "bf16"
               : p.dtype == CUDNN_DATA_HALF   ? "f16"
               : p.dtype == CUDNN_DATA_DOUBLE ? "f64"
               : num.input == Numerics::Input::tf32 ? "tf32"
                                                    : "f32";
   // A nondeterministic engine's order is drawn per execution: when queued, and anew at each
-  // launch of a CUDA graph that captured it (emu.h, enqueue_issued).
-  auto issue = [p, num, x = ptrs[0], w = ptrs[1], y = ptrs[2], ws, ws_bytes, alpha, beta]() -> std::function<void()> {
+  // launch of a CUDA graph that captured it (emu.h, enqueue_issued). The fusion's tensors are
+  // held (Note [Descriptors are copied]) and read on the stream's worker.
+  void* const scale = fusion.prologue() ? ptrs[3] : nullptr;
+  void* const bias = fusion.prologue() ? ptrs[4] : nullptr;
+  void* const sum = fusion.genstats() ? ptrs[binds.size() - 2] : nullptr;
+  void* const sqsum = fusion.genstats() ? ptrs[binds.size() - 1] : nullptr;
+  auto issue = [p, num, fusion, x = ptrs[0], w = ptrs[1], y = ptrs[2], scale, bias, sum, sqsum, ws, ws_bytes, alpha,
+                beta]() -> std::function<void()> {
     Numerics run_num = num;
     const uint64_t execution = g_executions.fetch_add(1);
     if (run_num.splits > 1) run_num.rotation = execution;  // as numerics_of sets it
-    return [p, run_num, x, w, y, ws, ws_bytes, alpha, beta] {
+    return [p, run_num, fusion, x, w, y, scale, bias, sum, sqsum, ws, ws_bytes, alpha, beta] {
       // The engine's scratch: every byte written (the emulator checked the whole range).
       if (ws_bytes > 0) std::memset(ws, 0xA5, ws_bytes);
-      run_conv(p, run_num, x, w, y, alpha, beta);
+      if (fusion.prologue()) {
+        // The convolution reads the prologue's output, laid out like X (Note [Fused graphs the fake runs]).
+        const std::vector<uint8_t> xin = run_prologue(p, fusion, x, scale, bias);
+        run_conv(p, run_num, xin.data(), w, y, alpha, beta);
+      } else {
+        run_conv(p, run_num, x, w, y, alpha, beta);
+      }
+      if (fusion.genstats()) run_genstats(p, fusion, y, sum, sqsum);
     };
   };
   const cudaError_t e = rt::emu::enqueue_issued(h.stream, name, std::move(uses), std::move(issue), std::move(cost));

@@ -32,7 +32,7 @@
 namespace rt::emu::cudnn {
 namespace {
 
-constexpr int kAnyConvOp = -2;  // desc: one of the three convolution operation types
+constexpr int kAnyOp = -2;  // desc: an operation type a graph takes (convolution, pointwise, genstats)
 constexpr int kNoDesc = -1;
 
 struct AttrSpec {
@@ -85,9 +85,42 @@ const AttrSpec kOpForward[] = {RT_OP_ATTRS(OPERATION_CONVOLUTION_FORWARD, W, X, 
 const AttrSpec kOpBackwardData[] = {RT_OP_ATTRS(OPERATION_CONVOLUTION_BWD_DATA, W, DX, DY)};
 const AttrSpec kOpBackwardFilter[] = {RT_OP_ATTRS(OPERATION_CONVOLUTION_BWD_FILTER, DW, X, DY)};
 #undef RT_OP_ATTRS
+// Pointwise descriptors and operations, genstats: the fused graphs of
+// Note [Fused graphs the fake runs] in cudnn_finalize.cc. The ELU, softplus, swish and axis parameters are left out:
+// setting them answers NOT_SUPPORTED, as the modes they belong to are not emulated.
+const AttrSpec kPointwise[] = {
+    {RT_A(POINTWISE_MODE), CUDNN_TYPE_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, 1, 1, true},
+    {RT_A(POINTWISE_MATH_PREC), CUDNN_TYPE_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, 1, true},
+    {RT_A(POINTWISE_NAN_PROPAGATION), CUDNN_TYPE_NAN_PROPOGATION, CUDNN_TYPE_NAN_PROPOGATION, 1, 1, true},
+    {RT_A(POINTWISE_RELU_LOWER_CLIP), CUDNN_TYPE_DOUBLE, CUDNN_TYPE_FLOAT, 1, 1, true},
+    {RT_A(POINTWISE_RELU_UPPER_CLIP), CUDNN_TYPE_DOUBLE, CUDNN_TYPE_FLOAT, 1, 1, true},
+    {RT_A(POINTWISE_RELU_LOWER_CLIP_SLOPE), CUDNN_TYPE_DOUBLE, CUDNN_TYPE_FLOAT, 1, 1, true},
+};
+#define RT_TENSOR_ATTR(n) \
+  {RT_A(n), CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, 1, true, CUDNN_BACKEND_TENSOR_DESCRIPTOR}
+const AttrSpec kOpPointwise[] = {
+    {RT_A(OPERATION_POINTWISE_PW_DESCRIPTOR), CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, 1, true,
+     CUDNN_BACKEND_POINTWISE_DESCRIPTOR},
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_XDESC),
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_BDESC),
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_YDESC),
+    {RT_A(OPERATION_POINTWISE_ALPHA1), CUDNN_TYPE_FLOAT, CUDNN_TYPE_DOUBLE, 1, 1, true},
+    {RT_A(OPERATION_POINTWISE_ALPHA2), CUDNN_TYPE_FLOAT, CUDNN_TYPE_DOUBLE, 1, 1, true},
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_DXDESC),
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_DYDESC),
+    RT_TENSOR_ATTR(OPERATION_POINTWISE_TDESC),
+};
+const AttrSpec kGenStats[] = {
+    {RT_A(OPERATION_GENSTATS_MODE), CUDNN_TYPE_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, 1, 1, true},
+    {RT_A(OPERATION_GENSTATS_MATH_PREC), CUDNN_TYPE_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, 1, 1, true},
+    RT_TENSOR_ATTR(OPERATION_GENSTATS_XDESC),
+    RT_TENSOR_ATTR(OPERATION_GENSTATS_SUMDESC),
+    RT_TENSOR_ATTR(OPERATION_GENSTATS_SQSUMDESC),
+};
+#undef RT_TENSOR_ATTR
 const AttrSpec kGraph[] = {
     {RT_A(OPERATIONGRAPH_HANDLE), CUDNN_TYPE_HANDLE, CUDNN_TYPE_HANDLE, 1, 1, true},
-    {RT_A(OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, 64, true, kAnyConvOp},
+    {RT_A(OPERATIONGRAPH_OPS), CUDNN_TYPE_BACKEND_DESCRIPTOR, CUDNN_TYPE_BACKEND_DESCRIPTOR, 1, 64, true, kAnyOp},
     {RT_A(OPERATIONGRAPH_ENGINE_GLOBAL_COUNT), CUDNN_TYPE_INT64, CUDNN_TYPE_INT64, 1, 1, false},
     {RT_A(OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED), CUDNN_TYPE_BOOLEAN, CUDNN_TYPE_BOOLEAN, 1, 1, true},
 };
@@ -142,6 +175,9 @@ const TypeTable kTypes[] = {
     RT_T(OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR, kOpForward, 700, 705),
     RT_T(OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR, kOpBackwardData, 706, 711),
     RT_T(OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR, kOpBackwardFilter, 712, 717),
+    RT_T(POINTWISE_DESCRIPTOR, kPointwise, 0, 99),
+    RT_T(OPERATION_POINTWISE_DESCRIPTOR, kOpPointwise, 750, 758),
+    RT_T(OPERATION_GEN_STATS_DESCRIPTOR, kGenStats, 770, 774),
     RT_T(OPERATIONGRAPH_DESCRIPTOR, kGraph, 800, 899),
     RT_T(ENGINEHEUR_DESCRIPTOR, kHeur, 200, 299),
     RT_T(ENGINE_DESCRIPTOR, kEngine, 1300, 1399),
@@ -200,6 +236,15 @@ bool enum_range(cudnnBackendAttributeType_t t, int* lo, int* hi) {
     case CUDNN_TYPE_TENSOR_REORDERING_MODE:
       *hi = CUDNN_TENSOR_REORDERING_F8_128x4;
       return true;
+    case CUDNN_TYPE_POINTWISE_MODE:  // sparse values: a gap passes here and is refused at finalize
+      *hi = CUDNN_POINTWISE_BINARY_SELECT;
+      return true;
+    case CUDNN_TYPE_NAN_PROPOGATION:
+      *hi = CUDNN_PROPAGATE_NAN;
+      return true;
+    case CUDNN_TYPE_GENSTATS_MODE:
+      *hi = CUDNN_GENSTATS_SUM_SQSUM;
+      return true;
     default:
       return false;
   }
@@ -224,15 +269,16 @@ std::string types_of(const AttrSpec& s) {
 }
 
 bool desc_type_ok(int want, cudnnBackendDescriptorType_t got) {
-  if (want == kAnyConvOp)
+  if (want == kAnyOp)
     return got == CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR ||
            got == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR ||
-           got == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR;
+           got == CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR ||
+           got == CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR || got == CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR;
   return int(got) == want;
 }
 
 std::string desc_want(int want) {
-  return want == kAnyConvOp ? "a convolution operation descriptor"
+  return want == kAnyOp ? "an operation descriptor the fake emulates (convolution, pointwise or genstats)"
                             : desc_type_name(cudnnBackendDescriptorType_t(want));
 }
 

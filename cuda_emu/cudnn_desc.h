@@ -64,13 +64,38 @@ struct OpInfo {
   NodePtr x, w, y, conv;
   double alpha = 1, beta = 0;
 };
+// A pointwise descriptor (CUDNN_BACKEND_POINTWISE_DESCRIPTOR) and a pointwise operation: y =
+// mode(x[, b]); b is null for the one-input modes (RELU_FWD).
+struct PointwiseInfo {
+  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
+  cudnnDataType_t math = CUDNN_DATA_FLOAT;
+};
+struct PointwiseOpInfo {
+  cudnnPointwiseMode_t mode = CUDNN_POINTWISE_ADD;
+  NodePtr x, b, y;
+};
+// GEN_STATS: per-channel sum and sum of squares of x.
+struct GenStatsInfo {
+  NodePtr x, sum, sqsum;
+};
+// What a fused graph adds to its convolution (Note [Fused graphs the fake runs] in
+// cudnn_finalize.cc); all null for a single-convolution graph.
+struct Fusion {
+  NodePtr x;            // the prologue's real input X, which the convolution reads through it
+  NodePtr scale, bias;  // the prologue's per-channel (1, C, 1, 1) tensors
+  bool relu = false;
+  NodePtr sum, sqsum;  // genstats' (1, O, 1, 1) f32 outputs
+  bool prologue() const { return x != nullptr; }
+  bool genstats() const { return sum != nullptr; }
+};
 // Note [Plans keep their engine]
 // A graph takes the engine list in use when it is finalized, and engines, configs and plans
 // built from it index into that list: a test that changes the list (set_engines) changes
 // what later graphs get, never a plan already built.
 struct GraphInfo {
-  NodePtr op;  // the one convolution (Note [Graphs the fake runs] in cudnn_finalize.cc)
-  ConvCase conv;
+  NodePtr op;  // the convolution (Note [Fused graphs the fake runs] in cudnn_finalize.cc)
+  ConvCase conv;  // as the engines see it: for a prologue, x is the real X the prologue reads
+  Fusion fusion;
   std::shared_ptr<const EngineList> list;
 };
 struct EngineInfo {
@@ -99,7 +124,13 @@ struct PackInfo {
 struct Node {
   cudnnBackendDescriptorType_t type;
   AttrStore attrs;  // as set, plus defaults and computed attributes (what Get reads)
-  std::variant<std::monostate, TensorInfo, ConvInfo, OpInfo, GraphInfo, EngineInfo, CfgInfo, PlanInfo, PackInfo> info;
+  std::variant<std::monostate, TensorInfo, ConvInfo, OpInfo, PointwiseInfo, PointwiseOpInfo, GenStatsInfo, GraphInfo,
+               EngineInfo, CfgInfo, PlanInfo, PackInfo>
+      info;
+  template <typename T>
+  bool is() const {
+    return std::holds_alternative<T>(info);
+  }
   template <typename T>
   const T& as() const {
     return std::get<T>(info);

@@ -24,6 +24,11 @@
 //   modes=a+fallback                heuristics modes that offer it (a: also B and INSTANT;
 //                                   default: a)
 //   ws_fixed=B ws_per_weight=B      workspace bytes: B + B' * O * C/groups * KH * KW (default 0)
+//   fusions=scale_bias_relu+genstats
+//                                   the fused graphs it runs (Note [Fused graphs the fake runs]
+//                                   in cudnn_finalize.cc): a graph's fusions must all be listed
+//                                   for heuristics to offer it (default: none, single
+//                                   convolutions only); fused graphs need NHWC x and y
 // e.g. RINGTAPE_EMU_CUDNN_ENGINES="fast notes=tensor_core dtypes=bf16 layout=nhwc channels=8;
 //      slow modes=a+fallback ws_fixed=256"
 //
@@ -52,7 +57,8 @@ namespace {
 // Note [Default engines]
 // A list shaped like real cuDNN's for a convolution: tensor-core engines first (NHWC,
 // channel multiples, 16-byte alignment, no groups), one that reduces in reduced precision, a
-// runtime-compiled one, a down-converting one, a non-deterministic split-K weight gradient,
+// runtime-compiled one (the only one that runs fused graphs, as in cuDNN, where runtime
+// fusion engines compile them), a down-converting one, a non-deterministic split-K weight gradient,
 // and a generic FMA engine that takes everything (and is the fallback list). Every engine
 // asks for workspace, so that too little of it is caught.
 constexpr const char* kDefaultEngines =
@@ -60,7 +66,7 @@ constexpr const char* kDefaultEngines =
     "tc_implicit_gemm_rpr notes=tensor_core+reduced_precision_reduction dtypes=bf16+f16 ws_fixed=2048 "
     "ws_per_weight=4;"
     "tc_runtime_compiled notes=tensor_core behavior=runtime_compilation+supports_cuda_graph_native_api "
-    "dtypes=f32+bf16+f16 layout=nhwc channels=4 groups=1 ws_fixed=1024;"
+    "dtypes=f32+bf16+f16 layout=nhwc channels=4 groups=1 ws_fixed=1024 fusions=scale_bias_relu+genstats;"
     "tc_down_convert notes=tensor_core+down_convert_inputs dtypes=f32 ws_fixed=8192;"
     "wgrad_split_k ops=bwd_filter notes=nondeterministic ws_per_weight=16;"
     "implicit_gemm_fma modes=a+fallback ws_fixed=256 ws_per_weight=8";
@@ -77,6 +83,7 @@ static_assert(std::size(kBehaviorNames) == CUDNN_BEHAVIOR_NOTE_TYPE_COUNT);
 constexpr const char* kOpNames[] = {"fwd", "bwd_data", "bwd_filter"};
 constexpr const char* kDtypeNames[] = {"f32", "f64", "bf16", "f16"};
 constexpr const char* kModeNames[] = {"a", "fallback"};
+constexpr const char* kFusionNames[] = {"scale_bias_relu", "genstats"};  // bit i: kFuse*
 
 std::vector<std::string> split(const std::string& s, char sep) {
   std::vector<std::string> out;
@@ -169,6 +176,9 @@ bool parse_engine(const std::string& text, EngineSpec* e, std::string* error) {
     } else if (key == "modes") {
       if (!parse_set(key, value, kModeNames, &set, error)) return false;
       e->modes = bits();
+    } else if (key == "fusions") {
+      if (!parse_set(key, value, kFusionNames, &set, error)) return false;
+      e->fusions = bits();
     } else if (key == "layout") {
       if (value != "any" && value != "nchw" && value != "nhwc") {
         *error = "layout=" + value + ": want any, nchw or nhwc";
@@ -191,7 +201,8 @@ bool parse_engine(const std::string& text, EngineSpec* e, std::string* error) {
       if (!parse_count(key, value, 0, &e->ws_per_weight, error)) return false;
     } else {
       *error = "unknown key '" + key +
-               "' (keys: ops, dtypes, notes, behavior, layout, channels, groups, align, modes, ws_fixed, ws_per_weight)";
+               "' (keys: ops, dtypes, notes, behavior, layout, channels, groups, align, modes, ws_fixed, "
+               "ws_per_weight, fusions)";
       return false;
     }
   }
@@ -263,6 +274,13 @@ Support no(cudnnStatus_t s, const EngineSpec& e, const std::string& why) {
 }
 
 }  // namespace
+
+std::string fusion_names(uint8_t fusions) {
+  std::string s;
+  for (size_t i = 0; i < std::size(kFusionNames); ++i)
+    if (fusions & (1 << i)) s += (s.empty() ? "" : "+") + std::string(kFusionNames[i]);
+  return s;
+}
 
 bool EngineSpec::has(cudnnBackendNumericalNote_t n) const {
   return std::find(numerical.begin(), numerical.end(), n) != numerical.end();
@@ -367,7 +385,8 @@ Layout layout_of(const int64_t* dims, const int64_t* strides) {
 
 bool offered(const EngineSpec& e, const ConvCase& c, cudnnBackendHeurMode_t mode) {
   const uint8_t want = mode == CUDNN_HEUR_MODE_FALLBACK ? 2 : 1;
-  return (e.modes & want) && (e.ops & (1 << int(c.p.op))) && dtype_bit(c.p.dtype, e.dtypes);
+  return (e.modes & want) && (e.ops & (1 << int(c.p.op))) && dtype_bit(c.p.dtype, e.dtypes) &&
+         (c.fusions & ~e.fusions) == 0;
 }
 
 // Note [Fake engine support]
@@ -378,6 +397,17 @@ Support supports(const EngineSpec& e, const ConvCase& c) {
     return no(CUDNN_STATUS_NOT_SUPPORTED_SHAPE, e, "3-D convolutions are not emulated (1-D and 2-D are)");
   if (!(e.ops & (1 << int(p.op))))
     return no(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, e, std::string("it does not implement ") + conv_op_name(p.op));
+  if (const uint8_t missing = uint8_t(c.fusions & ~e.fusions))
+    return no(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, e,
+              "the graph fuses " + fusion_names(c.fusions) + " and the engine does not run " +
+                  fusion_names(missing) + " (engine list key fusions=; Note [Engine list]); pick an engine that "
+                  "lists it, or run the convolution unfused");
+  auto nhwc_or_any = [](Layout l) { return l == Layout::nhwc || l == Layout::any; };
+  if (c.fusions && !(nhwc_or_any(c.layouts[0]) && nhwc_or_any(c.layouts[2])))
+    return no(CUDNN_STATUS_NOT_SUPPORTED_LAYOUT, e,
+              std::string("fused graphs run on NHWC tensors only (as cuDNN's runtime fusion engines), x is ") +
+                  layout_name(c.layouts[0]) + " and y " + layout_name(c.layouts[2]) +
+                  "; give x and y channels-last strides");
   if (c.dtypes[0] != c.dtypes[1] || c.dtypes[1] != c.dtypes[2])
     return no(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, e,
               std::string("x is ") + dtype_str(c.dtypes[0]) + ", w " + dtype_str(c.dtypes[1]) + ", y " +

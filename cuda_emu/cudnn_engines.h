@@ -20,6 +20,12 @@ namespace rt::emu::cudnn {
 // `other` for orders neither NCHW nor NHWC (e.g. N, H, C, W).
 enum class Layout : uint8_t { any, nchw, nhwc, other };
 
+// The fusions a graph needs and an engine runs (bits; Note [Fused graphs the fake runs] in
+// cudnn_finalize.cc): the scale-bias(-relu) prologue on the convolution's input, and genstats
+// on its output.
+inline constexpr uint8_t kFuseScaleBiasRelu = 1, kFuseGenstats = 2;
+std::string fusion_names(uint8_t fusions);  // "scale_bias_relu+genstats", "" for none
+
 struct EngineSpec {
   std::string name;
   uint8_t ops = 7;      // bit (1 << ConvOp)
@@ -32,6 +38,7 @@ struct EngineSpec {
   int64_t align = 0;     // the least byte alignment of every tensor (0: the element size)
   uint8_t modes = 1;     // bits: heuristics mode A (and B, INSTANT) 1, FALLBACK 2
   int64_t ws_fixed = 0, ws_per_weight = 0;
+  uint8_t fusions = 0;  // kFuse* bits: the fused graphs it runs (default none)
 
   bool has(cudnnBackendNumericalNote_t n) const;
   bool has(cudnnBackendBehaviorNote_t n) const;
@@ -68,6 +75,7 @@ struct ConvCase {
   std::array<cudnnDataType_t, 3> dtypes{};  // x, w, y
   std::array<Layout, 3> layouts{};          // x, w, y
   int64_t alignment = 16;                   // the least byte alignment of x, w, y
+  uint8_t fusions = 0;                      // kFuse* bits the graph needs (0: a single convolution)
 };
 const char* layout_name(Layout l);
 // The layout of a 4-D tensor (dims of extent 1 do not count).

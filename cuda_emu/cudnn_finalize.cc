@@ -16,6 +16,7 @@
 #include <sstream>
 
 #include "cuda_emu/cudnn_attrs.h"
+#include "cuda_emu/cudnn_fusion.h"
 #include "cuda_emu/cudnn_status.h"
 
 namespace rt::emu::cudnn {
@@ -103,9 +104,30 @@ std::string overlap(const TensorInfo& t) {
   return "";
 }
 
-// Note [Graphs the fake runs]
-// One convolution operation per graph (cuDNN fuses more; the fake refuses fused graphs with
-// NOT_SUPPORTED_GRAPH_PATTERN), 1-D and 2-D (3-D graphs finalize, engines refuse them).
+// Note [Fused graphs the fake runs]
+// One convolution operation per graph, 1-D and 2-D (3-D graphs finalize, engines refuse
+// them), alone or fused as batch-norm training fuses it (cudnn-frontend's ConvBNfprop and
+// scale-bias-relu wgrad samples), the operations in any order:
+//   F  [t1 = MUL(X, scale); t2 = ADD(t1, bias); t3 = RELU_FWD(t2)]  y = conv forward(t3 or X, w)
+//      [GEN_STATS(y) -> sum, sqsum]                                 (the prologue and/or genstats)
+//   W  the same prologue into a convolution backward filter's x: dw = wgrad(t3 or t2, dy)
+// RELU_FWD is optional, MUL and ADD come together; X, w, y, dy, dw, scale, bias, sum and sqsum
+// are real, scale and bias (1, C, 1, 1) in f32 or X's type, sum and sqsum f32 (1, O, 1, 1);
+// t1..t3 are virtual, X's dims, each written by one operation and read by one. Tensors are
+// linked by descriptor identity (a descriptor set on two operations is one tensor), real ones
+// need distinct unique ids. Anything else with more than one operation is refused with
+// NOT_SUPPORTED_GRAPH_PATTERN naming what was found (cudnn_fusion.cc); only engines listing
+// the fusions (fusions= in Note [Engine list]) run them, on NHWC x and y.
+// Execution (cudnnBackendExecute) computes, as a runtime-compiled kernel would:
+//   prologue  v = relu?(float(X) * scale + bias), each operation rounded to float (no FMA),
+//             then rounded to the convolution's storage type (w's: what tensor cores read)
+//             into a host buffer laid out like X, which the convolution reads as its x with
+//             the engine's numerics (Note [Fake engine numerics] in cudnn_engines.cc);
+//   genstats  per output channel, sum and sum of squares of y as stored (rounded) over N, H,
+//             W, accumulated in double, each rounded once to f32.
+// The variant pack binds every real tensor (X in place of the virtual x); the emulator sees
+// X, scale, bias, w (dy) read and y (dw), sum, sqsum written, and the kernel lab one pass:
+// no extra read or write of the activations for the fused parts.
 ConvCase conv_case(const OpInfo& op) {
   const TensorInfo &x = op.x->as<TensorInfo>(), &w = op.w->as<TensorInfo>(), &y = op.y->as<TensorInfo>();
   const ConvInfo& cv = op.conv->as<ConvInfo>();
@@ -181,6 +203,12 @@ cudnnStatus_t finalize(Descriptor& d) {
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_DATA_DESCRIPTOR:
     case CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR:
       return finalize_operation(d);
+    case CUDNN_BACKEND_POINTWISE_DESCRIPTOR:
+      return finalize_pointwise(d);
+    case CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR:
+      return finalize_pointwise_op(d);
+    case CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR:
+      return finalize_genstats(d);
     case CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR:
       return finalize_graph(d);
     case CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR:
@@ -214,6 +242,7 @@ cudnnStatus_t finalize_tensor(Descriptor& d) {
   t.strides = strides->i64s();
   t.dtype = dtype->at<cudnnDataType_t>(0);
   t.alignment = align->i64();
+  if (!uid && t.is_virtual) uid = find_attr(d.attrs, CUDNN_ATTR_TENSOR_UNIQUE_ID);  // optional: names it in messages
   t.uid = uid ? uid->i64() : 0;
   if (t.dims.size() != t.strides.size())
     return fail(CUDNN_STATUS_BAD_PARAM, kFinalize,
@@ -365,7 +394,7 @@ cudnnStatus_t finalize_operation(Descriptor& d) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-// An operation graph (Note [Graphs the fake runs]) and its checks (Note [Finalize checks]).
+// An operation graph (Note [Fused graphs the fake runs]) and its checks (Note [Finalize checks]).
 cudnnStatus_t finalize_graph(Descriptor& d) {
   cudnnStatus_t st = CUDNN_STATUS_SUCCESS;
   const Value* ops = required(d.attrs, CUDNN_ATTR_OPERATIONGRAPH_OPS, "an operation graph", &st);
@@ -376,30 +405,39 @@ cudnnStatus_t finalize_graph(Descriptor& d) {
         return fail(CUDNN_STATUS_BAD_PARAM, kFinalize,
                     "operation " + std::to_string(i) + " of CUDNN_ATTR_OPERATIONGRAPH_OPS is operation " +
                         std::to_string(j) + " again; list each operation once");
-  if (ops->descs.size() > 1)
-    return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, kFinalize,
-                "the graph has " + std::to_string(ops->descs.size()) +
-                    " operations; the fake runs one convolution per graph (fusion is not emulated)");
   if (const Value* v = find_attr(d.attrs, CUDNN_ATTR_OPERATIONGRAPH_IS_DYNAMIC_SHAPE_ENABLED); v && v->at<bool>(0))
     return fail(CUDNN_STATUS_NOT_SUPPORTED, kFinalize, "dynamic shapes are not emulated");
   GraphInfo g;
-  g.op = ops->descs[0];
-  const OpInfo& op = g.op->as<OpInfo>();
-  const Slots s = slots_of(g.op->type);
-  const TensorInfo &x = op.x->as<TensorInfo>(), &w = op.w->as<TensorInfo>(), &y = op.y->as<TensorInfo>();
-  const std::pair<const char*, const TensorInfo*> ts[] = {{s.x, &x}, {s.w, &w}, {s.y, &y}};
-  for (const auto& [name, t] : ts)
-    if (t->is_virtual)
+  if (ops->descs.size() > 1) {
+    if (const cudnnStatus_t fst = match_fusion(ops->descs, &g.op, &g.fusion)) return fst;
+  } else {
+    g.op = ops->descs[0];
+    if (!g.op->is<OpInfo>())
       return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, kFinalize,
-                  std::string(name) + " is virtual, but no other operation of the graph produces or consumes it");
-  for (int i = 0; i < 3; ++i)
-    for (int j = 0; j < i; ++j)
-      if (ts[i].second->uid == ts[j].second->uid)
-        return fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES, kFinalize,
-                    std::string(ts[j].first) + " and " + ts[i].first + " both have unique id " +
-                        std::to_string(ts[i].second->uid) +
-                        "; the variant pack binds pointers by id, so give each tensor its own");
-  g.conv = conv_case(op);
+                  "the graph's one operation is a " + op_label(g.op) +
+                      "; the fake runs graphs of one convolution, alone or fused (Note [Fused graphs the fake runs])");
+    const OpInfo& op = g.op->as<OpInfo>();
+    const Slots s = slots_of(g.op->type);
+    const TensorInfo &x = op.x->as<TensorInfo>(), &w = op.w->as<TensorInfo>(), &y = op.y->as<TensorInfo>();
+    const std::pair<const char*, const TensorInfo*> ts[] = {{s.x, &x}, {s.w, &w}, {s.y, &y}};
+    for (const auto& [name, t] : ts)
+      if (t->is_virtual)
+        return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, kFinalize,
+                    std::string(name) + " is virtual, but no other operation of the graph produces or consumes it");
+    for (int i = 0; i < 3; ++i)
+      for (int j = 0; j < i; ++j)
+        if (ts[i].second->uid == ts[j].second->uid)
+          return fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES, kFinalize,
+                      std::string(ts[j].first) + " and " + ts[i].first + " both have unique id " +
+                          std::to_string(ts[i].second->uid) +
+                          "; the variant pack binds pointers by id, so give each tensor its own");
+  }
+  // The engines see the convolution as it touches memory: with a prologue, x is the real X
+  // whose layout and alignment the fused kernel reads.
+  OpInfo seen = g.op->as<OpInfo>();
+  if (g.fusion.prologue()) seen.x = g.fusion.x;
+  g.conv = conv_case(seen);
+  g.conv.fusions = uint8_t((g.fusion.prologue() ? kFuseScaleBiasRelu : 0) | (g.fusion.genstats() ? kFuseGenstats : 0));
   g.list = engines();
   auto n = new_node(d);
   n->attrs[int(CUDNN_ATTR_OPERATIONGRAPH_ENGINE_GLOBAL_COUNT)] =

@@ -1,6 +1,7 @@
 // cudnnBackendFinalize of the cuDNN fake: per descriptor type, the checks cuDNN makes (with
 // its statuses and a message naming the problem), then the immutable Node that Get reads and
 // other descriptors copy. Tensors, convolutions, operations and graphs: cudnn_finalize.cc;
+// pointwise and genstats descriptors and the fused graphs' patterns: cudnn_fusion.cc;
 // heuristics, engines, engine configs, plans and variant packs: cudnn_plan.cc.
 #pragma once
 

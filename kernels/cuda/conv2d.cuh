@@ -17,6 +17,24 @@
 //   backward_filter: dw = corr(x, dy)       w slot = dw (written), y slot = dy (read)
 // x/y (and dx/dy) are NCHW or NHWC (ConvKey::nhwc); the weight is (O, C/g, KH, KW) in the
 // same layout: OIHW with NCHW, OHWI with NHWC.
+//
+// Note [Fused convolutions]
+// cuDNN's runtime fusion (the graph API's runtime-compiled engines) can run a batch norm's
+// apply and ReLU on a convolution's input as the convolution loads it, and sum each output
+// channel and its squares as it stores the output, so that neither takes a pass of its own
+// over the activation (the kernel lab's batch-norm apply and statistics passes):
+//   prologue (ConvKey::prologue, forward and backward_filter)
+//       x' = relu?(x * scale[c] + bias[c]), in f32 (scale, bias: f32, C values), rounded to
+//       the convolution's dtype, as the unfused apply writes it; relu with prologue_relu.
+//       The convolution then reads x' where it read x (backward_filter: dw = corr(x', dy)).
+//   genstats (ConvKey::genstats, forward only)
+//       sum[o] = sum of y, sqsum[o] = sum of y^2 over N, H, W, f32, O values each, of y as
+//       stored (rounded to its dtype); the order of the additions is the engine's.
+// The graph: POINTWISE MUL (x, scale) -> ADD (bias) [-> RELU_FWD] -> virtual x' -> the
+// convolution -> y [-> GEN_STATS SUM_SQSUM -> sum, sqsum] (unique ids kScale.. in
+// cudnn_conv.cu). Only runtime-fusion engines take such graphs (on a GPU: sm_80 and later,
+// NHWC, 16-bit data); conv_fused_plan() answers null when no engine of the tiers of
+// Note [Conv numerics] runs the key, and the caller runs the parts unfused.
 #pragma once
 
 #include <cstddef>
@@ -46,7 +64,12 @@ struct ConvKey {
   // place: Note [Gradients accumulated in place] in engine/autograd.h). Never benchmarked:
   // timing the candidates would add to the output once per candidate.
   bool accumulate = false;
+  // The batch-norm prologue on x (forward, backward_filter), with or without its ReLU, and
+  // the output statistics (forward): Note [Fused convolutions]. Never benchmarked.
+  bool prologue = false, prologue_relu = false, genstats = false;
   int device = 0;
+
+  bool fused() const { return prologue || genstats; }
 
   bool operator==(const ConvKey&) const = default;
   std::string str() const;
@@ -77,6 +100,9 @@ struct ConvKeyHash {
                       int64_t(k.allow_tf32),
                       int64_t(k.benchmark),
                       int64_t(k.accumulate),
+                      int64_t(k.prologue),
+                      int64_t(k.prologue_relu),
+                      int64_t(k.genstats),
                       int64_t(k.device)})
       mix(v);
     return h;
@@ -122,10 +148,22 @@ struct ConvBenchArgs {
 // offers no engine, e.g. an f64 shape without a double-precision engine). `bench` is needed
 // when k.benchmark, unused otherwise.
 const ConvPlan& conv_plan(const ConvKey& k, const ConvBenchArgs* bench = nullptr);
+// A fused key's plan (Note [Fused convolutions]), or null when no engine runs the fused graph
+// under the tiers of Note [Conv numerics] (cached too: asked once per key). conv_plan() of a
+// fused key throws instead.
+const ConvPlan* conv_fused_plan(const ConvKey& k);
 size_t conv_workspace_bytes(const ConvPlan& p);
+// The fused graph's other tensors (Note [Fused convolutions]); null where the key has none.
+struct ConvFusedArgs {
+  const void* scale = nullptr;  // (C) f32, the prologue's
+  const void* bias = nullptr;   // (C) f32
+  void* sum = nullptr;          // (O) f32, genstats' outputs
+  void* sqsum = nullptr;        // (O) f32
+};
 // Runs the plan on `s` (the device's cuDNN handle is set to `s`). `workspace` holds at
 // least conv_workspace_bytes(p) bytes (may be null when that is 0).
-void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y, void* workspace, cudaStream_t s);
+void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y, void* workspace, cudaStream_t s,
+                  const ConvFusedArgs& fused = {});
 
 struct ConvCacheStats {
   int64_t hits = 0, misses = 0, size = 0;

@@ -29,6 +29,7 @@
 // The cuDNN handles and the plan cache live until the process ends and are never destroyed:
 // destroying them from static destructors races the CUDA runtime's own teardown. The
 // descriptors inside are RAII (detail::Desc) all the same.
+#include <algorithm>
 #include <atomic>
 #include <memory>
 #include <mutex>
@@ -64,6 +65,9 @@ constexpr int kMaxBenchmarkCandidates = 8;  // the heuristic's best few
 constexpr int kBenchmarkRuns = 3;
 
 enum Uid : int64_t { kX = 1, kW = 2, kY = 3 };
+// The fused graph's (Note [Fused convolutions] in conv2d.cuh): tensors the variant pack binds,
+// then the prologue's virtual ones (real cuDNN links the operations by these ids).
+enum FusedUid : int64_t { kScale = 4, kBias = 5, kSum = 6, kSqsum = 7, kScaled = 8, kShifted = 9, kActivated = 10 };
 
 cudnnDataType_t cudnn_dtype(DType t) {
   switch (t) {
@@ -86,15 +90,80 @@ std::vector<int64_t> strides(const std::vector<int64_t>& d, bool nhwc) {
   return {d[1] * d[2] * d[3], d[2] * d[3], d[3], 1};
 }
 
-Desc tensor_desc(Uid uid, const ConvKey& k, const std::vector<int64_t>& dims) {
+Desc tensor_desc(int64_t uid, cudnnDataType_t t, const std::vector<int64_t>& dims, bool nhwc, int64_t align,
+                 bool is_virtual = false) {
   Desc d(CUDNN_BACKEND_TENSOR_DESCRIPTOR);
-  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, cudnn_dtype(k.dtype))
+  d.set(CUDNN_ATTR_TENSOR_DATA_TYPE, CUDNN_TYPE_DATA_TYPE, t)
       .set(CUDNN_ATTR_TENSOR_DIMENSIONS, CUDNN_TYPE_INT64, dims)
-      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides(dims, k.nhwc))
-      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, int64_t(uid))
-      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, int64_t(k.align));
+      .set(CUDNN_ATTR_TENSOR_STRIDES, CUDNN_TYPE_INT64, strides(dims, nhwc))
+      .set(CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, uid)
+      .set(CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT, CUDNN_TYPE_INT64, align);
+  if (is_virtual) d.set(CUDNN_ATTR_TENSOR_IS_VIRTUAL, CUDNN_TYPE_BOOLEAN, true);
   d.finalize();
   return d;
+}
+
+Desc tensor_desc(Uid uid, const ConvKey& k, const std::vector<int64_t>& dims) {
+  return tensor_desc(uid, cudnn_dtype(k.dtype), dims, k.nhwc, k.align);
+}
+
+// ---- the fused graph's other operations (Note [Fused convolutions] in conv2d.cuh) ----------
+
+Desc pointwise_op(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc& y, std::vector<Desc>& keep) {
+  Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);
+  pw.set(CUDNN_ATTR_POINTWISE_MODE, CUDNN_TYPE_POINTWISE_MODE, mode)
+      .set(CUDNN_ATTR_POINTWISE_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT);
+  pw.finalize();
+  Desc op(CUDNN_BACKEND_OPERATION_POINTWISE_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_POINTWISE_PW_DESCRIPTOR, pw)
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_XDESC, x)
+      .set(CUDNN_ATTR_OPERATION_POINTWISE_YDESC, y);
+  if (b) op.set(CUDNN_ATTR_OPERATION_POINTWISE_BDESC, *b);
+  op.finalize();
+  keep.push_back(std::move(pw));
+  return op;
+}
+
+// The prologue x' = relu?(x * scale + bias): its operations appended to `ops` (their
+// descriptors and tensors to `keep`); returns x', the convolution's input. Per-channel
+// tensors are f32 (1, C, 1, 1); the products and sums stay f32, x' has the data's dtype.
+Desc prologue(const ConvKey& k, const Desc& x, std::vector<Desc>& ops, std::vector<Desc>& keep) {
+  const std::vector<int64_t> per_c = {1, k.C, 1, 1}, dims = {k.N, k.C, k.H, k.W};
+  const int64_t f32_align = std::max<int64_t>(k.align, 4);  // an f32 pointer is 4-aligned whatever the data's are
+  Desc scale = tensor_desc(kScale, CUDNN_DATA_FLOAT, per_c, k.nhwc, f32_align);
+  Desc bias = tensor_desc(kBias, CUDNN_DATA_FLOAT, per_c, k.nhwc, f32_align);
+  Desc scaled = tensor_desc(kScaled, CUDNN_DATA_FLOAT, dims, k.nhwc, 16, true);
+  Desc shifted = tensor_desc(kShifted, k.prologue_relu ? CUDNN_DATA_FLOAT : cudnn_dtype(k.dtype), dims, k.nhwc, 16, true);
+  ops.push_back(pointwise_op(CUDNN_POINTWISE_MUL, x, &scale, scaled, keep));
+  ops.push_back(pointwise_op(CUDNN_POINTWISE_ADD, scaled, &bias, shifted, keep));
+  Desc out;
+  if (k.prologue_relu) {
+    out = tensor_desc(kActivated, cudnn_dtype(k.dtype), dims, k.nhwc, 16, true);
+    ops.push_back(pointwise_op(CUDNN_POINTWISE_RELU_FWD, shifted, nullptr, out, keep));
+    keep.push_back(std::move(shifted));
+  } else {
+    out = std::move(shifted);
+  }
+  for (Desc* d : {&scale, &bias, &scaled}) keep.push_back(std::move(*d));
+  return out;
+}
+
+// GEN_STATS over y: sum and sum of squares per output channel, f32 (1, O, 1, 1).
+Desc genstats(const ConvKey& k, const Desc& y, std::vector<Desc>& keep) {
+  const std::vector<int64_t> per_o = {1, k.O, 1, 1};
+  const int64_t f32_align = std::max<int64_t>(k.align, 4);
+  Desc sum = tensor_desc(kSum, CUDNN_DATA_FLOAT, per_o, k.nhwc, f32_align);
+  Desc sqsum = tensor_desc(kSqsum, CUDNN_DATA_FLOAT, per_o, k.nhwc, f32_align);
+  Desc op(CUDNN_BACKEND_OPERATION_GEN_STATS_DESCRIPTOR);
+  op.set(CUDNN_ATTR_OPERATION_GENSTATS_MODE, CUDNN_TYPE_GENSTATS_MODE, CUDNN_GENSTATS_SUM_SQSUM)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_MATH_PREC, CUDNN_TYPE_DATA_TYPE, CUDNN_DATA_FLOAT)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_XDESC, y)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_SUMDESC, sum)
+      .set(CUDNN_ATTR_OPERATION_GENSTATS_SQSUMDESC, sqsum);
+  op.finalize();
+  keep.push_back(std::move(sum));
+  keep.push_back(std::move(sqsum));
+  return op;
 }
 
 // ---- handles -----------------------------------------------------------------------
@@ -178,10 +247,19 @@ std::vector<Desc> engine_configs(const Desc& graph, cudnnBackendHeurMode_t mode)
   return cfgs;
 }
 
-Desc variant_pack(const void* x, const void* w, const void* y, void* workspace) {
+Desc variant_pack(const void* x, const void* w, const void* y, void* workspace, const ConvKey& k,
+                  const ConvFusedArgs& f = {}) {
   Desc pack(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  const std::vector<int64_t> uids = {kX, kW, kY};
-  const std::vector<void*> ptrs = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+  std::vector<int64_t> uids = {kX, kW, kY};
+  std::vector<void*> ptrs = {const_cast<void*>(x), const_cast<void*>(w), const_cast<void*>(y)};
+  if (k.prologue) {
+    uids.insert(uids.end(), {kScale, kBias});
+    ptrs.insert(ptrs.end(), {const_cast<void*>(f.scale), const_cast<void*>(f.bias)});
+  }
+  if (k.genstats) {
+    uids.insert(uids.end(), {kSum, kSqsum});
+    ptrs.insert(ptrs.end(), {f.sum, f.sqsum});
+  }
   pack.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids)
       .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs)
       .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, workspace);
@@ -205,7 +283,7 @@ size_t fastest(const std::vector<std::unique_ptr<ConvPlan>>& cands, cudnnHandle_
     float ms = -1;
     try {
       void* ws = cands[i]->workspace > 0 ? b.workspace(size_t(cands[i]->workspace)) : nullptr;
-      const Desc pack = variant_pack(b.x, b.w, b.y, ws);
+      const Desc pack = variant_pack(b.x, b.w, b.y, ws, cands[i]->key);
       if (cudnnBackendExecute(handle, cands[i]->plan.get(), pack.get()) != CUDNN_STATUS_SUCCESS) continue;
       for (int r = 0; r < kBenchmarkRuns; ++r) {
         CUDA_CHECK(cudaEventRecord(start, b.stream));
@@ -301,10 +379,21 @@ std::string what_was_tried(const std::vector<Offer>& offers, const EnginePolicy&
   return os.str();
 }
 
-std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, const ConvBenchArgs* bench) {
-  const int64_t HO = conv_out_size(k.H, k.KH, k.sh, k.ph, k.dh), WO = conv_out_size(k.W, k.KW, k.sw, k.pw, k.dw);
+// What a key may not ask for, whatever cuDNN offers.
+void check_key(const ConvKey& k, const ConvBenchArgs* bench) {
   RT_CHECK(!k.benchmark || bench, "conv2d: benchmarking ", k.str(), " needs its data (ConvBenchArgs)");
   RT_CHECK(!(k.benchmark && k.accumulate), "conv2d: ", k.str(), " accumulates into its output: it cannot be benchmarked");
+  RT_CHECK(!(k.benchmark && k.fused()), "conv2d: ", k.str(), " is fused: fused keys are not benchmarked");
+  RT_CHECK(!k.prologue || k.kind != ConvKind::backward_data, "conv2d: ", k.str(),
+           ": the prologue applies to the input x, which backward_data writes (Note [Fused convolutions])");
+  RT_CHECK(!k.genstats || k.kind == ConvKind::forward, "conv2d: ", k.str(), ": genstats needs the forward's y");
+  RT_CHECK(!k.prologue_relu || k.prologue, "conv2d: ", k.str(), ": prologue_relu without the prologue");
+  RT_CHECK(!k.fused() || k.groups == 1, "conv2d: ", k.str(), ": fused convolutions are not grouped");
+}
+
+// The plan for `k` (check_key first), or an error naming what was tried.
+std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, const ConvBenchArgs* bench) {
+  const int64_t HO = conv_out_size(k.H, k.KH, k.sh, k.ph, k.dh), WO = conv_out_size(k.W, k.KW, k.sw, k.pw, k.dw);
   Desc x = tensor_desc(kX, k, {k.N, k.C, k.H, k.W});
   Desc w = tensor_desc(kW, k, {k.O, k.C / k.groups, k.KH, k.KW});  // groups: from C / w's C
   Desc y = tensor_desc(kY, k, {k.N, k.O, HO, WO});
@@ -320,6 +409,9 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
       .set(CUDNN_ATTR_CONVOLUTION_POST_PADDINGS, CUDNN_TYPE_INT64, std::vector<int64_t>{k.ph, k.pw});
   conv.finalize();
 
+  std::vector<Desc> ops, keep;  // the fused graph's other operations, and what they were built from
+  Desc x_in;
+  if (k.prologue) x_in = prologue(k, x, ops, keep);
   Desc op;
   const double beta_v = k.accumulate ? 1.0 : 0.0;
   auto scalars = [&](cudnnBackendAttributeName_t alpha, cudnnBackendAttributeName_t beta) {
@@ -331,7 +423,7 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
   switch (k.kind) {
     case ConvKind::forward:
       op = Desc(CUDNN_BACKEND_OPERATION_CONVOLUTION_FORWARD_DESCRIPTOR);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, x)
+      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_X, k.prologue ? x_in : x)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_W, w)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_Y, y)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_FORWARD_CONV_DESC, conv);
@@ -347,7 +439,7 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
       break;
     case ConvKind::backward_filter:
       op = Desc(CUDNN_BACKEND_OPERATION_CONVOLUTION_BACKWARD_FILTER_DESCRIPTOR);
-      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, x)
+      op.set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_X, k.prologue ? x_in : x)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DW, w)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_DY, y)
           .set(CUDNN_ATTR_OPERATION_CONVOLUTION_BWD_FILTER_CONV_DESC, conv);
@@ -356,9 +448,15 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
   }
   op.finalize();
 
+  if (k.genstats) ops.push_back(genstats(k, y, keep));
+  std::vector<cudnnBackendDescriptor_t> all = {op.get()};
+  for (const Desc& o : ops) all.push_back(o.get());
   Desc graph(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
-  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, op).set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle);
-  graph.finalize();
+  graph.set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, all)
+      .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, handle);
+  if (const cudnnStatus_t st = graph.try_finalize(); st != CUDNN_STATUS_SUCCESS)
+    RT_FAIL("conv2d: cuDNN does not take the operation graph of ", k.str(), ": ", cudnnGetErrorString(st), " (",
+            detail::cudnn_last_error(), ")");
 
   // Mode A first, then the fallback list, in tiers (Note [Conv numerics]). Without
   // benchmarking the first plan that finalizes wins; with it, up to kMaxBenchmarkCandidates
@@ -385,7 +483,9 @@ std::unique_ptr<ConvPlan> build_plan(const ConvKey& k, cudnnHandle_t handle, con
             "conv2d: cuDNN has no strict engine for %s; using one whose reductions may be in reduced precision "
             "(printed once per shape)\n",
             k.str().c_str());
-  for (Desc* d : {&x, &w, &y, &conv, &op, &graph}) p->sources.push_back(std::move(*d));
+  for (Desc* d : {&x, &w, &y, &conv, &x_in, &op, &graph}) p->sources.push_back(std::move(*d));
+  for (std::vector<Desc>* v : {&ops, &keep})
+    for (Desc& d : *v) p->sources.push_back(std::move(d));
   return p;
 }
 
@@ -422,7 +522,8 @@ std::string ConvKey::str() const {
      << ", " << C << ", " << H << ", " << W << ") w(" << O << ", " << C / groups << ", " << KH << ", " << KW
      << ") stride (" << sh << ", " << sw << ") padding (" << ph << ", " << pw << ") dilation (" << dh << ", " << dw
      << ") groups " << groups << " align " << align << (allow_tf32 ? " tf32" : "") << (benchmark ? " benchmark" : "")
-     << (accumulate ? " accumulate" : "") << " on cuda:" << device;
+     << (accumulate ? " accumulate" : "") << (prologue ? (prologue_relu ? " +scale_bias_relu" : " +scale_bias") : "")
+     << (genstats ? " +genstats" : "") << " on cuda:" << device;
   return os.str();
 }
 
@@ -442,25 +543,53 @@ bool cudnn_benchmark() { return g_benchmark.load(); }
 void set_cudnn_benchmark_runtime_compiled(bool on) { g_benchmark_runtime_compiled.store(on); }
 bool cudnn_benchmark_runtime_compiled() { return g_benchmark_runtime_compiled.load(); }
 
-const ConvPlan& conv_plan(const ConvKey& k, const ConvBenchArgs* bench) {
+namespace {
+
+// The cached plan of `k`, built on a miss. With `may_fail` (a fused key, conv_fused_plan) a key
+// cuDNN cannot plan, whether its graph or every engine is refused, is cached as null: the
+// caller runs the parts unfused, and the search is not repeated.
+const ConvPlan* cached_plan(const ConvKey& k, const ConvBenchArgs* bench, bool may_fail) {
+  check_key(k, bench);
   PlanCache& c = cache();
   std::lock_guard<std::mutex> g(c.mu);
   auto it = c.plans.find(k);
-  if (it != c.plans.end()) {
+  if (it != c.plans.end() && (it->second || may_fail)) {
     ++c.hits;
-    return *it->second;
+    return it->second.get();
   }
   ++c.misses;
-  auto p = build_plan(k, handle_for(k.device).handle, bench);
-  return *(c.plans[k] = std::move(p));
+  cudnnHandle_t handle = handle_for(k.device).handle;
+  std::unique_ptr<ConvPlan> p;
+  if (!may_fail) {
+    p = build_plan(k, handle, bench);
+  } else {
+    try {
+      p = build_plan(k, handle, bench);
+    } catch (const Error&) {
+      p = nullptr;  // the graph or every engine refused: unfused
+    }
+  }
+  return (c.plans[k] = std::move(p)).get();
+}
+
+}  // namespace
+
+const ConvPlan& conv_plan(const ConvKey& k, const ConvBenchArgs* bench) { return *cached_plan(k, bench, false); }
+
+const ConvPlan* conv_fused_plan(const ConvKey& k) {
+  RT_CHECK(k.fused(), "conv_fused_plan: ", k.str(), " has no fusion; use conv_plan");
+  return cached_plan(k, nullptr, true);
 }
 
 size_t conv_workspace_bytes(const ConvPlan& p) { return size_t(p.workspace); }
 
-void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y, void* workspace, cudaStream_t s) {
+void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y, void* workspace, cudaStream_t s,
+                  const ConvFusedArgs& f) {
   RT_CHECK(x && w && y, "conv2d: null pointer for ", p.key.str());
   RT_CHECK(workspace || p.workspace == 0, "conv2d: ", p.workspace, " bytes of workspace needed, none given");
-  const Desc pack = variant_pack(x, w, y, workspace);
+  RT_CHECK(!p.key.prologue || (f.scale && f.bias), "conv2d: ", p.key.str(), " needs the prologue's scale and bias");
+  RT_CHECK(!p.key.genstats || (f.sum && f.sqsum), "conv2d: ", p.key.str(), " needs genstats' sum and sqsum");
+  const Desc pack = variant_pack(x, w, y, workspace, p.key, f);
   DeviceHandle& h = handle_for(p.key.device);
   std::lock_guard<std::mutex> g(h.mu);
   CUDNN_CHECK(cudnnSetStream(h.handle, s));

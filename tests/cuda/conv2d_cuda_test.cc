@@ -110,6 +110,9 @@ TEST_CASE("conv plan keys tell every parameter apart (runs without a GPU)") {
   vary([](auto& k) { k.allow_tf32 = true; });
   vary([](auto& k) { k.benchmark = true; });
   vary([](auto& k) { k.accumulate = true; });
+  vary([](auto& k) { k.prologue = true; });
+  vary([](auto& k) { k.prologue = k.prologue_relu = true; });
+  vary([](auto& k) { k.genstats = true; });
   vary([](auto& k) { k.device = 1; });
   std::unordered_set<size_t> hashes;
   for (size_t i = 0; i < keys.size(); ++i) {

@@ -182,8 +182,8 @@ TEST_CASE("cudnnBackendSetAttribute refuses what cuDNN refuses, saying what and 
   EXPECT_STATUS(cudnnBackendSetAttribute(gone, CUDNN_ATTR_TENSOR_UNIQUE_ID, CUDNN_TYPE_INT64, 1, &uid),
                 CUDNN_STATUS_BAD_PARAM, "not a live descriptor");
   EXPECT_STATUS(cudnnBackendDestroyDescriptor(gone), CUDNN_STATUS_BAD_PARAM, "not a live descriptor");
-  cudnnBackendDescriptor_t pw = nullptr;
-  EXPECT_STATUS(cudnnBackendCreateDescriptor(CUDNN_BACKEND_POINTWISE_DESCRIPTOR, &pw), CUDNN_STATUS_NOT_SUPPORTED,
+  cudnnBackendDescriptor_t matmul = nullptr;  // fused graphs take pointwise descriptors; matmuls are not emulated
+  EXPECT_STATUS(cudnnBackendCreateDescriptor(CUDNN_BACKEND_MATMUL_DESCRIPTOR, &matmul), CUDNN_STATUS_NOT_SUPPORTED,
                 "not emulated");
   EXPECT_STATUS(cudnnBackendCreateDescriptor(CUDNN_BACKEND_TENSOR_DESCRIPTOR, nullptr),
                 CUDNN_STATUS_BAD_PARAM_NULL_POINTER, "descriptor is null");
