@@ -79,26 +79,41 @@ struct Conv2dParams {
 // x (N, C, H, W), weight (O, C/groups, KH, KW), bias (O) or undefined -> (N, O, HO, WO).
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p);
 
+// Per-channel sums of a convolution's output, written by the convolution itself where cuDNN
+// fuses them into it (Note [Statistics from the convolution] in engine/ops/batch_norm.cc):
+// the training statistics of the batch norm that follows, without reading y again.
+struct ChannelSums {
+  Tensor sum, sqsum;  // (O,) f32 on y's device: sum of y and of y^2 per channel; undefined: not computed
+  bool defined() const { return sum.defined(); }
+};
+// conv2d, also filling *sums where a fused engine computes them (CUDA, channels-last,
+// groups 1, no bias, bf16/f16, or f32 with TF32 allowed); elsewhere *sums is left undefined
+// and y is what conv2d(x, weight, bias, p) gives. Not differentiable through *sums.
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p, ChannelSums* sums);
+
 // ---- batch normalisation ----------------------------------------------------------
 // x (N, C, ...) with weight, bias (C) (or undefined: affine off). Training: normalise with
 // the batch's biased variance; update running_mean/var (if defined) with the unbiased
 // variance: r = (1 - momentum) * r + momentum * batch_stat. Eval: use the running stats.
 // sync (training only; null: none): the batch is every process's together, statistics and
 // their gradients combined through it (Note [Synchronised batch norm] in
-// engine/ops/batch_norm_sync.h); CPU and CUDA.
+// engine/ops/batch_norm_sync.h); CPU and CUDA. sums (training without sync, CUDA; undefined:
+// none): x's channel sums from the convolution that produced it (conv2d above), the
+// statistics taken from them instead of a pass over x.
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                   Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                  std::shared_ptr<BatchNormSync> sync = nullptr);
+                  std::shared_ptr<BatchNormSync> sync = nullptr, const ChannelSums& sums = {});
 // Fused tails of a residual block, same arguments and running-stat update as batch_norm, in
 // one pass each way (the backward needs only the output, as relu's does):
 //   batch_norm_relu     = relu(batch_norm(x, ...))
 //   batch_norm_add_relu = relu(batch_norm(x, ...) + residual)   (residual: x's shape/dtype/device)
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                        Tensor running_var, bool training, double momentum = 0.1, double eps = 1e-5,
-                       std::shared_ptr<BatchNormSync> sync = nullptr);
+                       std::shared_ptr<BatchNormSync> sync = nullptr, const ChannelSums& sums = {});
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            Tensor running_mean, Tensor running_var, bool training, double momentum = 0.1,
-                           double eps = 1e-5, std::shared_ptr<BatchNormSync> sync = nullptr);
+                           double eps = 1e-5, std::shared_ptr<BatchNormSync> sync = nullptr,
+                           const ChannelSums& sums = {});
 
 // ---- pooling ---------------------------------------------------------------------
 struct Pool2dParams {

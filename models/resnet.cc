@@ -21,12 +21,41 @@ std::shared_ptr<nn::Sequential> make_downsample(int64_t in, int64_t out, int str
 // parameters, buffers and values as bn.forward() then relu / add_relu, also under mixed
 // precision.
 
-// A block's tail: relu(bn(out) + residual), fused (Note [Fused block tails]) unless an
+// conv's output and, where bn will take them, its channel sums: every batch norm of the
+// network follows a convolution, and takes its statistics from the convolution's fused sums
+// where cuDNN computes them (Note [Statistics from the convolution] in
+// engine/ops/batch_norm.cc; ResNetConfig::conv_sums).
+Tensor conv_for(nn::Conv2d& conv, const nn::BatchNorm2d& bn, const Tensor& x, ChannelSums* sums) {
+  return conv.forward(x, bn.wants_sums() ? sums : nullptr);
+}
+
+// relu(bn(conv(x))), the pair fused (Note [Fused block tails]).
+Tensor conv_bn_relu(nn::Conv2d& conv, nn::BatchNorm2d& bn, const Tensor& x) {
+  ChannelSums sums;
+  const Tensor y = conv_for(conv, bn, x, &sums);
+  return bn.forward_relu(y, Tensor(), sums);
+}
+
+// A block's tail: relu(bn(conv(out)) + residual), fused (Note [Fused block tails]) unless an
 // attention module sits between the batch norm and the add (timm's order: bn, attention,
 // add, relu).
-Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& out, const Tensor& residual) {
-  if (!attention) return bn.forward_relu(out, residual);
-  return add_relu(attention->forward(bn.forward(out)), residual);
+Tensor block_tail(nn::Conv2d& conv, nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& out,
+                  const Tensor& residual) {
+  ChannelSums sums;
+  const Tensor y = conv_for(conv, bn, out, &sums);
+  if (!attention) return bn.forward_relu(y, residual, sums);
+  return add_relu(attention->forward(bn.forward(y, sums)), residual);
+}
+
+// The downsample branch (make_downsample: conv, batch norm), its statistics from the sums too.
+Tensor downsample_forward(nn::Sequential& ds, const Tensor& x) {
+  auto* conv = dynamic_cast<nn::Conv2d*>(ds.at(0).get());
+  auto* bn = dynamic_cast<nn::BatchNorm2d*>(ds.at(1).get());
+  RT_CHECK(ds.size() == 2 && conv && bn, "ResNet: a downsample is a conv and a batch norm");
+  const prof::ModuleScope scope(&ds);
+  ChannelSums sums;
+  const Tensor y = conv_for(*conv, *bn, x, &sums);
+  return bn->forward(y, sums);
 }
 
 std::shared_ptr<nn::Module> make_attention(const BlockAttention& attention, int64_t channels, Generator& g) {
@@ -50,9 +79,8 @@ BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generato
 
 Tensor BasicBlock::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
-  Tensor out = bn1->forward_relu(conv1->forward(x));
-  out = conv2->forward(out);
-  return block_tail(*bn2, attention.get(), out, downsample ? downsample->forward(x) : x);
+  const Tensor out = conv_bn_relu(*conv1, *bn1, x);
+  return block_tail(*conv2, *bn2, attention.get(), out, downsample ? downsample_forward(*downsample, x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g, int64_t groups,
@@ -75,10 +103,9 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generato
 
 Tensor Bottleneck::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
-  Tensor out = bn1->forward_relu(conv1->forward(x));
-  out = bn2->forward_relu(conv2->forward(out));
-  out = conv3->forward(out);
-  return block_tail(*bn3, attention.get(), out, downsample ? downsample->forward(x) : x);
+  Tensor out = conv_bn_relu(*conv1, *bn1, x);
+  out = conv_bn_relu(*conv2, *bn2, out);
+  return block_tail(*conv3, *bn3, attention.get(), out, downsample ? downsample_forward(*downsample, x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
@@ -149,16 +176,18 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
     stages_.push_back(register_module("layer" + std::to_string(s + 1), stage));
   }
   fc_ = register_module("fc", std::make_shared<nn::Linear>(in, cfg.num_classes, g));
-  if (!cfg.fused_tails)
-    for (auto& [name, m] : named_modules())
-      if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) bn->fuse_relu = false;
+  for (auto& [name, m] : named_modules())
+    if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) {
+      bn->fuse_relu = cfg.fused_tails;
+      bn->sums_from_conv = cfg.conv_sums;
+    }
 }
 
 Tensor ResNet::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
   RT_CHECK(x.ndim() == 4 && x.size(1) == cfg_.in_channels, "ResNet: expected input (N, ", cfg_.in_channels,
            ", H, W), got ", x.str());
-  Tensor h = bn1_->forward_relu(conv1_->forward(x));
+  Tensor h = conv_bn_relu(*conv1_, *bn1_, x);
   if (!cfg_.small_stem) h = max_pool2d(h, Pool2dParams::make(3, 2, 1));
   for (auto& stage : stages_) h = stage->forward(h);
   return fc_->forward(global_avg_pool(h));

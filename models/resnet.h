@@ -36,6 +36,10 @@ struct ResNetConfig {
   // Note [Fused block tails] (models/resnet.cc); false: each tail as batch_norm, then relu or
   // add_relu, the same values within rounding (for comparing the two).
   bool fused_tails = true;
+  // Note [Statistics from the convolution] (engine/ops/batch_norm.cc): training batch norms
+  // take their statistics from the convolution's fused channel sums where cuDNN computes them
+  // (CUDA, channels-last, bf16/f16); false: from a pass over the input (for comparing the two).
+  bool conv_sums = true;
   uint64_t seed = 0;                     // initialisation
   // timm's attn_layer: a module every block applies to its residual branch after the last
   // batch norm, before the residual add, registered as `attention_name` between that batch

@@ -26,9 +26,11 @@ Conv2d::Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Gen
   if (with_bias) bias = register_parameter("bias", Tensor::zeros({out}));
 }
 
-Tensor Conv2d::forward(const Tensor& x) {
+Tensor Conv2d::forward(const Tensor& x) { return forward(x, nullptr); }
+
+Tensor Conv2d::forward(const Tensor& x, ChannelSums* sums) {
   const prof::ModuleScope scope(this);
-  return conv2d(x, compute(weight), compute(bias), params);
+  return conv2d(x, compute(weight), compute(bias), params, sums);
 }
 
 BatchNorm2d::BatchNorm2d(int64_t channels, double m, double e) : momentum(m), eps(e) {
@@ -47,21 +49,26 @@ void BatchNorm2d::count_batch() {
   if (!host.same(num_batches_tracked)) num_batches_tracked.copy_(host);
 }
 
-Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) {
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual) { return forward_relu(x, residual, {}); }
+
+Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual, const ChannelSums& sums) {
   const prof::ModuleScope scope(this);
   if (count_in_forward) count_batch();
   // As in forward (Note [Batch norm in mixed precision]).
   const Tensor w = param_for(weight, x), b = param_for(bias, x);
   if (!fuse_relu) {
-    const Tensor y = batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+    const Tensor y = batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync, sums);
     return residual.defined() ? add_relu(y, residual) : relu(y);
   }
   if (residual.defined())
-    return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
-  return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+    return batch_norm_add_relu(x, residual, w, b, running_mean, running_var, is_training(), momentum, eps, sync,
+                               sums);
+  return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync, sums);
 }
 
-Tensor BatchNorm2d::forward(const Tensor& x) {
+Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, ChannelSums{}); }
+
+Tensor BatchNorm2d::forward(const Tensor& x, const ChannelSums& sums) {
   const prof::ModuleScope scope(this);
   if (count_in_forward) count_batch();
   // Note [Batch norm in mixed precision]
@@ -73,7 +80,7 @@ Tensor BatchNorm2d::forward(const Tensor& x) {
   // to x's dtype here (C values, differentiably: the gradient reaches the masters in their
   // dtype): param_for.
   const Tensor w = param_for(weight, x), b = param_for(bias, x);
-  return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync);
+  return batch_norm(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync, sums);
 }
 
 int64_t set_batch_norm_sync(Module& model, const std::shared_ptr<BatchNormSync>& sync) {

@@ -16,6 +16,9 @@ class Conv2d : public Module {
   Conv2d(int64_t in, int64_t out, int kernel, int stride, int padding, Generator& g, bool bias = false,
          int groups = 1);
   Tensor forward(const Tensor& x) override;
+  // forward(x), also asking for the output's channel sums for the batch norm that follows
+  // (conv2d with ChannelSums: filled where cuDNN fuses them, else left undefined).
+  Tensor forward(const Tensor& x, ChannelSums* sums);
   Tensor weight, bias;
   Conv2dParams params;
 };
@@ -28,9 +31,17 @@ class BatchNorm2d : public Module {
   // relu(forward(x)), or relu(forward(x) + residual) when residual is defined: the fused
   // batch_norm_relu / batch_norm_add_relu ops (a ResNet block's tail in one pass).
   Tensor forward_relu(const Tensor& x, const Tensor& residual = Tensor());
+  // Both with x's channel sums from the convolution that produced it (undefined: none), the
+  // statistics taken from them (Note [Statistics from the convolution] in
+  // engine/ops/batch_norm.cc); ask for them only where wants_sums().
+  Tensor forward(const Tensor& x, const ChannelSums& sums);
+  Tensor forward_relu(const Tensor& x, const Tensor& residual, const ChannelSums& sums);
+  // Whether the next forward would use a convolution's sums: training, no sync, sums_from_conv.
+  bool wants_sums() const { return sums_from_conv && is_training() && !sync; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
   bool fuse_relu = true;  // false: forward_relu as forward, then relu or add_relu (the unfused composition)
+  bool sums_from_conv = true;  // false: wants_sums() never (statistics from a pass over x, for comparing the two)
   // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
   // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
   std::shared_ptr<BatchNormSync> sync;

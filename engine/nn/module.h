@@ -106,6 +106,7 @@ class Sequential : public Module {
   void push_back(std::shared_ptr<Module> m);
   Tensor forward(const Tensor& x) override;
   size_t size() const { return layers_.size(); }
+  const std::shared_ptr<Module>& at(size_t i) const { return layers_.at(i); }
 
  private:
   std::vector<std::shared_ptr<Module>> layers_;

@@ -83,7 +83,8 @@ void sync_grad_sums(BatchNormSync& sync, int64_t C, double* sum_dz, double* sum_
 // (Note [Synchronised batch norm]), still without a host wait.
 Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                        Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                       const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync) {
+                       const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync,
+                       const ChannelSums& sums) {
   const DType st = cuda::batch_norm_stat_dtype(x.dtype());
   const cudaStream_t s = ops::stream_of(x);
   if (running_mean.defined())
@@ -101,7 +102,8 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
              " (use a batch size above 1, or eval mode)");
     const bool run = running_mean.defined();
     // The reduction's per-row-block partials (kernels/cuda/channel_reduce.cuh), bytes.
-    Tensor work = Tensor::empty({int64_t(cuda::batch_norm_stats_workspace_bytes(g, x.dtype()))}, DType::u8, x.device());
+    const int64_t work_bytes = int64_t(cuda::batch_norm_stats_workspace_bytes(g, x.dtype()));
+    Tensor work = sums.defined() && !sync ? Tensor() : Tensor::empty({work_bytes}, DType::u8, x.device());
     if (sync) {
       // Local moments, all-gathered, merged on the device (Note [Synchronised batch norm]).
       Tensor block = Tensor::empty({1 + 2 * g.C}, DType::f64, x.device());  // count, mean[C], m2[C]
@@ -114,6 +116,11 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
                                      invstd.raw_data(), count.data<double>(), run ? running_mean.dtype() : st,
                                      run ? running_mean.raw_data() : nullptr, run ? running_var.raw_data() : nullptr,
                                      momentum, s);
+    } else if (sums.defined()) {
+      cuda::batch_norm_stats_from_sums(g.C, x.dtype(), g.N * g.S, sums.sum.data<float>(), sums.sqsum.data<float>(),
+                                       eps, mean.raw_data(), invstd.raw_data(), run ? running_mean.dtype() : st,
+                                       run ? running_mean.raw_data() : nullptr, run ? running_var.raw_data() : nullptr,
+                                       momentum, s);
     } else {
       cuda::batch_norm_stats(g, x.dtype(), x.raw_data(), eps, mean.raw_data(), invstd.raw_data(),
                              run ? running_mean.dtype() : st, run ? running_mean.raw_data() : nullptr,
@@ -262,7 +269,7 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
 // Checks the arguments of all three ops and runs the backend of x's device.
 Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                      Tail tail, std::shared_ptr<BatchNormSync> sync) {
+                      Tail tail, std::shared_ptr<BatchNormSync> sync, const ChannelSums& sums) {
   // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
   const bool on_cuda = x.defined() && x.device().is_cuda();
   auto check_floating = [&](const Tensor& t, const char* name) {
@@ -297,6 +304,27 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
     tail.residual_x = ops::in_format(tail.residual, x.format());
   }
 
+  if (sums.defined()) {
+    RT_CHECK(on_cuda, op, ": channel sums are a CUDA convolution's; the CPU computes its statistics itself");
+    for (const Tensor* t : {&sums.sum, &sums.sqsum}) {
+      RT_CHECK(t->defined() && t->shape() == Shape{C} && t->dtype() == DType::f32 && t->device() == x.device(),
+               op, ": channel sums must be [", C, "] f32 on ", x.device().str(), ", got ",
+               t->defined() ? t->str() : "undefined");
+    }
+  }
+  // Note [Statistics from the convolution]
+  // A training batch norm's statistics cost a pass over its input x. When x comes straight
+  // from a convolution, cuDNN's runtime fusion computes sum(x) and sum(x^2) per channel (f32)
+  // in the convolution's epilogue while the output is still on chip
+  // (Note [Fused convolutions] in kernels/cuda/conv2d.cuh; conv2d with ChannelSums), and a
+  // kernel of one thread per channel turns them into mean and invstd (cuda::batch_norm_stats_from_sums):
+  // the pass disappears. The models ask for it (nn::BatchNorm2d::wants_sums) where it
+  // applies: CUDA training without SyncBN, whose statistics need the moments of every
+  // process. Numerics: var = sqsum / n - mean^2 from f32 sums loses about
+  // eps_f32 * (mean^2 + var) / var of var's relative precision to cancellation (the Welford
+  // pass does not), small for a convolution's output, whose channel means are of the order
+  // of its standard deviations; the whole-model tests bound its effect (resnet_fusion_test).
+  const bool from_sums = training && !sync && sums.defined();
   const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
   // Cost (training): statistics (x read, ~4 flops per value: Welford), the normalising map
   // (x [+ residual] read, y written, 2 flops [+ relu, + add]); back: the two sums (x, dy
@@ -304,14 +332,15 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   const auto cost = [&] {
     const double n = double(x.numel()), es = double(dtype_size(x.dtype()));
     const double res = tail.residual.defined() ? 1 : 0, masked = tail.relu ? 1 : 0;
-    const prof::Cost fwd{n * ((training ? 4 : 0) + 2 + res + masked), n * es * ((training ? 1 : 0) + 2 + res)};
+    const double stats = training && !from_sums ? 1 : 0;
+    const prof::Cost fwd{n * (4 * stats + 2 + res + masked), n * es * (stats + 2 + res)};
     const prof::Cost bwd{8 * n, n * es * (2 * (2 + masked) + 1 + res)};
     return prof::OpCost{fwd, bwd};
   };
   RT_PROFILE_OP(op, cost(), &x, &tail.residual);
   if (on_cuda)
     return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                           cuda::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
+                           cuda::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync), sums);
   return batch_norm_cpu(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
                         cpu::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
 }
@@ -349,25 +378,26 @@ void sum_grad_sums(int64_t C, int k, const double* blocks, double* sum_dz, doubl
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean, Tensor running_var,
-                  bool training, double momentum, double eps, std::shared_ptr<BatchNormSync> sync) {
+                  bool training, double momentum, double eps, std::shared_ptr<BatchNormSync> sync,
+                  const ChannelSums& sums) {
   return batch_norm_any("batch_norm", x, weight, bias, running_mean, running_var, training, momentum, eps, Tail{},
-                        std::move(sync));
+                        std::move(sync), sums);
 }
 
 Tensor batch_norm_relu(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
                        Tensor running_var, bool training, double momentum, double eps,
-                       std::shared_ptr<BatchNormSync> sync) {
+                       std::shared_ptr<BatchNormSync> sync, const ChannelSums& sums) {
   return batch_norm_any("batch_norm_relu", x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        Tail{true, Tensor(), Tensor()}, std::move(sync));
+                        Tail{true, Tensor(), Tensor()}, std::move(sync), sums);
 }
 
 Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor& weight, const Tensor& bias,
                            Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                           std::shared_ptr<BatchNormSync> sync) {
+                           std::shared_ptr<BatchNormSync> sync, const ChannelSums& sums) {
   const char* op = "batch_norm_add_relu";
   check_defined(residual, op, "residual");
   return batch_norm_any(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        Tail{true, residual, Tensor()}, std::move(sync));
+                        Tail{true, residual, Tensor()}, std::move(sync), sums);
 }
 
 }  // namespace rt

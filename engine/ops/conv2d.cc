@@ -37,10 +37,9 @@ void* conv_workspace(Device d, size_t bytes) {
   return ws.raw_data();
 }
 
-// One cuDNN convolution (the x/w/y slots of conv2d.cuh: x or dx, w or dw, y or dy);
-// `accumulate`: added to what the output holds (beta = 1).
-void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
-               const void* y, bool accumulate = false) {
+// The plan key of one cuDNN convolution of geometry g on like's device and dtype.
+cuda::ConvKey conv_key(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
+                       const void* y, bool accumulate) {
   cuda::ConvKey k;
   k.kind = kind;
   k.N = g.N, k.C = g.C, k.H = g.H, k.W = g.W, k.O = g.O, k.KH = g.KH, k.KW = g.KW;
@@ -52,6 +51,14 @@ void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like
   k.benchmark = cuda::cudnn_benchmark();
   k.accumulate = accumulate;
   k.device = like.device().index;
+  return k;
+}
+
+// One cuDNN convolution (the x/w/y slots of conv2d.cuh: x or dx, w or dw, y or dy);
+// `accumulate`: added to what the output holds (beta = 1).
+void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
+               const void* y, bool accumulate = false) {
+  const cuda::ConvKey k = conv_key(kind, g, like, x, w, y, accumulate);
   const cudaStream_t s = ops::stream_of(like);
   const Device d = like.device();
   const cuda::ConvBenchArgs bench{x, w, y, s, [d](size_t bytes) { return conv_workspace(d, bytes); }};
@@ -60,10 +67,35 @@ void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like
   cuda::conv_execute(plan, x, w, y, ws, s);
 }
 
+// The forward with y's channel sums in *sums, when a fused engine computes them
+// (Note [Statistics from the convolution] in engine/ops/batch_norm.cc); false, nothing run,
+// when none does or the convolution is not of the kind cuDNN fuses.
+bool cuda_conv_with_sums(const cpu::Conv2dGeom& g, const Tensor& x, const Tensor& wk, const Tensor& y,
+                         ChannelSums* sums) {
+  if (!g.nhwc || g.groups != 1 || !(is_floating(x.dtype()) && x.dtype() != DType::f64)) return false;
+  cuda::ConvKey k = conv_key(cuda::ConvKind::forward, g, x, x.raw_data(), wk.raw_data(), y.raw_data(), false);
+  k.benchmark = false;  // fused keys take the first engine that runs them (Note [Fused convolutions])
+  k.genstats = true;
+  const cuda::ConvPlan* plan = cuda::conv_fused_plan(k);
+  if (!plan) return false;
+  Tensor sum = Tensor::empty({g.O}, DType::f32, x.device()), sqsum = Tensor::empty({g.O}, DType::f32, x.device());
+  cuda::ConvFusedArgs f;
+  f.sum = sum.raw_data(), f.sqsum = sqsum.raw_data();
+  void* ws = conv_workspace(x.device(), cuda::conv_workspace_bytes(*plan));
+  cuda::conv_execute(*plan, x.raw_data(), wk.raw_data(), y.raw_data(), ws, ops::stream_of(x), f);
+  sums->sum = std::move(sum), sums->sqsum = std::move(sqsum);
+  return true;
+}
+
 }  // namespace
 
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p) {
+  return conv2d(x, weight, bias, p, nullptr);
+}
+
+Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p, ChannelSums* sums) {
   const char* op = "conv2d";
+  if (sums) *sums = ChannelSums{};
   check_ndim(x, 4, op, "input");
   check_ndim(weight, 4, op, "weight");
   // The CPU computes in f32/f64; cuDNN also takes bf16/f16 (fp32 accumulation).
@@ -111,7 +143,8 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
                           weight.format() == MemoryFormat::channels_last};
   Tensor y = Tensor::empty({N, O, HO, WO}, x.dtype(), x.device(), x.format());
   if (on_cuda) {
-    cuda_conv(cuda::ConvKind::forward, g, x, x.raw_data(), wk.raw_data(), y.raw_data());
+    if (!(sums && !bias.defined() && cuda_conv_with_sums(g, x, wk, y, sums)))
+      cuda_conv(cuda::ConvKind::forward, g, x, x.raw_data(), wk.raw_data(), y.raw_data());
     if (bias.defined())
       cuda::conv_bias_add(x.dtype(), N, O, HO * WO, g.nhwc, y.raw_data(), bias.raw_data(), ops::stream_of(x));
   } else {

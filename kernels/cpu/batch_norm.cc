@@ -255,6 +255,16 @@ void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* 
   for (int64_t c = 0; c < g.C; ++c) var[c] /= M;
 }
 
+void batch_norm_stats_from_sums(int64_t C, int64_t count, const float* sum, const float* sqsum, double* mean,
+                                double* var) {
+  const double n = double(count);
+  for (int64_t c = 0; c < C; ++c) {
+    mean[c] = double(sum[c]) / n;
+    const double d = double(sqsum[c]) / n - mean[c] * mean[c];
+    var[c] = d < 0.0 ? 0.0 : d;  // rounding, not a variance; a NaN stays NaN
+  }
+}
+
 template <typename T>
 void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, const double* invstd, const T* gamma,
                       const T* beta, T* y) {

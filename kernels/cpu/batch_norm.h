@@ -16,6 +16,13 @@ struct BatchNormGeom {
 template <typename T>
 void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* var);
 
+// The same statistics from per-channel sums of x and x^2 over `count` values each (a
+// convolution's, Note [Statistics from the convolution] in engine/ops/batch_norm.cc): mean =
+// sum / count, var = max(sqsum / count - mean^2, 0) in double; the reference of
+// cuda::batch_norm_stats_from_sums.
+void batch_norm_stats_from_sums(int64_t C, int64_t count, const float* sum, const float* sqsum, double* mean,
+                                double* var);
+
 // The moments behind them: mean and m2 = sum((x - mean)^2) per channel (two passes), what
 // processes combine (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 template <typename T>

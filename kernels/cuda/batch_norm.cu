@@ -55,6 +55,8 @@ struct StatsFold {
 // own dtype R with the unbiased variance.
 template <typename A, typename R>
 struct WriteStats {
+  using Acc = A;
+  using Running = R;
   A *mean, *invstd;
   A eps;
   R *running_mean, *running_var;  // null: no running statistics
@@ -70,6 +72,21 @@ struct WriteStats {
     }
   }
 };
+
+// f(WriteStats<A, R>{...}) with A the statistics type of x's dtype t and R the running
+// statistics' dtype rt: the launchers that finish statistics from per-channel moments.
+template <typename F>
+void with_write_stats(DType t, DType rt, void* mean, void* invstd, double eps, void* running_mean, void* running_var,
+                      double momentum, const char* op, F&& f) {
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using A = acc_t<decltype(z)>;
+    detail::dispatch_floating(rt, "batch_norm running stats", [&](auto zr) {
+      using R = decltype(zr);
+      f(WriteStats<A, R>{static_cast<A*>(mean), static_cast<A*>(invstd), A(eps), static_cast<R*>(running_mean),
+                         static_cast<R*>(running_var), momentum});
+    });
+  });
+}
 
 // Bit k of byte i / W: whether element i of relu(bn(x) [+ residual]) was kept
 // (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh).
@@ -194,6 +211,20 @@ __global__ void sync_coefs_kernel(int k, const double* sums, const double* count
 template <typename A>
 size_t coef_bytes(int64_t C) {
   return (size_t(3 * C) * sizeof(A) + 15) / 16 * 16;
+}
+
+// Statistics from sums (batch_norm_stats_from_sums): the moments in double, then as a
+// Welford state (mean, m2 = var * n) so WriteStats writes them as every other path does.
+template <typename A, typename R>
+__global__ void sums_stats_kernel(int64_t C, int64_t count, const float* sum, const float* sqsum,
+                                  WriteStats<A, R> out) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    const double n = double(count), mean = double(sum[c]) / n;
+    // f32 sums of y and y^2 lose the variance to cancellation when |mean| >> std; a negative
+    // difference is rounding, not a variance. (Not fmax: a NaN sum must stay NaN.)
+    const double d = double(sqsum[c]) / n - mean * mean, var = d < 0.0 ? 0.0 : d;
+    out(c, detail::WelfordState<A>{A(mean), A(var * n), count});
+  }
 }
 
 template <typename A, typename R>
@@ -579,6 +610,22 @@ void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const 
   });
 }
 
+void batch_norm_stats_from_sums(int64_t C, DType t, int64_t count, const float* sum, const float* sqsum, double eps,
+                                void* mean, void* invstd, DType rt, void* running_mean, void* running_var,
+                                double momentum, cudaStream_t s) {
+  const char* op = "batch_norm_stats_from_sums";
+  RT_CHECK(C >= 1, op, ": bad channel count ", C);
+  RT_CHECK(count > 1, op, ": training needs more than one value per channel, got ", count);
+  RT_CHECK(sum && sqsum && mean && invstd, op, ": null pointer");
+  RT_CHECK((running_mean == nullptr) == (running_var == nullptr), op, ": running_mean and running_var go together");
+  with_write_stats(t, rt, mean, invstd, eps, running_mean, running_var, momentum, op, [&](auto out) {
+    using Out = decltype(out);
+    RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s,
+              sums_stats_kernel<typename Out::Acc, typename Out::Running>)(C, count, sum, sqsum, out);
+    CUDA_CHECK_LAUNCH();
+  });
+}
+
 void batch_norm_apply(const BatchNormGeom& g, DType t, const void* x, const void* mean, const void* invstd,
                       const void* gamma, const void* beta, void* y, cudaStream_t s) {
   apply_impl(g, t, x, nullptr, false, mean, invstd, gamma, beta, y, nullptr, s, "batch_norm_apply");
@@ -633,16 +680,14 @@ void batch_norm_merge_moments(int64_t C, DType t, int k, const double* blocks, d
   RT_CHECK(blocks && mean && invstd && count, "batch_norm_merge_moments: null pointer");
   RT_CHECK((running_mean == nullptr) == (running_var == nullptr),
            "batch_norm_merge_moments: running_mean and running_var go together");
-  detail::dispatch_floating(t, "batch_norm_merge_moments", [&](auto z) {
-    using A = acc_t<decltype(z)>;
-    detail::dispatch_floating(rt, "batch_norm running stats", [&](auto zr) {
-      using R = decltype(zr);
-      const WriteStats<A, R> out{static_cast<A*>(mean), static_cast<A*>(invstd), A(eps), static_cast<R*>(running_mean),
-                                 static_cast<R*>(running_var), momentum};
-      RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s, merge_moments_kernel<A, R>)(C, k, blocks, count, out);
-      CUDA_CHECK_LAUNCH();
-    });
-  });
+  with_write_stats(t, rt, mean, invstd, eps, running_mean, running_var, momentum, "batch_norm_merge_moments",
+                   [&](auto out) {
+                     using Out = decltype(out);
+                     RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s,
+                               merge_moments_kernel<typename Out::Acc, typename Out::Running>)(C, k, blocks, count,
+                                                                                               out);
+                     CUDA_CHECK_LAUNCH();
+                   });
 }
 
 void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,

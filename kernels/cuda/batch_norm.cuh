@@ -39,6 +39,15 @@ size_t batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t);
 void batch_norm_stats(const BatchNormGeom& g, DType t, const void* x, double eps, void* mean, void* invstd, DType rt,
                       void* running_mean, void* running_var, double momentum, void* workspace, cudaStream_t s);
 
+// Training statistics from a convolution's per-channel sums
+// (Note [Statistics from the convolution] in engine/ops/batch_norm.cc): sum[c] and sqsum[c]
+// (f32, sum of y and of y^2 over the `count` values of channel c) give mean = sum / count and the biased variance
+// max(sqsum / count - mean^2, 0), in double; then mean, invstd and the running statistics as
+// batch_norm_stats writes them. Needs count > 1. No workspace: one thread per channel.
+void batch_norm_stats_from_sums(int64_t C, DType t, int64_t count, const float* sum, const float* sqsum, double eps,
+                                void* mean, void* invstd, DType rt, void* running_mean, void* running_var,
+                                double momentum, cudaStream_t s);
+
 // Eval statistics from the running ones: mean = running_mean, invstd = 1/sqrt(running_var + eps).
 void batch_norm_eval_stats(int64_t C, DType rt, const void* running_mean, const void* running_var, double eps,
                            DType stat_t, void* mean, void* invstd, cudaStream_t s);

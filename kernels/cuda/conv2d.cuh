@@ -167,6 +167,7 @@ void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y
 
 struct ConvCacheStats {
   int64_t hits = 0, misses = 0, size = 0;
+  int64_t fused = 0;  // of size: fused keys with a plan (conv_fused_plan found an engine)
 };
 ConvCacheStats conv_cache_stats();
 

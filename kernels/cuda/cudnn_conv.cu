@@ -599,7 +599,9 @@ void conv_execute(const ConvPlan& p, const void* x, const void* w, const void* y
 ConvCacheStats conv_cache_stats() {
   PlanCache& c = cache();
   std::lock_guard<std::mutex> g(c.mu);
-  return {c.hits, c.misses, int64_t(c.plans.size())};
+  int64_t fused = 0;
+  for (const auto& [k, p] : c.plans) fused += k.fused() && p ? 1 : 0;
+  return {c.hits, c.misses, int64_t(c.plans.size()), fused};
 }
 
 }  // namespace rt::cuda

@@ -124,19 +124,6 @@ Device4 run_forward(const cuda::ConvKey& k, const Tensor& x64, const Tensor& w64
   return d;
 }
 
-// Per channel o: the sum and sum of squares of y (logical NCHW values) in double.
-void channel_sums(const Tensor& y, std::vector<double>* sum, std::vector<double>* sqsum, std::vector<double>* abs) {
-  const std::vector<double> v = y.to_vector<double>();
-  const int64_t N = y.size(0), O = y.size(1), S = y.size(2) * y.size(3);
-  sum->assign(size_t(O), 0.0), sqsum->assign(size_t(O), 0.0), abs->assign(size_t(O), 0.0);
-  for (int64_t n = 0; n < N; ++n)
-    for (int64_t o = 0; o < O; ++o)
-      for (int64_t i = 0; i < S; ++i) {
-        const double e = v[size_t((n * O + o) * S + i)];
-        (*sum)[size_t(o)] += e, (*sqsum)[size_t(o)] += e * e, (*abs)[size_t(o)] += std::fabs(e);
-      }
-}
-
 TEST_CASE("fused convolution forward: prologue and genstats against the unfused composition") {
   if (!have_gpu("fused convolution forward")) return;
   int cases = 0;

@@ -101,6 +101,22 @@ inline void check_on_gpu(const Tensor& got, const Tensor& want, Tol tol, const s
   check_close(got, want, tol, what, scale);
 }
 
+// Per channel of y (N, C, ...) on any device, in logical NCHW order: the sum and the sum of
+// squares in double, and the sum of |y| (the scale of f32 accumulation's error), as fused
+// convolutions' statistics are checked (Note [Fused convolutions] in kernels/cuda/conv2d.cuh).
+inline void channel_sums(const Tensor& y, std::vector<double>* sum, std::vector<double>* sqsum,
+                         std::vector<double>* abs) {
+  const std::vector<double> v = y.to(Device::cpu()).to(MemoryFormat::contiguous).to_vector<double>();
+  const int64_t N = y.size(0), C = y.size(1), S = y.numel() / (N * C);
+  sum->assign(size_t(C), 0.0), sqsum->assign(size_t(C), 0.0), abs->assign(size_t(C), 0.0);
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t c = 0; c < C; ++c)
+      for (int64_t i = 0; i < S; ++i) {
+        const double e = v[size_t((n * C + c) * S + i)];
+        (*sum)[size_t(c)] += e, (*sqsum)[size_t(c)] += e * e, (*abs)[size_t(c)] += std::fabs(e);
+      }
+}
+
 inline std::string label(const std::string& op, DType t, const Shape& s, MemoryFormat f = MemoryFormat::contiguous) {
   return op + " " + dtype_name(t) + shape_str(s) + (f == MemoryFormat::channels_last ? " NHWC" : "");
 }

@@ -41,7 +41,7 @@ using TensorMap = std::map<std::string, Tensor>;
 
 constexpr int64_t kBatch = 4, kClasses = 5, kSize = 32;
 
-std::shared_ptr<models::ResNet> make_net(bool fused) {
+std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums) {
   models::ResNetConfig c;
   c.bottleneck = true;
   c.layers = {2, 1, 1, 1};  // layer1.1: an identity tail; every first block a downsample tail
@@ -49,6 +49,7 @@ std::shared_ptr<models::ResNet> make_net(bool fused) {
   c.width = 8;
   c.seed = 7;
   c.fused_tails = fused;
+  c.conv_sums = conv_sums;
   return std::make_shared<models::ResNet>(c);
 }
 
@@ -59,9 +60,9 @@ struct Result {
 
 Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(MemoryFormat::contiguous).to(DType::f64); }
 
-Result run(bool fused, Device d, DType t, MemoryFormat f) {
+Result run(bool fused, Device d, DType t, MemoryFormat f, bool conv_sums = true) {
   set_accumulate_in_place(fused);
-  auto net = make_net(fused);
+  auto net = make_net(fused, conv_sums);
   if (t != DType::f32) net->to(t);
   net->to(d, f);
   net->train();
@@ -134,6 +135,34 @@ TEST_CASE("on CUDA, fused tails with in-place residual gradients equal the unfus
     check_within(gf.grads, gp.grads, plain.grads, ref.grads, 10, tag + " gradients");
     check_within(gf.after, gp.after, plain.after, ref.after, 10, tag + " state after the step");
   }
+}
+
+// Note [Statistics from the convolution] in engine/ops/batch_norm.cc: with TF32 allowed the
+// fused engine runs f32 channels-last convolutions with their output sums, and every batch
+// norm whose input channels it takes (all but the stem's: 3 input channels) uses them. The
+// statistics then differ from the Welford pass's by f32 rounding (and, on a GPU, the fused
+// engine's y by its accumulation order). TF32 rounds every convolution's inputs to 10
+// mantissa bits, so a perturbation of 1e-7 flips some of those roundings and grows, layer by
+// layer, to TF32's own error (measured under the emulator: running means 5e-8 apart after
+// the first block, 6e-4 after the last, gradients 2%): the yardstick here is the TF32 run's
+// error against f64, and the sums run must be as accurate (within 3x of it: two runs with
+// independent TF32 errors differ by about sqrt(2) times either's).
+TEST_CASE("on CUDA, batch norm statistics from the convolutions' sums equal the statistics pass within f32's error") {
+  if (!have_gpu("batch norm statistics from the convolutions' sums")) return;
+  const Result ref = run(false, Device::cpu(), DType::f64, MemoryFormat::contiguous);
+  const Result plain = run(false, Device::cpu(), DType::f32, MemoryFormat::contiguous);
+  cuda::set_cudnn_allow_tf32(true);
+  const Result pass = run(true, gpu(), DType::f32, MemoryFormat::channels_last, false);
+  const int64_t fused_before = cuda::conv_cache_stats().fused;
+  const Result sums = run(true, gpu(), DType::f32, MemoryFormat::channels_last, true);
+  cuda::set_cudnn_allow_tf32(false);
+  // The second run planned fused convolutions (every convolution but the stem's).
+  CHECK(cuda::conv_cache_stats().fused > fused_before);
+  CHECK(std::abs(sums.loss - pass.loss) <= 3 * std::abs(pass.loss - ref.loss) + 1e-6);
+  check_within(sums.grads, pass.grads, pass.grads, ref.grads, 3, "cuda tf32 NHWC sums gradients");
+  check_within(sums.after, pass.after, pass.after, ref.after, 3, "cuda tf32 NHWC sums state after the step");
+  // And f32's own error is far below TF32's: the sums' rounding is not what the bound allows.
+  check_within(plain.grads, ref.grads, pass.grads, ref.grads, 0.5, "cpu f32 against f64, TF32's error the yardstick");
 }
 
 }  // namespace

@@ -65,8 +65,15 @@ TEST_CASE("--precision on the GPU: losses near fp32's, fp32 masters, loss-scaler
     const std::string out = tmpdir(p);
     const std::vector<double> l = train(out, p);
     REQUIRE(l.size() == ref.size());
-    // bf16 keeps 8 significant bits: a few steps move the loss by ~1e-2 relative.
-    for (size_t i = 0; i < l.size(); ++i) CHECK(l[i] == doctest::Approx(ref[i]).epsilon(5e-2));
+    // fp16 and TF32 keep 11 significant bits, bf16 8: the first loss is within 0.5% of fp32's,
+    // and four steps of 16 images at lr 0.01 carry the difference to several percent. bf16's
+    // last loss (emulated): 7.6% above fp32's with batch norm's statistics pass, 9.4% with the
+    // statistics from the convolutions' sums (Note [Statistics from the convolution] in
+    // engine/ops/batch_norm.cc), the two 1.7% apart and equally far from fp32 at the first
+    // step (0.47% and 0.49%): the tolerance is bf16's, not the fusion's. (Approx's margin is
+    // epsilon x (1 + the larger magnitude).)
+    const double epsilon = p == "bf16" ? 1e-1 : 5e-2;
+    for (size_t i = 0; i < l.size(); ++i) CHECK(l[i] == doctest::Approx(ref[i]).epsilon(epsilon));
     for (const auto& [k, t] : load_safetensors(out + "/model.safetensors"))
       if (k.find("num_batches_tracked") == std::string::npos) CHECK_MESSAGE(t.dtype() == DType::f32, k);
     const auto ckpt = load_safetensors(out + "/checkpoint.safetensors");
