@@ -49,9 +49,10 @@ Tensor block_tail(nn::Conv2d& conv, nn::BatchNorm2d& bn, nn::Module* attention, 
 
 // The downsample branch (make_downsample: conv, batch norm), its statistics from the sums too.
 Tensor downsample_forward(nn::Sequential& ds, const Tensor& x) {
+  RT_CHECK(ds.size() == 2, "ResNet: a downsample is a conv and a batch norm, got ", ds.size(), " modules");
   auto* conv = dynamic_cast<nn::Conv2d*>(ds.at(0).get());
   auto* bn = dynamic_cast<nn::BatchNorm2d*>(ds.at(1).get());
-  RT_CHECK(ds.size() == 2 && conv && bn, "ResNet: a downsample is a conv and a batch norm");
+  RT_CHECK(conv && bn, "ResNet: a downsample is a conv and a batch norm");
   const prof::ModuleScope scope(&ds);
   ChannelSums sums;
   const Tensor y = conv_for(*conv, *bn, x, &sums);
