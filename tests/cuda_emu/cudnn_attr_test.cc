@@ -17,26 +17,12 @@
 #include <vector>
 
 #include "kernels/cuda/cudnn_backend.h"
+#include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {
 
 using rt::cuda::detail::Desc;
-
-std::string last_error() {
-  char buf[1024];
-  cudnnGetLastErrorString(buf, sizeof buf);
-  return buf;
-}
-
-// `call` returns `want`, and the last error message contains `part`.
-#define EXPECT_STATUS(call, want, part)                                                                         \
-  do {                                                                                                          \
-    const cudnnStatus_t got_ = (call);                                                                          \
-    const std::string msg_ = last_error();                                                                      \
-    CHECK_MESSAGE(got_ == (want), #call, ": got ", cudnnGetErrorString(got_), ", want ", cudnnGetErrorString(want), \
-                  " (", msg_, ")");                                                                             \
-    CHECK_MESSAGE(msg_.find(part) != std::string::npos, #call, ": '", part, "' not in '", msg_, "'");          \
-  } while (0)
+using namespace cudnn_test;
 
 Desc tensor(int64_t uid, std::vector<int64_t> dims, std::vector<int64_t> strides) {
   Desc t(CUDNN_BACKEND_TENSOR_DESCRIPTOR);

@@ -21,26 +21,13 @@
 
 #include "cuda_emu/cudnn_engines.h"
 #include "kernels/cuda/cudnn_backend.h"
+#include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {
 
 using rt::cuda::detail::Desc;
+using namespace cudnn_test;
 namespace fake = rt::emu::cudnn;
-
-std::string last_error() {
-  char buf[1024];
-  cudnnGetLastErrorString(buf, sizeof buf);
-  return buf;
-}
-
-#define EXPECT_STATUS(call, want, part)                                                                             \
-  do {                                                                                                              \
-    const cudnnStatus_t got_ = (call);                                                                              \
-    const std::string msg_ = last_error();                                                                          \
-    CHECK_MESSAGE(got_ == (want), #call, ": got ", cudnnGetErrorString(got_), ", want ", cudnnGetErrorString(want), \
-                  " (", msg_, ")");                                                                                 \
-    CHECK_MESSAGE(msg_.find(part) != std::string::npos, #call, ": '", part, "' not in '", msg_, "'");               \
-  } while (0)
 
 struct Handle {
   cudnnHandle_t h = nullptr;
@@ -191,25 +178,6 @@ struct Net {
   }
 };
 
-std::vector<Desc> heuristics(const Desc& graph, cudnnBackendHeurMode_t mode) {
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph).set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
-  heur.finalize();
-  int64_t n = 0;
-  CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                       nullptr));
-  std::vector<Desc> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < n; ++i) {
-    cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(cfgs.back().get());
-  }
-  if (n > 0)
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n,
-                                         &n, raw.data()));
-  return cfgs;
-}
-
 // The global indices of the engines behind `cfgs`.
 std::vector<int64_t> engine_indices(const std::vector<Desc>& cfgs) {
   std::vector<int64_t> out;
@@ -223,37 +191,6 @@ std::vector<int64_t> engine_indices(const std::vector<Desc>& cfgs) {
     out.push_back(index);
   }
   return out;
-}
-
-cudnnStatus_t try_plan(const Desc& cfg, cudnnHandle_t h, Desc* plan) {
-  *plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-  plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, h).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
-  return plan->try_finalize();
-}
-
-Desc first_plan(const Desc& graph, cudnnHandle_t h) {
-  for (const Desc& cfg : heuristics(graph, CUDNN_HEUR_MODE_A)) {
-    Desc plan;
-    if (try_plan(cfg, h, &plan) == CUDNN_STATUS_SUCCESS) return plan;
-  }
-  FAIL("no plan finalizes");
-  return Desc();
-}
-
-int64_t workspace_of(const Desc& plan) {
-  int64_t n = 0, ws = -1;
-  CUDNN_CHECK(
-      cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n, &ws));
-  return ws;
-}
-
-Desc pack(const std::vector<int64_t>& uids, const std::vector<void*>& ptrs, void* ws) {
-  Desc p(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  p.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids)
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs)
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, ws);
-  p.finalize();
-  return p;
 }
 
 // ---- the reference: written from the formats' and operations' definitions -------------------
@@ -349,7 +286,7 @@ void run_case(const Case& c) {
   const Handle h;
   Net net(c, h.h);
   REQUIRE_MESSAGE(net.graph.try_finalize() == CUDNN_STATUS_SUCCESS, last_error());
-  const Desc plan = first_plan(net.graph, h.h);
+  const Desc plan = first_plan(net.graph, h.h, CUDNN_HEUR_MODE_A);
 
   Host x(kXd), w(kWd), y(kYd);
   fill(x, 1, 0.25f, c.t);
@@ -537,7 +474,7 @@ TEST_CASE("fused graph refusals: status and message") {
   // The full pattern finalizes; its plan needs every real tensor in the variant pack.
   Desc good = graph_of({&stats, &conv, &add, &mul}, h.h);
   REQUIRE(good.try_finalize() == CUDNN_STATUS_SUCCESS);
-  const Desc plan = first_plan(good, h.h);
+  const Desc plan = first_plan(good, h.h, CUDNN_HEUR_MODE_A);
   void* p = nullptr;
   REQUIRE(cudaMalloc(&p, 1 << 16) == cudaSuccess);
   std::vector<int64_t> uids = {kX, kW, kY, kBias, kSum, kSqsum};

@@ -21,25 +21,12 @@
 #include "cuda_emu/cudnn_engines.h"
 #include "cuda_emu/emu.h"
 #include "kernels/cuda/cudnn_backend.h"
+#include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {
 
 using rt::cuda::detail::Desc;
-
-std::string last_error() {
-  char buf[1024];
-  cudnnGetLastErrorString(buf, sizeof buf);
-  return buf;
-}
-
-#define EXPECT_STATUS(call, want, part)                                                                             \
-  do {                                                                                                              \
-    const cudnnStatus_t got_ = (call);                                                                              \
-    const std::string msg_ = last_error();                                                                          \
-    CHECK_MESSAGE(got_ == (want), #call, ": got ", cudnnGetErrorString(got_), ", want ", cudnnGetErrorString(want), \
-                  " (", msg_, ")");                                                                                 \
-    CHECK_MESSAGE(msg_.find(part) != std::string::npos, #call, ": '", part, "' not in '", msg_, "'");              \
-  } while (0)
+using namespace cudnn_test;
 
 std::vector<int64_t> dense(const std::vector<int64_t>& d, bool nhwc) {
   if (nhwc) return {d[1] * d[2] * d[3], 1, d[3] * d[1], d[1]};
@@ -127,58 +114,6 @@ struct Graph {
     graph.finalize();
   }
 };
-
-std::vector<Desc> heuristics(const Desc& graph, cudnnBackendHeurMode_t mode) {
-  Desc heur(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
-  heur.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, graph).set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, mode);
-  heur.finalize();
-  int64_t n = 0;
-  CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, 0, &n,
-                                       nullptr));
-  std::vector<Desc> cfgs;
-  std::vector<cudnnBackendDescriptor_t> raw;
-  for (int64_t i = 0; i < n; ++i) {
-    cfgs.emplace_back(CUDNN_BACKEND_ENGINECFG_DESCRIPTOR);
-    raw.push_back(cfgs.back().get());
-  }
-  if (n > 0)
-    CUDNN_CHECK(cudnnBackendGetAttribute(heur.get(), CUDNN_ATTR_ENGINEHEUR_RESULTS, CUDNN_TYPE_BACKEND_DESCRIPTOR, n,
-                                         &n, raw.data()));
-  return cfgs;
-}
-
-cudnnStatus_t try_plan(const Desc& cfg, cudnnHandle_t h, Desc* plan) {
-  *plan = Desc(CUDNN_BACKEND_EXECUTION_PLAN_DESCRIPTOR);
-  plan->set(CUDNN_ATTR_EXECUTION_PLAN_HANDLE, CUDNN_TYPE_HANDLE, h).set(CUDNN_ATTR_EXECUTION_PLAN_ENGINE_CONFIG, cfg);
-  return plan->try_finalize();
-}
-
-// The plan of the fallback list's first config that finalizes (the default list's generic
-// engine, implicit_gemm_fma).
-Desc first_plan(const Desc& graph, cudnnHandle_t h) {
-  for (const Desc& cfg : heuristics(graph, CUDNN_HEUR_MODE_FALLBACK)) {
-    Desc plan;
-    if (try_plan(cfg, h, &plan) == CUDNN_STATUS_SUCCESS) return plan;
-  }
-  FAIL("no plan finalizes");
-  return Desc();
-}
-
-int64_t workspace_of(const Desc& plan) {
-  int64_t n = 0, ws = -1;
-  CUDNN_CHECK(cudnnBackendGetAttribute(plan.get(), CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE, CUDNN_TYPE_INT64, 1, &n,
-                                       &ws));
-  return ws;
-}
-
-Desc pack(std::vector<int64_t> uids, std::vector<void*> ptrs, void* ws) {
-  Desc p(CUDNN_BACKEND_VARIANT_PACK_DESCRIPTOR);
-  p.set(CUDNN_ATTR_VARIANT_PACK_UNIQUE_IDS, CUDNN_TYPE_INT64, uids)
-      .set(CUDNN_ATTR_VARIANT_PACK_DATA_POINTERS, CUDNN_TYPE_VOID_PTR, ptrs)
-      .set(CUDNN_ATTR_VARIANT_PACK_WORKSPACE, CUDNN_TYPE_VOID_PTR, ws);
-  p.finalize();
-  return p;
-}
 
 // Device memory of `bytes`, filled with small floats unless `fill` is false.
 struct Buffer {
@@ -444,7 +379,7 @@ TEST_CASE("cudnnBackendExecute checks its arguments before queueing anything") {
   const Handle h;
   const Geo g;
   const Graph gr(g, h.h);
-  const Desc plan = first_plan(gr.graph, h.h);
+  const Desc plan = first_plan(gr.graph, h.h, CUDNN_HEUR_MODE_FALLBACK);
   const int64_t ws = workspace_of(plan);
   Buffer x(numel(g.xd()) * 4), w(numel(g.wd()) * 4), y(numel(g.yd()) * 4, false), wsb(static_cast<size_t>(ws));
   EXPECT_STATUS(cudnnBackendExecute(h.h, plan.get(), pack({1, 2}, {x.p, w.p}, wsb.p).get()), CUDNN_STATUS_BAD_PARAM,
@@ -480,7 +415,7 @@ TEST_CASE("planted bugs: strides past the buffer, overlapping strides, a workspa
   const std::vector<int64_t> gap = {4 * 6 * 8, 6 * 8, 8, 1};  // rows of 8: reaches 383 floats, no overlap
   {
     const Graph gr(g, h.h, gap);
-    const Desc plan = first_plan(gr.graph, h.h);
+    const Desc plan = first_plan(gr.graph, h.h, CUDNN_HEUR_MODE_FALLBACK);
     Buffer x(numel(g.xd()) * 4), w(numel(g.wd()) * 4), y(numel(g.yd()) * 4, false), ws(static_cast<size_t>(workspace_of(plan)));
     REQUIRE(cudnnBackendExecute(h.h, plan.get(), pack({1, 2, 3}, {x.p, w.p, y.p}, ws.p).get()) == CUDNN_STATUS_SUCCESS);
     expect_fault({"cudnn implicit_gemm_fma convolution forward", "reads 1532 bytes", "out of bounds",
@@ -495,7 +430,7 @@ TEST_CASE("planted bugs: strides past the buffer, overlapping strides, a workspa
                   "x's strides (168, 4, 7, 1) for dims (2, 4, 6, 7) make elements overlap");
   }
   const Graph gr(g, h.h);
-  const Desc plan = first_plan(gr.graph, h.h);
+  const Desc plan = first_plan(gr.graph, h.h, CUDNN_HEUR_MODE_FALLBACK);
   const int64_t ws = workspace_of(plan);
   Buffer x(numel(g.xd()) * 4), w(numel(g.wd()) * 4), y(numel(g.yd()) * 4, false);
   {
@@ -512,7 +447,7 @@ TEST_CASE("planted bugs: strides past the buffer, overlapping strides, a workspa
   {
     // beta != 0 reads y, which nobody wrote.
     const Graph beta(g, h.h, {}, 1.0);
-    const Desc p = first_plan(beta.graph, h.h);
+    const Desc p = first_plan(beta.graph, h.h, CUDNN_HEUR_MODE_FALLBACK);
     REQUIRE(cudnnBackendExecute(h.h, p.get(), pack({1, 2, 3}, {x.p, w.p, y.p}, wsb.p).get()) == CUDNN_STATUS_SUCCESS);
     expect_fault({"reads never-written device memory", "convolution forward"});
   }
@@ -569,7 +504,8 @@ TEST_CASE("1-D convolutions run as 2-D ones with H = 1; 3-D ones finalize, and e
   std::vector<Desc> keep;
   const Desc g1 = graph_nd(h.h, {1}, {2, 3, 9}, {4, 3, 3}, {2, 4, 9}, &keep);
   const Desc g2 = graph_nd(h.h, {0, 1}, {2, 3, 1, 9}, {4, 3, 1, 3}, {2, 4, 1, 9}, &keep);
-  const Desc p1 = first_plan(g1, h.h), p2 = first_plan(g2, h.h);
+  const Desc p1 = first_plan(g1, h.h, CUDNN_HEUR_MODE_FALLBACK);
+  const Desc p2 = first_plan(g2, h.h, CUDNN_HEUR_MODE_FALLBACK);
   Buffer x(2 * 3 * 9 * 4), w(4 * 3 * 3 * 4), y1(2 * 4 * 9 * 4, false), y2(2 * 4 * 9 * 4, false),
       ws(static_cast<size_t>(std::max(workspace_of(p1), workspace_of(p2))), false);
   REQUIRE(cudnnBackendExecute(h.h, p1.get(), pack({1, 2, 3}, {x.p, w.p, y1.p}, ws.p).get()) == CUDNN_STATUS_SUCCESS);
