@@ -32,12 +32,19 @@ void store(void* base, int64_t i, cudnnDataType_t t, float v) {
   std::memcpy(p + i * 2, &h, 2);
 }
 
-// One float operation, rounded once to float. Through double, which holds the exact product
-// and rounds a sum so that the float rounding after it is the same as float arithmetic's
-// (53 >= 2 * 24 + 2 bits); written so, the compiler cannot contract the multiply and the add
-// into one FMA (one rounding instead of two), which -march=x86-64-v3 would otherwise allow.
-float mul_f(float a, float b) { return float(double(a) * double(b)); }
-float add_f(float a, float b) { return float(double(a) + double(b)); }
+// One float operation, rounded once to float. The volatile store makes the result a value
+// the compiler cannot see through: under -march=x86-64-v3 GCC contracts a multiply and the
+// add after it into one FMA (one rounding instead of two) even across inlined calls, and
+// even when written through double (it narrows float(double(a) * double(b)) to a float
+// multiply first), and the prologue's relu would keep an element at the kink that the mask
+// batch_norm_backward_relu_prologue recomputes drops (found when the CPU reference written
+// the same way failed its kink case in tests/batch_norm_relu_conv2d_test).
+float rounded(float v) {
+  volatile float r = v;
+  return r;
+}
+float mul_f(float a, float b) { return rounded(a * b); }
+float add_f(float a, float b) { return rounded(a + b); }
 
 }  // namespace
 

@@ -114,6 +114,22 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                            Tensor running_mean, Tensor running_var, bool training, double momentum = 0.1,
                            double eps = 1e-5, std::shared_ptr<BatchNormSync> sync = nullptr,
                            const ChannelSums& sums = {});
+// A batch norm and relu whose output only feeds a convolution, as one op:
+//   batch_norm_relu_conv2d(x, ...) = conv2d(batch_norm_relu(x, weight, ..., sync, sums), conv_weight, {}, p, conv_sums)
+// with batch_norm_relu's arguments and running-stat update and conv2d's (no bias). On CUDA,
+// channels-last, without sync, where cuDNN fuses (bf16/f16, or f32 with TF32) the convolution
+// applies the normalisation and relu as it loads x and the activation is never written
+// (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc):
+// the same values within the formula's rounding. Elsewhere the two ops as written.
+// Differentiable in x, weight, bias and conv_weight.
+Tensor batch_norm_relu_conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, Tensor running_mean,
+                              Tensor running_var, bool training, double momentum, double eps,
+                              std::shared_ptr<BatchNormSync> sync, const ChannelSums& sums,
+                              const Tensor& conv_weight, const Conv2dParams& p, ChannelSums* conv_sums = nullptr);
+// Whether batch_norm_relu_conv2d with these arguments (conv_sums: asked for) runs fused; false:
+// it would run the composition (a caller may then call the two ops itself, in its own scopes).
+bool batch_norm_relu_conv2d_fuses(const Tensor& x, bool training, const std::shared_ptr<BatchNormSync>& sync,
+                                  const Tensor& conv_weight, const Conv2dParams& p, bool conv_sums);
 
 // ---- pooling ---------------------------------------------------------------------
 struct Pool2dParams {

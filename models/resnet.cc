@@ -36,13 +36,19 @@ Tensor conv_bn_relu(nn::Conv2d& conv, nn::BatchNorm2d& bn, const Tensor& x) {
   return bn.forward_relu(y, Tensor(), sums);
 }
 
-// A block's tail: relu(bn(conv(out)) + residual), fused (Note [Fused block tails]) unless an
-// attention module sits between the batch norm and the add (timm's order: bn, attention,
-// add, relu).
-Tensor block_tail(nn::Conv2d& conv, nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& out,
+// conv(relu(bn(y))) with y's channel sums, bn applied by the convolution as it loads y
+// (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc),
+// and the output's sums where `next`, the batch norm after conv, will take them.
+Tensor bn_relu_conv(nn::BatchNorm2d& bn, const Tensor& y, const ChannelSums& sums, nn::Conv2d& conv,
+                    const nn::BatchNorm2d& next, ChannelSums* next_sums) {
+  return bn.forward_relu_conv(y, sums, conv, next.wants_sums() ? next_sums : nullptr);
+}
+
+// A block's tail: relu(bn(y) + residual), y the last convolution's output with its sums,
+// fused (Note [Fused block tails]) unless an attention module sits between the batch norm
+// and the add (timm's order: bn, attention, add, relu).
+Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& y, const ChannelSums& sums,
                   const Tensor& residual) {
-  ChannelSums sums;
-  const Tensor y = conv_for(conv, bn, out, &sums);
   if (!attention) return bn.forward_relu(y, residual, sums);
   return add_relu(attention->forward(bn.forward(y, sums)), residual);
 }
@@ -80,8 +86,10 @@ BasicBlock::BasicBlock(int64_t in, int64_t planes, int stride, bool ds, Generato
 
 Tensor BasicBlock::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
-  const Tensor out = conv_bn_relu(*conv1, *bn1, x);
-  return block_tail(*conv2, *bn2, attention.get(), out, downsample ? downsample_forward(*downsample, x) : x);
+  ChannelSums s1, s2;
+  const Tensor y1 = conv_for(*conv1, *bn1, x, &s1);
+  const Tensor y2 = bn_relu_conv(*bn1, y1, s1, *conv2, *bn2, &s2);
+  return block_tail(*bn2, attention.get(), y2, s2, downsample ? downsample_forward(*downsample, x) : x);
 }
 
 Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g, int64_t groups,
@@ -104,9 +112,11 @@ Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generato
 
 Tensor Bottleneck::forward(const Tensor& x) {
   const prof::ModuleScope scope(this);
-  Tensor out = conv_bn_relu(*conv1, *bn1, x);
-  out = conv_bn_relu(*conv2, *bn2, out);
-  return block_tail(*conv3, *bn3, attention.get(), out, downsample ? downsample_forward(*downsample, x) : x);
+  ChannelSums s1, s2, s3;
+  const Tensor y1 = conv_for(*conv1, *bn1, x, &s1);
+  const Tensor y2 = bn_relu_conv(*bn1, y1, s1, *conv2, *bn2, &s2);
+  const Tensor y3 = bn_relu_conv(*bn2, y2, s2, *conv3, *bn3, &s3);
+  return block_tail(*bn3, attention.get(), y3, s3, downsample ? downsample_forward(*downsample, x) : x);
 }
 
 ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
@@ -181,6 +191,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
     if (auto* bn = dynamic_cast<nn::BatchNorm2d*>(m)) {
       bn->fuse_relu = cfg.fused_tails;
       bn->sums_from_conv = cfg.conv_sums;
+      bn->prologue_into_conv = cfg.bn_prologue;
     }
 }
 

@@ -40,6 +40,11 @@ struct ResNetConfig {
   // take their statistics from the convolution's fused channel sums where cuDNN computes them
   // (CUDA, channels-last, bf16/f16); false: from a pass over the input (for comparing the two).
   bool conv_sums = true;
+  // Note [Batch norm as the next convolution's prologue] (engine/ops/batch_norm_relu_conv2d.cc):
+  // a batch norm + relu that feeds only a convolution (bn1, bn2 of a bottleneck; bn1 of a basic
+  // block) runs as that convolution's prologue where cuDNN fuses it (CUDA, channels-last,
+  // bf16/f16, f32 with TF32); false: as its own pass (for comparing the two).
+  bool bn_prologue = true;
   uint64_t seed = 0;                     // initialisation
   // timm's attn_layer: a module every block applies to its residual branch after the last
   // batch norm, before the residual add, registered as `attention_name` between that batch

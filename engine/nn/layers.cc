@@ -66,6 +66,18 @@ Tensor BatchNorm2d::forward_relu(const Tensor& x, const Tensor& residual, const 
   return batch_norm_relu(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync, sums);
 }
 
+Tensor BatchNorm2d::forward_relu_conv(const Tensor& x, const ChannelSums& sums, Conv2d& conv, ChannelSums* conv_sums) {
+  // Unfused, each module runs its own op in its own profiler scope.
+  if (!prologue_into_conv || !fuse_relu || conv.bias.defined() ||
+      !batch_norm_relu_conv2d_fuses(x, is_training(), sync, conv.compute_weight(), conv.params, conv_sums))
+    return conv.forward(forward_relu(x, Tensor(), sums), conv_sums);
+  const prof::ModuleScope scope(this);  // the fused op's time goes to the batch norm, which starts it
+  if (count_in_forward) count_batch();
+  const Tensor w = param_for(weight, x), b = param_for(bias, x);  // Note [Batch norm in mixed precision]
+  return batch_norm_relu_conv2d(x, w, b, running_mean, running_var, is_training(), momentum, eps, sync, sums,
+                                conv.compute_weight(), conv.params, conv_sums);
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, ChannelSums{}); }
 
 Tensor BatchNorm2d::forward(const Tensor& x, const ChannelSums& sums) {

@@ -19,6 +19,8 @@ class Conv2d : public Module {
   // forward(x), also asking for the output's channel sums for the batch norm that follows
   // (conv2d with ChannelSums: filled where cuDNN fuses them, else left undefined).
   Tensor forward(const Tensor& x, ChannelSums* sums);
+  // The weight forward computes with (its mixed-precision working copy, if bound).
+  Tensor compute_weight() const { return compute(weight); }
   Tensor weight, bias;
   Conv2dParams params;
 };
@@ -36,12 +38,19 @@ class BatchNorm2d : public Module {
   // engine/ops/batch_norm.cc); ask for them only where wants_sums().
   Tensor forward(const Tensor& x, const ChannelSums& sums);
   Tensor forward_relu(const Tensor& x, const Tensor& residual, const ChannelSums& sums);
+  // conv.forward(forward_relu(x, {}, sums), conv_sums) as one op, batch_norm_relu_conv2d: the
+  // convolution applies this batch norm and relu as it loads x
+  // (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc);
+  // as written (each module its own op) when !prologue_into_conv, !fuse_relu, conv has a bias,
+  // or where the op would not fuse (batch_norm_relu_conv2d_fuses: the CPU, NCHW, SyncBN, ...).
+  Tensor forward_relu_conv(const Tensor& x, const ChannelSums& sums, Conv2d& conv, ChannelSums* conv_sums);
   // Whether the next forward would use a convolution's sums: training, no sync, sums_from_conv.
   bool wants_sums() const { return sums_from_conv && is_training() && !sync; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
   double momentum, eps;
   bool fuse_relu = true;  // false: forward_relu as forward, then relu or add_relu (the unfused composition)
   bool sums_from_conv = true;  // false: wants_sums() never (statistics from a pass over x, for comparing the two)
+  bool prologue_into_conv = true;  // false: forward_relu_conv as written (for comparing the two)
   // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
   // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
   std::shared_ptr<BatchNormSync> sync;

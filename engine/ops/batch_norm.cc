@@ -13,6 +13,7 @@
 #include <memory>
 
 #include "engine/ops.h"
+#include "engine/ops/batch_norm_parts.h"
 #include "engine/ops/op_util.h"
 
 namespace rt {
@@ -77,23 +78,22 @@ void sync_grad_sums(BatchNormSync& sync, int64_t C, double* sum_dz, double* sum_
   sum_grad_sums(C, int(all.size(0)), all.contiguous().data<double>(), sum_dz, sum_dz_xmu);
 }
 
-// The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
-// f32 otherwise) and are never read on the host; the running statistics are updated there.
-// With `sync` (training) the reductions are split around the sync's all-gathers
-// (Note [Synchronised batch norm]), still without a host wait.
-Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
-                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
-                       const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync,
-                       const ChannelSums& sums) {
+}  // namespace
+
+namespace ops {
+
+BatchNormCudaStats batch_norm_cuda_stats(const char* op, const Tensor& x, Tensor running_mean, Tensor running_var,
+                                         bool training, double momentum, double eps, const cuda::BatchNormGeom& g,
+                                         const std::shared_ptr<BatchNormSync>& sync, const ChannelSums& sums) {
   const DType st = cuda::batch_norm_stat_dtype(x.dtype());
   const cudaStream_t s = ops::stream_of(x);
   if (running_mean.defined())
     RT_CHECK(running_mean.dtype() == running_var.dtype(), op, ": running_mean and running_var dtypes differ: ",
              running_mean.str(), " and ", running_var.str());
-  Tensor mean = Tensor::empty({g.C}, st, x.device());    // (C,)
-  Tensor invstd = Tensor::empty({g.C}, st, x.device());  // (C,)
-  if (!training) sync = nullptr;  // eval normalises with the running statistics: nothing to combine
-  Tensor count;                    // (1,) f64 on the device: the global count, with sync
+  BatchNormCudaStats r;
+  r.mean = Tensor::empty({g.C}, st, x.device());    // (C,)
+  r.invstd = Tensor::empty({g.C}, st, x.device());  // (C,)
+  Tensor &mean = r.mean, &invstd = r.invstd;
   if (training) {
     // With sync the global count is on the device only: every process's own batch must
     // already have more than one value per channel (the sampler gives them equal batches).
@@ -111,9 +111,9 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
       const Tensor all = sync->all_gather(block);  // (world, 1 + 2C)
       RT_CHECK(all.ndim() == 2 && all.size(1) == 1 + 2 * g.C && all.device() == x.device(), op,
                ": the sync's all_gather returned ", all.str());
-      count = Tensor::empty({1}, DType::f64, x.device());
+      r.count = Tensor::empty({1}, DType::f64, x.device());
       cuda::batch_norm_merge_moments(g.C, x.dtype(), int(all.size(0)), all.data<double>(), eps, mean.raw_data(),
-                                     invstd.raw_data(), count.data<double>(), run ? running_mean.dtype() : st,
+                                     invstd.raw_data(), r.count.data<double>(), run ? running_mean.dtype() : st,
                                      run ? running_mean.raw_data() : nullptr, run ? running_var.raw_data() : nullptr,
                                      momentum, s);
     } else if (sums.defined()) {
@@ -131,10 +131,74 @@ Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, co
     cuda::batch_norm_eval_stats(g.C, running_mean.dtype(), running_mean.raw_data(), running_var.raw_data(), eps, st,
                                 mean.raw_data(), invstd.raw_data(), s);
   }
+  return r;
+}
+
+Tensor batch_norm_param_in(const Tensor& p, DType st) { return p.defined() && p.dtype() != st ? p.detach().to(st) : p; }
+
+cuda::BatchNormGeom batch_norm_check(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                     const Tensor& running_mean, const Tensor& running_var, double eps,
+                                     const ChannelSums& sums) {
+  // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
+  const bool on_cuda = x.defined() && x.device().is_cuda();
+  auto check_floating = [&](const Tensor& t, const char* name) {
+    if (!on_cuda) return check_float(t, op, name);
+    check_defined(t, op, name);
+    RT_CHECK(is_floating(t.dtype()), op, ": argument '", name, "' must be f32, f64, bf16 or f16, got ", t.str());
+  };
+  check_floating(x, "input");
+  RT_CHECK(x.ndim() >= 2, op, ": input must be (N, C, ...), got ", x.str());
+  const int64_t N = x.size(0), C = x.size(1);
+  const int64_t S = x.numel() / std::max<int64_t>(N * C, 1);
+  auto check_param = [&](const Tensor& t, const char* name, bool same_dtype) {
+    if (!t.defined()) return;
+    RT_CHECK(t.shape() == Shape{C}, op, ": ", name, " must be [", C, "] for an input with ", C, " channels, got ",
+             t.str());
+    check_same_device(x, t, op);
+    // On CUDA weight and bias may also come in the statistics dtype, as f32 masters with a
+    // bf16 or f16 input (Note [Batch norm parameters in the statistics dtype]).
+    if (same_dtype && !(on_cuda && t.dtype() == cuda::batch_norm_stat_dtype(x.dtype()))) check_same_dtype(x, t, op);
+    else check_floating(t, name);
+  };
+  check_param(weight, "weight", true);
+  check_param(bias, "bias", true);
+  check_param(running_mean, "running_mean", false);
+  check_param(running_var, "running_var", false);
+  RT_CHECK(running_mean.defined() == running_var.defined(), op, ": running_mean and running_var go together");
+  RT_CHECK(eps > 0, op, ": eps must be positive, got ", eps);
+  if (sums.defined()) {
+    RT_CHECK(on_cuda, op, ": channel sums are a CUDA convolution's; the CPU computes its statistics itself");
+    for (const Tensor* t : {&sums.sum, &sums.sqsum}) {
+      RT_CHECK(t->defined() && t->shape() == Shape{C} && t->dtype() == DType::f32 && t->device() == x.device(),
+               op, ": channel sums must be [", C, "] f32 on ", x.device().str(), ", got ",
+               t->defined() ? t->str() : "undefined");
+    }
+  }
+  const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
+  return cuda::BatchNormGeom{N, C, S, nhwc};
+}
+
+}  // namespace ops
+
+namespace {
+
+// The CUDA path: mean and invstd stay on the device (statistics dtype: f64 for f64 input,
+// f32 otherwise) and are never read on the host; the running statistics are updated there.
+// With `sync` (training) the reductions are split around the sync's all-gathers
+// (Note [Synchronised batch norm]), still without a host wait.
+Tensor batch_norm_cuda(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
+                       const cuda::BatchNormGeom& g, const Tail& tail, std::shared_ptr<BatchNormSync> sync,
+                       const ChannelSums& sums) {
+  const DType st = cuda::batch_norm_stat_dtype(x.dtype());
+  const cudaStream_t s = ops::stream_of(x);
+  if (!training) sync = nullptr;  // eval normalises with the running statistics: nothing to combine
+  const ops::BatchNormCudaStats stats =
+      ops::batch_norm_cuda_stats(op, x, running_mean, running_var, training, momentum, eps, g, sync, sums);
+  const Tensor &mean = stats.mean, &invstd = stats.invstd, &count = stats.count;
   // The kernels take weight and bias in the statistics dtype: mixed precision's f32 masters
   // as they are, 16-bit ones converted (Note [Batch norm parameters in the statistics dtype]).
-  const auto in_st = [&](const Tensor& p) { return p.defined() && p.dtype() != st ? p.detach().to(st) : p; };
-  const Tensor w_st = in_st(weight), b_st = in_st(bias);
+  const Tensor w_st = ops::batch_norm_param_in(weight, st), b_st = ops::batch_norm_param_in(bias, st);
   Tensor y = ops::empty_like(x);
   // The relu's bits, when a backward will need them.
   Tensor mask;  // (batch_norm_relu_mask_bytes,) u8
@@ -270,32 +334,8 @@ Tensor batch_norm_cpu(const char* op, const Tensor& x, const Tensor& weight, con
 Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
                       Tensor running_mean, Tensor running_var, bool training, double momentum, double eps,
                       Tail tail, std::shared_ptr<BatchNormSync> sync, const ChannelSums& sums) {
-  // The CPU computes in f32/f64; CUDA also takes bf16/f16 storage (computing in f32).
-  const bool on_cuda = x.defined() && x.device().is_cuda();
-  auto check_floating = [&](const Tensor& t, const char* name) {
-    if (!on_cuda) return check_float(t, op, name);
-    check_defined(t, op, name);
-    RT_CHECK(is_floating(t.dtype()), op, ": argument '", name, "' must be f32, f64, bf16 or f16, got ", t.str());
-  };
-  check_floating(x, "input");
-  RT_CHECK(x.ndim() >= 2, op, ": input must be (N, C, ...), got ", x.str());
-  const int64_t N = x.size(0), C = x.size(1);
-  const int64_t S = x.numel() / std::max<int64_t>(N * C, 1);
-  auto check_param = [&](const Tensor& t, const char* name, bool same_dtype) {
-    if (!t.defined()) return;
-    RT_CHECK(t.shape() == Shape{C}, op, ": ", name, " must be [", C, "] for an input with ", C, " channels, got ", t.str());
-    check_same_device(x, t, op);
-    // On CUDA weight and bias may also come in the statistics dtype, as f32 masters with a
-    // bf16 or f16 input (Note [Batch norm parameters in the statistics dtype]).
-    if (same_dtype && !(on_cuda && t.dtype() == cuda::batch_norm_stat_dtype(x.dtype()))) check_same_dtype(x, t, op);
-    else check_floating(t, name);
-  };
-  check_param(weight, "weight", true);
-  check_param(bias, "bias", true);
-  check_param(running_mean, "running_mean", false);
-  check_param(running_var, "running_var", false);
-  RT_CHECK(running_mean.defined() == running_var.defined(), op, ": running_mean and running_var go together");
-  RT_CHECK(eps > 0, op, ": eps must be positive, got ", eps);
+  const cuda::BatchNormGeom g = ops::batch_norm_check(op, x, weight, bias, running_mean, running_var, eps, sums);
+  const bool on_cuda = x.device().is_cuda();
   if (tail.residual.defined()) {
     RT_CHECK(tail.residual.shape() == x.shape(), op, ": residual must have the input's shape ", shape_str(x.shape()),
              ", got ", tail.residual.str());
@@ -304,14 +344,6 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
     tail.residual_x = ops::in_format(tail.residual, x.format());
   }
 
-  if (sums.defined()) {
-    RT_CHECK(on_cuda, op, ": channel sums are a CUDA convolution's; the CPU computes its statistics itself");
-    for (const Tensor* t : {&sums.sum, &sums.sqsum}) {
-      RT_CHECK(t->defined() && t->shape() == Shape{C} && t->dtype() == DType::f32 && t->device() == x.device(),
-               op, ": channel sums must be [", C, "] f32 on ", x.device().str(), ", got ",
-               t->defined() ? t->str() : "undefined");
-    }
-  }
   // Note [Statistics from the convolution]
   // A training batch norm's statistics cost a pass over its input x. When x comes straight
   // from a convolution, cuDNN's runtime fusion computes sum(x) and sum(x^2) per channel (f32)
@@ -325,7 +357,6 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   // pass does not), small for a convolution's output, whose channel means are of the order
   // of its standard deviations; the whole-model tests bound its effect (resnet_fusion_test).
   const bool from_sums = training && !sync && sums.defined();
-  const bool nhwc = x.ndim() == 2 || x.format() == MemoryFormat::channels_last;
   // Cost (training): statistics (x read, ~4 flops per value: Welford), the normalising map
   // (x [+ residual] read, y written, 2 flops [+ relu, + add]); back: the two sums (x, dy
   // [, y] read, 4 flops) then dx (x, dy [, y] read, dx [, dresidual] written, 4 flops).
@@ -339,10 +370,10 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   };
   RT_PROFILE_OP(op, cost(), &x, &tail.residual);
   if (on_cuda)
-    return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                           cuda::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync), sums);
+    return batch_norm_cuda(op, x, weight, bias, running_mean, running_var, training, momentum, eps, g, tail,
+                           std::move(sync), sums);
   return batch_norm_cpu(op, x, weight, bias, running_mean, running_var, training, momentum, eps,
-                        cpu::BatchNormGeom{N, C, S, nhwc}, tail, std::move(sync));
+                        cpu::BatchNormGeom{g.N, g.C, g.S, g.nhwc}, tail, std::move(sync));
 }
 
 }  // namespace

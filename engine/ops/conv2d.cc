@@ -8,13 +8,14 @@
 
 #include "engine/memory_tag.h"
 #include "engine/ops.h"
+#include "engine/ops/conv2d_parts.h"
 #include "engine/ops/op_util.h"
 
 namespace rt {
 
 using ops::data_or_null;
 using ops::raw_or_null;
-namespace {
+namespace ops {
 
 // Note [Conv workspace]
 // One cuDNN workspace per device, a u8 tensor from the device's allocator, replaced by a
@@ -37,7 +38,6 @@ void* conv_workspace(Device d, size_t bytes) {
   return ws.raw_data();
 }
 
-// The plan key of one cuDNN convolution of geometry g on like's device and dtype.
 cuda::ConvKey conv_key(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
                        const void* y, bool accumulate) {
   cuda::ConvKey k;
@@ -54,10 +54,8 @@ cuda::ConvKey conv_key(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tens
   return k;
 }
 
-// One cuDNN convolution (the x/w/y slots of conv2d.cuh: x or dx, w or dw, y or dy);
-// `accumulate`: added to what the output holds (beta = 1).
 void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
-               const void* y, bool accumulate = false) {
+               const void* y, bool accumulate) {
   const cuda::ConvKey k = conv_key(kind, g, like, x, w, y, accumulate);
   const cudaStream_t s = ops::stream_of(like);
   const Device d = like.device();
@@ -66,6 +64,57 @@ void cuda_conv(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like
   void* ws = conv_workspace(d, cuda::conv_workspace_bytes(plan));
   cuda::conv_execute(plan, x, w, y, ws, s);
 }
+
+cpu::Conv2dGeom conv2d_geom(const char* op, const Tensor& x, const Tensor& weight, const Tensor& bias,
+                            const Conv2dParams& p) {
+  check_ndim(x, 4, op, "input");
+  check_ndim(weight, 4, op, "weight");
+  // The CPU computes in f32/f64; cuDNN also takes bf16/f16 (fp32 accumulation).
+  if (x.device().is_cuda())
+    RT_CHECK(is_floating(x.dtype()), op, ": argument 'input' must be f32, f64, bf16 or f16, got ", x.str());
+  else
+    check_float(x, op, "input");
+  check_same_dtype(x, weight, op);
+  check_same_device(x, weight, op);
+  RT_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&
+               p.groups > 0,
+           op, ": stride and dilation must be positive and padding non-negative, got stride (", p.stride_h, ", ",
+           p.stride_w, ") padding (", p.pad_h, ", ", p.pad_w, ") dilation (", p.dilation_h, ", ", p.dilation_w,
+           ") groups ", p.groups);
+  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
+  const int64_t O = weight.size(0), KH = weight.size(2), KW = weight.size(3);
+  RT_CHECK(C == weight.size(1) * p.groups, op, ": input has ", C, " channels but weight ", weight.str(), " with groups=",
+           p.groups, " expects ", weight.size(1) * p.groups);
+  RT_CHECK(O % p.groups == 0, op, ": ", O, " output channels are not divisible by groups=", p.groups);
+  if (bias.defined()) {
+    check_same_dtype(x, bias, op);
+    check_same_device(x, bias, op);
+    RT_CHECK(bias.shape() == Shape{O}, op, ": bias must be [", O, "], got ", bias.str());
+  }
+  const int64_t HO = (H + 2 * p.pad_h - p.dilation_h * (KH - 1) - 1) / p.stride_h + 1;
+  const int64_t WO = (W + 2 * p.pad_w - p.dilation_w * (KW - 1) - 1) / p.stride_w + 1;
+  RT_CHECK(H + 2 * p.pad_h >= p.dilation_h * (KH - 1) + 1 && W + 2 * p.pad_w >= p.dilation_w * (KW - 1) + 1, op,
+           ": kernel ", KH, "x", KW, " (dilation ", p.dilation_h, ", ", p.dilation_w, ") is larger than the padded input ",
+           H + 2 * p.pad_h, "x", W + 2 * p.pad_w);
+  return cpu::Conv2dGeom{N, C, H, W, O, KH, KW, HO, WO, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
+                         p.dilation_h, p.dilation_w, p.groups, x.format() == MemoryFormat::channels_last,
+                         weight.format() == MemoryFormat::channels_last};
+}
+
+prof::OpCost conv2d_cost(const cpu::Conv2dGeom& g, DType t) {
+  // A multiply-add per output element per (C/groups)*KH*KW taps; the backward computes dx and
+  // dw, each as many; bytes: x, w, y once each forward, dy twice and x, w, dx, dw back.
+  const double macs = double(g.N * g.O * g.HO * g.WO) * double(g.C / g.groups * g.KH * g.KW);
+  const double xb = nbytes_of(g.N * g.C * g.H * g.W, t), wb = nbytes_of(g.O * g.C / g.groups * g.KH * g.KW, t),
+               yb = nbytes_of(g.N * g.O * g.HO * g.WO, t);
+  return prof::OpCost{{2 * macs, xb + wb + yb}, {4 * macs, 2 * yb + 2 * xb + 2 * wb}};
+}
+
+}  // namespace ops
+namespace {
+using ops::conv_key;
+using ops::conv_workspace;
+using ops::cuda_conv;
 
 // The forward with y's channel sums in *sums, when a fused engine computes them
 // (Note [Statistics from the convolution] in engine/ops/batch_norm.cc); false, nothing run,
@@ -96,57 +145,17 @@ Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const C
 Tensor conv2d(const Tensor& x, const Tensor& weight, const Tensor& bias, const Conv2dParams& p, ChannelSums* sums) {
   const char* op = "conv2d";
   if (sums) *sums = ChannelSums{};
-  check_ndim(x, 4, op, "input");
-  check_ndim(weight, 4, op, "weight");
-  // The CPU computes in f32/f64; cuDNN also takes bf16/f16 (fp32 accumulation).
-  if (x.device().is_cuda())
-    RT_CHECK(is_floating(x.dtype()), op, ": argument 'input' must be f32, f64, bf16 or f16, got ", x.str());
-  else
-    check_float(x, op, "input");
-  check_same_dtype(x, weight, op);
-  check_same_device(x, weight, op);
-  RT_CHECK(p.stride_h > 0 && p.stride_w > 0 && p.dilation_h > 0 && p.dilation_w > 0 && p.pad_h >= 0 && p.pad_w >= 0 &&
-               p.groups > 0,
-           op, ": stride and dilation must be positive and padding non-negative, got stride (", p.stride_h, ", ",
-           p.stride_w, ") padding (", p.pad_h, ", ", p.pad_w, ") dilation (", p.dilation_h, ", ", p.dilation_w,
-           ") groups ", p.groups);
-  const int64_t N = x.size(0), C = x.size(1), H = x.size(2), W = x.size(3);
-  const int64_t O = weight.size(0), KH = weight.size(2), KW = weight.size(3);
-  RT_CHECK(C == weight.size(1) * p.groups, op, ": input has ", C, " channels but weight ", weight.str(), " with groups=",
-           p.groups, " expects ", weight.size(1) * p.groups);
-  RT_CHECK(O % p.groups == 0, op, ": ", O, " output channels are not divisible by groups=", p.groups);
-  if (bias.defined()) {
-    check_same_dtype(x, bias, op);
-    check_same_device(x, bias, op);
-    RT_CHECK(bias.shape() == Shape{O}, op, ": bias must be [", O, "], got ", bias.str());
-  }
-  const int64_t HO = (H + 2 * p.pad_h - p.dilation_h * (KH - 1) - 1) / p.stride_h + 1;
-  const int64_t WO = (W + 2 * p.pad_w - p.dilation_w * (KW - 1) - 1) / p.stride_w + 1;
-  RT_CHECK(H + 2 * p.pad_h >= p.dilation_h * (KH - 1) + 1 && W + 2 * p.pad_w >= p.dilation_w * (KW - 1) + 1, op,
-           ": kernel ", KH, "x", KW, " (dilation ", p.dilation_h, ", ", p.dilation_w, ") is larger than the padded input ",
-           H + 2 * p.pad_h, "x", W + 2 * p.pad_w);
-
-  // Cost: a multiply-add per output element per (C/groups)*KH*KW taps; the backward computes
-  // dx and dw, each as many; bytes: x, w, y once each forward, dy twice and x, w, dx, dw back.
-  const auto cost = [&] {
-    const double macs = double(N * O * HO * WO) * double(C / p.groups * KH * KW);
-    const double xb = ops::nbytes_of(x.numel(), x.dtype()), wb = ops::nbytes_of(weight.numel(), x.dtype()),
-                 yb = ops::nbytes_of(N * O * HO * WO, x.dtype());
-    return prof::OpCost{{2 * macs, xb + wb + yb}, {4 * macs, 2 * yb + 2 * xb + 2 * wb}};
-  };
-  RT_PROFILE_OP(op, cost(), &x, &weight);
+  const cpu::Conv2dGeom g = ops::conv2d_geom(op, x, weight, bias, p);
+  RT_PROFILE_OP(op, ops::conv2d_cost(g, x.dtype()), &x, &weight);
   // cuDNN takes the weight in x's layout (OIHW with NCHW, OHWI with NHWC).
   const bool on_cuda = x.device().is_cuda();
   const Tensor wk = on_cuda ? ops::in_format(weight, x.format()) : weight;
-  const cpu::Conv2dGeom g{N, C, H, W, O, KH, KW, HO, WO, p.stride_h, p.stride_w, p.pad_h, p.pad_w,
-                          p.dilation_h, p.dilation_w, p.groups, x.format() == MemoryFormat::channels_last,
-                          weight.format() == MemoryFormat::channels_last};
-  Tensor y = Tensor::empty({N, O, HO, WO}, x.dtype(), x.device(), x.format());
+  Tensor y = Tensor::empty({g.N, g.O, g.HO, g.WO}, x.dtype(), x.device(), x.format());
   if (on_cuda) {
     if (!(sums && !bias.defined() && cuda_conv_with_sums(g, x, wk, y, sums)))
       cuda_conv(cuda::ConvKind::forward, g, x, x.raw_data(), wk.raw_data(), y.raw_data());
     if (bias.defined())
-      cuda::conv_bias_add(x.dtype(), N, O, HO * WO, g.nhwc, y.raw_data(), bias.raw_data(), ops::stream_of(x));
+      cuda::conv_bias_add(x.dtype(), g.N, g.O, g.HO * g.WO, g.nhwc, y.raw_data(), bias.raw_data(), ops::stream_of(x));
   } else {
     ops::dispatch_float(x.dtype(), op, [&](auto z) {
       using T = decltype(z);

@@ -265,6 +265,29 @@ void batch_norm_stats_from_sums(int64_t C, int64_t count, const float* sum, cons
   }
 }
 
+namespace {
+// One f32 operation, rounded once. The volatile store makes the result a value the compiler
+// cannot see through: under -march=x86-64-v3 GCC contracts a multiply and the add after it
+// into one FMA (one rounding instead of two), even written through double (it narrows
+// float(double(a) * double(b)) to a float multiply first).
+float rounded(float v) {
+  volatile float r = v;
+  return r;
+}
+float mul_f(float a, float b) { return rounded(a * b); }
+float add_f(float a, float b) { return rounded(a + b); }
+}  // namespace
+
+void batch_norm_prologue_coefs(int64_t C, const float* mean, const float* invstd, const float* gamma,
+                               const float* beta, float* scale, float* bias) {
+  for (int64_t c = 0; c < C; ++c) {
+    scale[c] = mul_f(gamma ? gamma[c] : 1.0f, invstd[c]);
+    bias[c] = add_f(beta ? beta[c] : 0.0f, -mul_f(mean[c], scale[c]));
+  }
+}
+
+bool prologue_keeps(float x, float scale, float bias) { return add_f(mul_f(x, scale), bias) > 0.0f; }
+
 template <typename T>
 void batch_norm_apply(const BatchNormGeom& g, const T* x, const double* mean, const double* invstd, const T* gamma,
                       const T* beta, T* y) {

@@ -23,6 +23,15 @@ void batch_norm_stats(const BatchNormGeom& g, const T* x, double* mean, double* 
 void batch_norm_stats_from_sums(int64_t C, int64_t count, const float* sum, const float* sqsum, double* mean,
                                 double* var);
 
+// Batch norm + relu as the next convolution's prologue x' = relu(x * scale + bias)
+// (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc),
+// f32 with one rounding per operation, the references of the CUDA kernels: the coefficients
+// scale = gamma * invstd and bias = beta - mean * scale (gamma, beta may be null: 1 and 0),
+// and whether the relu keeps x, x * scale + bias > 0 (what its backward masks with).
+void batch_norm_prologue_coefs(int64_t C, const float* mean, const float* invstd, const float* gamma,
+                               const float* beta, float* scale, float* bias);
+bool prologue_keeps(float x, float scale, float bias);
+
 // The moments behind them: mean and m2 = sum((x - mean)^2) per channel (two passes), what
 // processes combine (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 template <typename T>

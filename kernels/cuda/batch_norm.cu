@@ -96,27 +96,51 @@ __device__ __forceinline__ bool kept(const uint8_t* mask, int64_t i) {
   return (mask[i / W] >> (i % W)) & 1;
 }
 
-// Backward: sum(dz) and sum(dz * (x - mean)); dz = dy, or dy where the relu kept the output
-// and 0 elsewhere when mask is given.
+// Whether the next convolution's prologue kept element x of a channel with coefficients
+// scale and bias: its formula, x * scale + bias > 0 in f32 with both roundings
+// (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc).
+__device__ __forceinline__ bool prologue_keeps(float x, float scale, float bias) {
+  return __fadd_rn(__fmul_rn(x, scale), bias) > 0.0f;
+}
+
+// Which elements the backward lets through: all (no relu), those whose bit the fused forward
+// set (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh), or those the prologue kept,
+// recomputed from x and the (C) f32 scale and bias (batch_norm_backward_relu_prologue).
+struct ReluKeep {
+  const uint8_t* bits = nullptr;
+  const float *scale = nullptr, *bias = nullptr;
+  // Element i of channel c, whose input value is xv; ps, pb: scale[c], bias[c] when scale is set.
+  template <typename T, typename A>
+  __device__ bool at(int64_t i, A xv, float ps, float pb) const {
+    if (bits) return kept<T>(bits, i);
+    if (scale) return prologue_keeps(float(xv), ps, pb);
+    return true;
+  }
+  __device__ float scale_of(int64_t c) const { return scale ? scale[c] : 0.0f; }
+  __device__ float bias_of(int64_t c) const { return scale ? bias[c] : 0.0f; }
+};
+
+// Backward: sum(dz) and sum(dz * (x - mean)); dz = dy where `relu` keeps the element, 0 elsewhere.
 template <typename T>
 struct BackwardFold {
   using A = acc_t<T>;
   using State = detail::SumState<A>;
   static constexpr double kFlopsPerValue = 4;  // a += dz; b += dz * (x - mean)
   const T *x, *dy;
-  const uint8_t* mask;
+  ReluKeep relu;
   const A* mean;
   T* dz_out;  // null, or where dz goes (the residual's gradient): each element is visited once
   template <int U>
   __device__ void fold(State& st, int64_t c, const int64_t (&idx)[U], int u) const {
     A g[U] = {}, xv[U] = {};
     bool keep[U];
+    const float ps = relu.scale_of(c), pb = relu.bias_of(c);
     RT_UNROLL
     for (int k = 0; k < U; ++k)
       if (k < u) {
         g[k] = to_acc(dy[idx[k]]);
         xv[k] = to_acc(x[idx[k]]);
-        keep[k] = !mask || kept<T>(mask, idx[k]);
+        keep[k] = relu.at<T>(idx[k], xv[k], ps, pb);
       }
     const A m = mean[c];
     RT_UNROLL
@@ -224,6 +248,16 @@ __global__ void sums_stats_kernel(int64_t C, int64_t count, const float* sum, co
     // difference is rounding, not a variance. (Not fmax: a NaN sum must stay NaN.)
     const double d = double(sqsum[c]) / n - mean * mean, var = d < 0.0 ? 0.0 : d;
     out(c, detail::WelfordState<A>{A(mean), A(var * n), count});
+  }
+}
+
+// The prologue's coefficients (batch_norm_prologue_coefs), one rounding per operation.
+__global__ void prologue_coefs_kernel(int64_t C, const float* mean, const float* invstd, const float* gamma,
+                                      const float* beta, float* scale, float* bias) {
+  for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < C; c += int64_t(gridDim.x) * blockDim.x) {
+    const float sc = __fmul_rn(gamma ? gamma[c] : 1.0f, invstd[c]);
+    scale[c] = sc;
+    bias[c] = __fsub_rn(beta ? beta[c] : 0.0f, __fmul_rn(mean[c], sc));
   }
 }
 
@@ -389,13 +423,13 @@ struct ApplyOp {
   }
 };
 
-// Backward: dz = dy, or dy where the relu kept the output and 0 elsewhere when mask is
-// given; dx = k*dz + a*(x - mean) + b with coef = k[C], a[C], b[C].
+// Backward: dz = dy where `relu` keeps the element, 0 elsewhere; dx = k*dz + a*(x - mean) + b
+// with coef = k[C], a[C], b[C].
 template <typename T>
 struct DxOp {
   using A = acc_t<T>;
   const T *x, *dy;
-  const uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
+  ReluKeep relu;
   const A *mean, *coef;
   int64_t C;
   T* dx;
@@ -410,6 +444,7 @@ struct DxOp {
   template <int W>
   struct Coefs {
     A k[W], a[W], b[W], m[W];
+    float ps[W], pb[W];  // the prologue's scale and bias (ReluKeep), when it has them
   };
   template <int W>
   __device__ Coefs<W> coefs(int64_t c0) const {
@@ -418,12 +453,28 @@ struct DxOp {
     load_channels<W>(coef + C, c0, r.a);
     load_channels<W>(coef + 2 * C, c0, r.b);
     load_channels<W>(mean, c0, r.m);
+    RT_UNROLL
+    for (int j = 0; j < W; ++j) r.ps[j] = relu.scale_of(c0 + j), r.pb[j] = relu.bias_of(c0 + j);
     return r;
+  }
+  // The keep bits of pack p (element j in bit j) whose x values are px.
+  template <int W, typename F>
+  __device__ uint32_t keep_bits(int64_t p, const Pack<T>& px, F&& channel_coefs) const {
+    if (relu.bits) return relu.bits[p];
+    if (!relu.scale) return 0xFFu;
+    uint32_t bits = 0;
+    RT_UNROLL
+    for (int j = 0; j < W; ++j) {
+      float ps, pb;
+      channel_coefs(j, ps, pb);
+      bits |= uint32_t(prologue_keeps(float(to_acc(px.v[j])), ps, pb)) << j;
+    }
+    return bits;
   }
   template <int W>
   __device__ void pack_with(int64_t p, const Coefs<W>& r) const {
     const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
-    const uint32_t bits = mask ? mask[p] : 0xFFu;
+    const uint32_t bits = keep_bits<W>(p, px, [&](int j, float& ps, float& pb) { ps = r.ps[j], pb = r.pb[j]; });
     Pack<T> pdx;
     RT_UNROLL
     for (int j = 0; j < W; ++j)
@@ -432,14 +483,16 @@ struct DxOp {
     store_pack(dx, p, pdx);
   }
   __device__ uint32_t one(int64_t i, int64_t c) const {
-    dx[i] = from_acc<T>(value(to_acc(dy[i]), !mask || kept<T>(mask, i), to_acc(x[i]), c));
+    const A xv = to_acc(x[i]);
+    dx[i] = from_acc<T>(value(to_acc(dy[i]), relu.at<T>(i, xv, relu.scale_of(c), relu.bias_of(c)), xv, c));
     return 0;
   }
   __device__ void group_done(int64_t, uint32_t) const {}
   template <int W>
   __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
     const Pack<T> pdy = load_pack(dy, p), px = load_pack(x, p);
-    const uint32_t bits = mask ? mask[p] : 0xFFu;
+    const uint32_t bits =
+        keep_bits<W>(p, px, [&](int k, float& ps, float& pb) { ps = relu.scale_of(c[k]), pb = relu.bias_of(c[k]); });
     Pack<T> pdx;
     RT_UNROLL
     for (int k = 0; k < W; ++k)
@@ -504,13 +557,13 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
 // less), as kernels/cpu/batch_norm.cc does. Writes the dx coefficients at the start of the
 // workspace, or this process's sums into `sums` (SyncBN) instead.
 template <typename T>
-void backward_reduce(const BatchNormGeom& g, const T* x, const uint8_t* mask, const T* dy, const acc_t<T>* mean,
+void backward_reduce(const BatchNormGeom& g, const T* x, ReluKeep relu, const T* dy, const acc_t<T>* mean,
                      const acc_t<T>* invstd, const acc_t<T>* gamma, bool training, acc_t<T>* dgamma,
                      acc_t<T>* dbeta, T* dres, double* sums, void* workspace, cudaStream_t s) {
   using A = acc_t<T>;
   const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
   auto part = reinterpret_cast<detail::SumState<A>*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
-  detail::channel_reduce<T>(plan, BackwardFold<T>{x, dy, mask, mean, mask ? dres : nullptr},
+  detail::channel_reduce<T>(plan, BackwardFold<T>{x, dy, relu, mean, relu.bits ? dres : nullptr},
                             BackwardCoefs<T, A>{invstd, gamma, training, A(g.N * g.S), dgamma, dbeta,
                                                 static_cast<A*>(workspace), g.C, sums},
                             part, s);
@@ -519,18 +572,20 @@ void backward_reduce(const BatchNormGeom& g, const T* x, const uint8_t* mask, co
 // The dx pass (pass 2) with the coefficients at the start of the workspace; dz read from
 // dres when the reduction wrote it there.
 template <typename T>
-void backward_dx(const BatchNormGeom& g, const T* x, const uint8_t* mask, const T* dy, const T* dres,
+void backward_dx(const BatchNormGeom& g, const T* x, ReluKeep relu, const T* dy, const T* dres,
                  const acc_t<T>* mean, const void* workspace, T* dx, cudaStream_t s) {
-  if (mask && dres) {  // dz is in dres now
+  if (relu.bits && dres) {  // dz is in dres now
     dy = dres;
-    mask = nullptr;
+    relu = ReluKeep{};
   }
-  const DxOp<T> f{x, dy, mask, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
-  // k*z + a*(x - mean) + b; coef's three arrays are C apart (C a multiple of W keeps each aligned).
-  launch_channel_map<T>(g, {x, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f, 5.0, s);
+  const DxOp<T> f{x, dy, relu, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
+  // k*z + a*(x - mean) + b (and the prologue's keep test); coef's three arrays are C apart
+  // (C a multiple of W keeps each aligned).
+  launch_channel_map<T>(g, {x, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f,
+                        relu.scale ? 7.0 : 5.0, s);
 }
 
-void backward_impl(const BatchNormGeom& g, DType t, const void* x, const uint8_t* mask, const void* dy,
+void backward_impl(const BatchNormGeom& g, DType t, const void* x, ReluKeep relu, const void* dy,
                    const void* mean, const void* invstd, const void* gamma, bool training, void* dx, void* dgamma,
                    void* dbeta, void* dres, void* workspace, cudaStream_t s, const char* op) {
   check_geom(g, op);
@@ -538,11 +593,11 @@ void backward_impl(const BatchNormGeom& g, DType t, const void* x, const uint8_t
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    backward_reduce<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const A*>(mean),
+    backward_reduce<T>(g, static_cast<const T*>(x), relu, static_cast<const T*>(dy), static_cast<const A*>(mean),
                        static_cast<const A*>(invstd), static_cast<const A*>(gamma), training,
                        static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dres), nullptr, workspace, s);
     if (dx)
-      backward_dx<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const T*>(dres),
+      backward_dx<T>(g, static_cast<const T*>(x), relu, static_cast<const T*>(dy), static_cast<const T*>(dres),
                      static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
   });
 }
@@ -647,7 +702,7 @@ size_t batch_norm_relu_mask_bytes(const BatchNormGeom& g, DType t) {
 void batch_norm_backward(const BatchNormGeom& g, DType t, const void* x, const void* dy, const void* mean,
                          const void* invstd, const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
                          void* workspace, cudaStream_t s) {
-  backward_impl(g, t, x, nullptr, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr, workspace, s,
+  backward_impl(g, t, x, ReluKeep{}, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr, workspace, s,
                 "batch_norm_backward");
 }
 
@@ -655,8 +710,29 @@ void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, co
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s) {
   RT_CHECK(mask, "batch_norm_backward_relu: null pointer (the forward's relu mask)");
-  backward_impl(g, t, x, mask, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace, s,
-                "batch_norm_backward_relu");
+  backward_impl(g, t, x, ReluKeep{mask}, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, dresidual, workspace,
+                s, "batch_norm_backward_relu");
+}
+
+void batch_norm_prologue_coefs(int64_t C, const float* mean, const float* invstd, const float* gamma,
+                               const float* beta, float* scale, float* bias, cudaStream_t s) {
+  RT_CHECK(C >= 1, "batch_norm_prologue_coefs: bad channel count ", C);
+  RT_CHECK(mean && invstd && scale && bias, "batch_norm_prologue_coefs: null pointer");
+  RT_LAUNCH(detail::grid_for(C, kThreads), kThreads, 0, s, prologue_coefs_kernel)(C, mean, invstd, gamma, beta, scale,
+                                                                                  bias);
+  CUDA_CHECK_LAUNCH();
+}
+
+void batch_norm_backward_relu_prologue(const BatchNormGeom& g, DType t, const void* x, const float* scale,
+                                       const float* bias, const void* dy, const void* mean, const void* invstd,
+                                       const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
+                                       void* workspace, cudaStream_t s) {
+  const char* op = "batch_norm_backward_relu_prologue";
+  RT_CHECK(scale && bias, op, ": null pointer (the prologue's scale and bias)");
+  RT_CHECK(batch_norm_stat_dtype(t) == DType::f32, op, ": the prologue is f32, so x is f32, bf16 or f16, got ",
+           dtype_name(t));
+  backward_impl(g, t, x, ReluKeep{nullptr, scale, bias}, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr,
+                workspace, s, op);
 }
 
 void batch_norm_local_moments(const BatchNormGeom& g, DType t, const void* x, double* block, void* workspace,
@@ -699,8 +775,8 @@ void batch_norm_backward_sums(const BatchNormGeom& g, DType t, const void* x, co
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    backward_reduce<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), static_cast<const A*>(mean),
-                       static_cast<const A*>(invstd), nullptr, true,
+    backward_reduce<T>(g, static_cast<const T*>(x), ReluKeep{mask}, static_cast<const T*>(dy),
+                       static_cast<const A*>(mean), static_cast<const A*>(invstd), nullptr, true,
                        static_cast<A*>(dgamma), static_cast<A*>(dbeta), static_cast<T*>(dresidual), sums, workspace,
                        s);
   });
@@ -721,8 +797,8 @@ void batch_norm_backward_dx_from_sums(const BatchNormGeom& g, DType t, const voi
                                 nullptr, static_cast<A*>(workspace), g.C, nullptr};
     RT_LAUNCH(detail::grid_for(g.C, kThreads), kThreads, 0, s, sync_coefs_kernel<T, A>)(k, sums, count, f);
     CUDA_CHECK_LAUNCH();
-    backward_dx<T>(g, static_cast<const T*>(x), mask, static_cast<const T*>(dy), nullptr, static_cast<const A*>(mean),
-                   workspace, static_cast<T*>(dx), s);
+    backward_dx<T>(g, static_cast<const T*>(x), ReluKeep{mask}, static_cast<const T*>(dy), nullptr,
+                   static_cast<const A*>(mean), workspace, static_cast<T*>(dx), s);
   });
 }
 

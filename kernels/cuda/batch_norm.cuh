@@ -90,6 +90,24 @@ void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, co
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);
 
+// ---- batch norm + relu as the next convolution's prologue ------------------------------
+// (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc)
+
+// scale = gamma * invstd, bias = beta - mean * scale per channel, f32, each operation
+// rounded once (the twin of cpu::batch_norm_prologue_coefs): the convolution's prologue
+// then computes relu(x * scale + bias). gamma, beta may be null (1 and 0).
+void batch_norm_prologue_coefs(int64_t C, const float* mean, const float* invstd, const float* gamma,
+                               const float* beta, float* scale, float* bias, cudaStream_t s);
+
+// batch_norm_backward of dz = (x * scale + bias > 0 ? dy : 0), the test the prologue's relu
+// made, recomputed from x in f32 with one rounding per operation (cpu::prologue_keeps): no
+// mask is stored. x f32, bf16 or f16; dx, dgamma, dbeta may be null. `workspace`:
+// batch_norm_backward_workspace_bytes.
+void batch_norm_backward_relu_prologue(const BatchNormGeom& g, DType t, const void* x, const float* scale,
+                                       const float* bias, const void* dy, const void* mean, const void* invstd,
+                                       const void* gamma, bool training, void* dx, void* dgamma, void* dbeta,
+                                       void* workspace, cudaStream_t s);
+
 // ---- synchronised batch norm (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h) --
 // The statistics and the backward's sums in three steps each; the middle one, an all-gather of
 // a small f64 block across processes, is the caller's. Nothing is read on the host, so the

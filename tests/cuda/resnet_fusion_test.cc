@@ -41,7 +41,7 @@ using TensorMap = std::map<std::string, Tensor>;
 
 constexpr int64_t kBatch = 4, kClasses = 5, kSize = 32;
 
-std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums) {
+std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums, bool bn_prologue) {
   models::ResNetConfig c;
   c.bottleneck = true;
   c.layers = {2, 1, 1, 1};  // layer1.1: an identity tail; every first block a downsample tail
@@ -50,6 +50,7 @@ std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums) {
   c.seed = 7;
   c.fused_tails = fused;
   c.conv_sums = conv_sums;
+  c.bn_prologue = bn_prologue;
   return std::make_shared<models::ResNet>(c);
 }
 
@@ -60,9 +61,9 @@ struct Result {
 
 Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(MemoryFormat::contiguous).to(DType::f64); }
 
-Result run(bool fused, Device d, DType t, MemoryFormat f, bool conv_sums = true) {
+Result run(bool fused, Device d, DType t, MemoryFormat f, bool conv_sums = true, bool bn_prologue = true) {
   set_accumulate_in_place(fused);
-  auto net = make_net(fused, conv_sums);
+  auto net = make_net(fused, conv_sums, bn_prologue);
   if (t != DType::f32) net->to(t);
   net->to(d, f);
   net->train();
@@ -152,9 +153,10 @@ TEST_CASE("on CUDA, batch norm statistics from the convolutions' sums equal the 
   const Result ref = run(false, Device::cpu(), DType::f64, MemoryFormat::contiguous);
   const Result plain = run(false, Device::cpu(), DType::f32, MemoryFormat::contiguous);
   cuda::set_cudnn_allow_tf32(true);
-  const Result pass = run(true, gpu(), DType::f32, MemoryFormat::channels_last, false);
+  // Without the prologue (the next case's): the statistics are the only difference.
+  const Result pass = run(true, gpu(), DType::f32, MemoryFormat::channels_last, false, false);
   const int64_t fused_before = cuda::conv_cache_stats().fused;
-  const Result sums = run(true, gpu(), DType::f32, MemoryFormat::channels_last, true);
+  const Result sums = run(true, gpu(), DType::f32, MemoryFormat::channels_last, true, false);
   cuda::set_cudnn_allow_tf32(false);
   // The second run planned fused convolutions (every convolution but the stem's).
   CHECK(cuda::conv_cache_stats().fused > fused_before);
@@ -163,6 +165,31 @@ TEST_CASE("on CUDA, batch norm statistics from the convolutions' sums equal the 
   check_within(sums.after, pass.after, pass.after, ref.after, 3, "cuda tf32 NHWC sums state after the step");
   // And f32's own error is far below TF32's: the sums' rounding is not what the bound allows.
   check_within(plain.grads, ref.grads, pass.grads, ref.grads, 0.5, "cpu f32 against f64, TF32's error the yardstick");
+}
+
+// Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc:
+// with TF32 the fused engine also applies bn1 and bn2 of every bottleneck as conv2's and
+// conv3's prologue (x * scale + bias, rounded differently from the apply pass's formula) and
+// their backward recomputes the relu's mask from x. Judged as the statistics from sums are,
+// against TF32's own error; the CPU (no fusion) gives the same bits either way.
+TEST_CASE("on CUDA, batch norm as the next convolution's prologue equals its own pass within f32's error") {
+  const Result cpu_on = run(true, Device::cpu(), DType::f32, MemoryFormat::channels_last, true, true);
+  const Result cpu_off = run(true, Device::cpu(), DType::f32, MemoryFormat::channels_last, true, false);
+  for (const auto& [name, g] : cpu_off.grads)
+    CHECK_MESSAGE(cpu_on.grads.at(name).to_vector<double>() == g.to_vector<double>(), "cpu gradient of ", name);
+  if (!have_gpu("batch norm as the next convolution's prologue")) return;
+  const Result ref = run(false, Device::cpu(), DType::f64, MemoryFormat::contiguous);
+  cuda::set_cudnn_allow_tf32(true);
+  const Result own_pass = run(true, gpu(), DType::f32, MemoryFormat::channels_last, true, false);
+  const int64_t fused_before = cuda::conv_cache_stats().fused;
+  const Result prologue = run(true, gpu(), DType::f32, MemoryFormat::channels_last, true, true);
+  cuda::set_cudnn_allow_tf32(false);
+  // The prologue's plans are new fused keys (forward with prologue, weight gradient with prologue).
+  CHECK(cuda::conv_cache_stats().fused > fused_before);
+  CHECK(std::abs(prologue.loss - own_pass.loss) <= 3 * std::abs(own_pass.loss - ref.loss) + 1e-6);
+  check_within(prologue.grads, own_pass.grads, own_pass.grads, ref.grads, 3, "cuda tf32 NHWC prologue gradients");
+  check_within(prologue.after, own_pass.after, own_pass.after, ref.after, 3,
+               "cuda tf32 NHWC prologue state after the step");
 }
 
 }  // namespace
