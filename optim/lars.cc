@@ -70,6 +70,7 @@ class Lars final : public Optimizer {
           if (list.empty()) return;
           cuda::LarsHyper h;
           h.lr = lr_;
+          h.lr_on_device = device_lr_ptr();
           h.momentum = opt_.momentum;
           h.eta = opt_.eta;
           h.epsilon = opt_.epsilon;
@@ -80,6 +81,8 @@ class Lars final : public Optimizer {
           cuda::lars_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], partials.raw_data(), stream);
         });
   }
+
+  bool takes_device_lr() const override { return true; }
 
   std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 

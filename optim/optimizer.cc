@@ -16,6 +16,16 @@ void Optimizer::zero_grad() {
   for (const auto& [name, p] : params_) p.zero_grad();
 }
 
+void Optimizer::set_device_lr(Tensor lr) {
+  if (lr.defined()) {
+    RT_CHECK(takes_device_lr(), "set_device_lr: this optimizer computes its update's scalars on the host (AdamW's "
+             "bias corrections); pass lr() instead");
+    RT_CHECK(lr.device().is_cuda() && lr.dtype() == DType::f64 && lr.numel() == 1,
+             "set_device_lr: the learning rate must be one f64 value on a CUDA device, got ", lr.str());
+  }
+  device_lr_ = std::move(lr);
+}
+
 void check_param_list(const nn::NamedTensors& params, const char* who) {
   RT_CHECK(!params.empty(), who, ": got an empty parameter list (expected the model's named_parameters())");
   std::set<std::string> names;

@@ -83,6 +83,20 @@ class Optimizer {
   void set_lr(double lr) { lr_ = lr; }
   const nn::NamedTensors& params() const { return params_; }
 
+  // Note [The learning rate in device memory]
+  // A captured training step (--cuda-graphs) replays its kernels with the arguments they had
+  // at capture, the learning rate among them. With a device lr set, the CUDA updates read the
+  // learning rate from that (1,) f64 tensor when they run instead: the caller writes lr()
+  // there before each step (Tensor::fill_, a launch on the step's stream with the value as its
+  // argument, so nothing waits), and a schedule that changes lr every step (cosine, poly, a
+  // warm-up) replays one graph. The kernels compute with the same double either way: the same
+  // bits. SGD and LARS take one (takes_device_lr()); AdamW's bias corrections come from host
+  // step counts baked into its arguments, so it does not. CPU parameters ignore it.
+  virtual bool takes_device_lr() const { return false; }
+  // lr: (1,) f64 on a CUDA device, or undefined to pass lr() as an argument again.
+  void set_device_lr(Tensor lr);
+  const Tensor& device_lr() const { return device_lr_; }
+
   // Everything step() depends on besides the parameters, by name: "<kind>.<param name>"
   // tensors (e.g. "momentum_buffer.layer1.0.conv1.weight") plus scalars such as the step
   // count as 0-D tensors. load_state() restores it exactly (bit-identical resume).
@@ -95,8 +109,11 @@ class Optimizer {
 
  protected:
   explicit Optimizer(nn::NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {}
+  // The device lr's address for the CUDA updates, or null (Note [The learning rate in device memory]).
+  const double* device_lr_ptr() const { return device_lr_.defined() ? device_lr_.data<double>() : nullptr; }
   nn::NamedTensors params_;
   double lr_;
+  Tensor device_lr_;
 };
 
 // Each checks the options and the parameters (f32 or f64, each listed once under a

@@ -65,12 +65,15 @@ class Sgd final : public Optimizer {
         [&](DType t, const std::vector<cuda::SgdTensor>& list, cudaStream_t stream) {
           cuda::SgdHyper h;
           h.lr = lr_;
+          h.lr_on_device = device_lr_ptr();
           h.momentum = opt_.momentum;
           h.dampening = opt_.dampening;
           h.nesterov = opt_.nesterov;
           cuda::sgd_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], stream);
         });
   }
+
+  bool takes_device_lr() const override { return true; }
 
   std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <limits>
 #include <vector>
 
 #include "base/error.h"
@@ -37,14 +38,14 @@ namespace rt::train {
 //     ("rehearsed", CudaGraph::rehearse) until a rehearsal takes no new segment; the pool then
 //     starts each run with the same free segments and the allocator hands the same requests
 //     the same blocks, so the capture meets the tables as the rehearsal left them.
-//   - Kernel arguments are baked at capture, the learning rate among them (kernels/cuda/optim.cuh).
-//     The graph is captured again, into the same pool (so with the same addresses), when the
-//     optimizer's lr differs from the captured one: a capture costs the host time of one eager
-//     step and runs nothing, so a schedule that changes lr per epoch (step, multistep) costs
-//     one capture per change; a per-step warm-up (--lr-warmup-epochs) captures at every
-//     warm-up step, no faster than eager there; cosine and poly change lr every step and run
-//     eagerly (the lr read from device memory by the update kernels would lift that; not done).
-//     Momentum, weight decay and the rest do not change during a run.
+//   - Kernel arguments are baked at capture; the learning rate is not among them: SGD's and
+//     LARS's updates read it from a device scalar that every step fills with the schedule's
+//     lr before it runs (Note [The learning rate in device memory] in optim/optimizer.h; a
+//     fill launch only when the value changed), so every schedule (step, cosine, poly, a
+//     warm-up) replays one graph. Momentum, weight decay and the rest do not change during a
+//     run. (Were the lr an argument, each change would cost a capture, the host time of one
+//     eager step: this run's first version recaptured on every change and ran cosine and poly
+//     eagerly.)
 //   - A batch of another shape (the epoch's last, partial batch) runs eagerly, outside the
 //     pool. Its gradients' addresses then sit in the tables' device copies, which the graph
 //     reads without uploading: the next full batch is rehearsed again in the pool (the tables
@@ -69,7 +70,7 @@ namespace rt::train {
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
 // drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
 // host whether the gradients overflowed), AdamW (its bias corrections come from host step
-// counts, baked at capture), the cosine and poly schedules (above), data parallelism with
+// counts, baked at capture), data parallelism with
 // more than one process (the reducer's buckets use a communication stream and NCCL calls that
 // this capture does not join), and the CPU. In the kernel lab
 // (Note [Graph launches in the lab] in cuda_emu/perf.cc) a replayed
@@ -85,10 +86,6 @@ std::string graph_blocker(const TrainConfig& cfg) {
     return "--precision fp16 (the loss scaler reads overflow on the host; use bf16 or fp32)";
   if (cfg.optimizer.kind == OptimizerKind::adamw)
     return "--optimizer adamw (host step counts in its bias corrections; use sgd or lars)";
-  const optim::LrScheduleKind k = cfg.lr_schedule.kind;
-  if (k == optim::LrScheduleKind::cosine || k == optim::LrScheduleKind::poly)
-    return std::string("--lr-scheduler ") + optim::lr_schedule_name(k) +
-           " (the lr changes every step and each change is a new capture; use step, multistep or constant)";
   return "";
 }
 
@@ -100,9 +97,11 @@ struct TrainStep::Graphed {
   Tensor input, labels;  // static buffers: the graph's input
   CudaGraph graph;
   Tensor loss;           // the graph's output: the step's loss
-  double lr = 0;         // at the capture
+  Tensor lr;             // (1,) f64: the optimizer's device lr (Note [The learning rate in device memory])
+  double lr_filled = std::numeric_limits<double>::quiet_NaN();  // the value lr holds (NaN: none yet)
   bool current = false;  // the graph may be replayed (nothing ran eagerly since its capture)
   bool ready = false;    // the last run in the pool took no segment: a capture now meets its addresses
+  int64_t captures = 0, replays = 0, eager = 0;  // steps, for the summary on stderr
   explicit Graphed(Device d) : stream(Stream::create(d)), entered(d), left(d) {}
 };
 
@@ -125,15 +124,29 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (why.empty() && par_.world_size() > 1)
     why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
   if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision bf16 or fp32)";
+  if (why.empty() && !opt_.takes_device_lr())
+    why = "the optimizer (it takes no learning rate from device memory; use sgd or lars)";
 
   if (!why.empty()) {
     std::fprintf(stderr, "--cuda-graphs: the training step runs eagerly because of %s\n", why.c_str());
     return;
   }
   graphed_ = std::make_unique<Graphed>(device);
+  {
+    const StreamGuard on(graphed_->stream);  // the stream that fills it and the one that reads it
+    graphed_->lr = Tensor::zeros({1}, DType::f64, device);
+  }
+  opt_.set_device_lr(graphed_->lr);
 }
 
-TrainStep::~TrainStep() = default;
+TrainStep::~TrainStep() {
+  if (!graphed_) return;
+  opt_.set_device_lr(Tensor());  // nobody fills it any more
+  const Graphed& g = *graphed_;
+  if (g.replays + g.captures + g.eager > 0)
+    std::fprintf(stderr, "--cuda-graphs: %ld steps replayed, %ld captured, %ld eager\n", long(g.replays),
+                 long(g.captures), long(g.eager));
+}
 
 StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
   if (!graphed_) return run_eager(feed, p);
@@ -172,8 +185,14 @@ Tensor TrainStep::step_core(const Tensor& input, const Tensor& labels) {
 
 StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) {
   Graphed& g = *graphed_;
+  // The lr this step's update reads, on the step's stream ahead of it (an eager step's too).
+  if (!(opt_.lr() == g.lr_filled)) {
+    g.lr.fill_(opt_.lr());
+    g.lr_filled = opt_.lr();
+  }
   if (!g.warmed) {
     g.warmed = true;
+    ++g.eager;
     return run_eager(feed, p);
   }
   using prof::EventKind;
@@ -198,13 +217,14 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
   if (b->input.shape() != g.input.shape() || b->labels.shape() != g.labels.shape()) {
     loss = step_core(b->input, b->labels);  // eagerly, outside the pool: the tables now hold other addresses
     g.current = g.ready = false;
+    ++g.eager;
   } else {
     g.input.copy_(b->input);
     g.labels.copy_(b->labels);
     b.reset();
-    const double lr = opt_.lr();
-    if (g.graph.captured() && g.current && g.lr == lr) {
+    if (g.graph.captured() && g.current) {
       g.graph.replay(g.stream);
+      ++g.replays;
     } else if (g.ready) {
       g.loss = Tensor();  // the pool as the last rehearsal or capture found it: every block free
       // The graph's update changes the masters without MixedPrecision::step running on the host:
@@ -212,12 +232,13 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
       // (it refreshes them and marks them fresh).
       mp_.weights_changed();
       capture_step(g.graph, g.stream, model_, [&] { g.loss = step_core(g.input, g.labels); });
-      g.lr = lr;
       g.current = true;
       g.graph.replay(g.stream);
+      ++g.captures;
     } else {
       g.loss = Tensor();  // as a capture starts: every block of the pool free
       g.ready = rehearse_step(g.graph, g.stream, [&] { loss = step_core(g.input, g.labels); });
+      ++g.eager;
     }
     if (g.current) {
       loss = g.loss;

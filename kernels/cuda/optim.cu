@@ -59,6 +59,7 @@ template <typename T>
 struct SgdOp {
   SgdKey g[kMtaMaxGroups];
   double mom, one_minus_damp, neg_lr;
+  const double* lr_on_device;  // null: neg_lr (SgdHyper::lr_on_device)
   int momentum, nesterov;
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
     T* p = static_cast<T*>(r.ptr[0]);
@@ -67,7 +68,7 @@ struct SgdOp {
     auto* p_bf16 = static_cast<__nv_bfloat16*>(r.ptr[3]);
     const SgdKey& k = g[r.group];
     const bool decay = k.wd != 0.0;
-    const T wd = T(k.wd), m = T(mom), omd = T(one_minus_damp), nlr = T(neg_lr);
+    const T wd = T(k.wd), m = T(mom), omd = T(one_minus_damp), nlr = T(lr_on_device ? -*lr_on_device : neg_lr);
     RT_MTA_FOR(i, begin, end) {
       const T pi = p[i];
       T d = decay ? fma_rn(pi, wd, gr[i]) : gr[i];
@@ -120,6 +121,7 @@ template <typename T>
 struct LarsOp {
   LarsKey g[kMtaMaxGroups];
   double lr, mom, eta, eps;
+  const double* lr_on_device;  // null: lr (LarsHyper::lr_on_device)
   int nesterov;
   MtaView norms;
   const T* partials;  // [norms.chunks]
@@ -131,11 +133,12 @@ struct LarsOp {
   }
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
     const LarsKey& k = g[r.group];
-    double scaled_lr = lr;
+    const double base_lr = lr_on_device ? *lr_on_device : lr;
+    double scaled_lr = base_lr;
     if (k.adapt) {
       const double w_norm = sqrt(chunk_sum(2 * int64_t(r.index))), g_norm = sqrt(chunk_sum(2 * int64_t(r.index) + 1));
       const double trust = w_norm > 0.0 && g_norm > 0.0 ? eta * w_norm / (g_norm + k.wd * w_norm + eps) : 1.0;
-      scaled_lr = lr * trust;
+      scaled_lr = base_lr * trust;
     }
     T* p = static_cast<T*>(r.ptr[0]);
     const T* gr = static_cast<const T*>(r.ptr[1]);
@@ -209,6 +212,7 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
     op.mom = h.momentum;
     op.one_minus_damp = 1.0 - h.dampening;
     op.neg_lr = -h.lr;
+    op.lr_on_device = h.lr_on_device;
     op.momentum = h.momentum != 0.0;
     op.nesterov = h.nesterov;
     multi_tensor_apply(table, op, fill_groups(keys), 6.0, t == DType::f64, s);  // decay, momentum, step: 3 FMAs
@@ -293,6 +297,7 @@ void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& 
     using T = decltype(z);
     LarsOp<T> op{};
     op.lr = h.lr;
+    op.lr_on_device = h.lr_on_device;
     op.mom = h.momentum;
     op.eta = h.eta;
     op.eps = h.epsilon;

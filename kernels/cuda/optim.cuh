@@ -29,6 +29,10 @@ struct SgdTensor {
 struct SgdHyper {
   double lr = 0.0, momentum = 0.0, dampening = 0.0;
   bool nesterov = false;
+  // Non-null: the kernel reads the learning rate from here ((1,) f64 in device memory) when
+  // it runs, instead of taking `lr` as an argument (Note [The learning rate in device memory]
+  // in optim/optimizer.h). The same value gives the same bits either way.
+  const double* lr_on_device = nullptr;
 };
 void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
                 cudaStream_t s);
@@ -65,6 +69,7 @@ struct LarsTensor {
 struct LarsHyper {
   double lr = 0.0, momentum = 0.0, eta = 0.001, epsilon = 0.0;
   bool nesterov = false;
+  const double* lr_on_device = nullptr;  // as SgdHyper's
 };
 // The lists LARS keeps on the device: the norms' (w0, g0, w1, g1, ...) and the update's.
 struct LarsTables {

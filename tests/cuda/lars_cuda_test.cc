@@ -98,6 +98,31 @@ TEST_CASE("LARS on CUDA equals the CPU over 5 steps with a changing lr (f32, f64
   }
 }
 
+TEST_CASE("LARS on CUDA reading its learning rate from device memory equals it as an argument, bit for bit") {
+  if (!have_gpu("LARS with its lr in device memory")) return;
+  for (DType t : {DType::f32, DType::f64}) {
+    Run a = make_run(t), b = make_run(t);
+    optim::LarsOptions o;
+    auto arg = optim::make_lars(a.gpu, o), dev = optim::make_lars(b.gpu, o);
+    CHECK(dev->takes_device_lr());
+    Tensor lr_dev = Tensor::zeros({1}, DType::f64, gpu());
+    dev->set_device_lr(lr_dev);
+    for (int step = 0; step < 4; ++step) {
+      const double lr = 0.4 / (1.0 + step);
+      arg->set_lr(lr);
+      lr_dev.fill_(lr);
+      dev->set_lr(1e3);  // not what the kernels read
+      give_grads(a, t, 500 * uint64_t(step + 1));
+      give_grads(b, t, 500 * uint64_t(step + 1));
+      arg->step();
+      dev->step();
+    }
+    for (size_t i = 0; i < a.gpu.size(); ++i)
+      check_on_gpu(b.gpu[i].second, a.gpu[i].second.to(Device::cpu()), kExact,
+                   std::string("lars device lr ") + dtype_name(t) + " " + a.gpu[i].first);
+  }
+}
+
 TEST_CASE("LARS on CUDA is deterministic: two runs agree bit for bit") {
   if (!have_gpu("LARS determinism")) return;
   Run a = make_run(DType::f32), b = make_run(DType::f32);

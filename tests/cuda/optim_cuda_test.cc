@@ -52,7 +52,10 @@ std::vector<Shape> param_shapes() {
 
 using Make = std::function<std::unique_ptr<optim::Optimizer>(nn::NamedTensors)>;
 
-void compare_five_steps(const Make& make, DType t, const std::string& what) {
+// device_lr: the GPU optimizer reads its learning rate from device memory
+// (Note [The learning rate in device memory] in optim/optimizer.h), which changes every step,
+// while its host lr is wrong: equality shows the kernels read the device value.
+void compare_five_steps(const Make& make, DType t, const std::string& what, bool device_lr = false) {
   nn::NamedTensors cpu_ps, gpu_ps;
   uint64_t seed = 1000;
   const std::vector<Shape> shapes = param_shapes();
@@ -62,7 +65,19 @@ void compare_five_steps(const Make& make, DType t, const std::string& what) {
     gpu_ps.push_back({"p" + std::to_string(i), v.to(gpu())});
   }
   auto cpu_opt = make(cpu_ps), gpu_opt = make(gpu_ps);
+  const double lr0 = cpu_opt->lr();
+  Tensor lr_dev;
+  if (device_lr) {
+    lr_dev = Tensor::zeros({1}, DType::f64, gpu());
+    gpu_opt->set_device_lr(lr_dev);
+  }
   for (int step = 0; step < 5; ++step) {
+    if (device_lr) {
+      const double lr = lr0 / (1.0 + step);  // the schedule changes it every step
+      cpu_opt->set_lr(lr);
+      lr_dev.fill_(lr);
+      gpu_opt->set_lr(1e3);  // not what the kernels read
+    }
     for (size_t i = 0; i < shapes.size(); ++i) {
       if (step == 2 && i == 3) {  // a parameter without a gradient is skipped on both
         cpu_ps[i].second.zero_grad();
@@ -76,7 +91,8 @@ void compare_five_steps(const Make& make, DType t, const std::string& what) {
     cpu_opt->step();
     gpu_opt->step();
   }
-  for (size_t i = 0; i < shapes.size(); ++i) check_identical(gpu_ps[i].second, cpu_ps[i].second, what + " " + cpu_ps[i].first);
+  for (size_t i = 0; i < shapes.size(); ++i)
+    check_identical(gpu_ps[i].second, cpu_ps[i].second, what + " " + cpu_ps[i].first);
   const auto cs = cpu_opt->state(), gs = gpu_opt->state();
   REQUIRE(cs.size() == gs.size());
   for (const auto& [k, v] : cs) {
@@ -114,6 +130,29 @@ TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over
     compare_five_steps([&](nn::NamedTensors p) { return optim::make_adamw(std::move(p), adamw); }, t,
                        std::string("adamw ") + dtype_name(t));
   }
+}
+
+TEST_CASE("fused SGD reading its learning rate from device memory equals the CPU bit for bit") {
+  // AdamW takes none (host step counts in its bias corrections), checked on the host.
+  auto adamw = optim::make_adamw({{"w", Tensor::zeros({3})}}, optim::AdamWOptions{});
+  CHECK_FALSE(adamw->takes_device_lr());
+  CHECK_THROWS_WITH_AS(adamw->set_device_lr(Tensor::zeros({1}, DType::f64)),
+                       doctest::Contains("AdamW's bias corrections"), Error);
+  auto sgd = optim::make_sgd({{"w", Tensor::zeros({3})}}, optim::SgdOptions{});
+  CHECK(sgd->takes_device_lr());
+  CHECK_THROWS_WITH_AS(sgd->set_device_lr(Tensor::zeros({1}, DType::f64)),
+                       doctest::Contains("one f64 value on a CUDA device"), Error);
+  if (!have_gpu("SGD with its lr in device memory")) return;
+  CHECK_THROWS_WITH_AS(sgd->set_device_lr(Tensor::zeros({2}, DType::f64, gpu())),
+                       doctest::Contains("one f64 value on a CUDA device"), Error);
+  optim::SgdOptions mom;
+  mom.lr = 0.1;
+  mom.momentum = 0.9;
+  mom.weight_decay = 1e-4;
+  mom.nesterov = true;
+  for (DType t : {DType::f32, DType::f64})
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), mom); }, t,
+                       std::string("sgd device lr ") + dtype_name(t), true);
 }
 
 // More distinct per-tensor scalars than one launch carries (kMtaMaxGroups): the list is cut

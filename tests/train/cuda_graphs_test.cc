@@ -1,7 +1,8 @@
 // `ringtape train --cuda-graphs` on the CUDA path (Note [The training step as a CUDA graph] in
 // train/step.cc), against the same runs without it:
 //   - bit for bit the same weights, running statistics, optimizer state and losses, through
-//     the rehearsals, the capture, replays and a recapture when a step schedule lowers the lr;
+//     the rehearsals, the capture and replays, with a step schedule and with cosine after a
+//     warm-up (the lr changes every step, read from device memory: one capture);
 //   - an exact resume of a run with graphs;
 //   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
 // It runs where there is a GPU, and under --config=cuda-emu; elsewhere every case prints SKIPPED.
@@ -68,6 +69,14 @@ size_t check_identical(const fs::path& a_file, const fs::path& b_file) {
   return b.size();
 }
 
+// The printed losses, line for line (evaluations included).
+std::string losses(const std::string& out) {
+  std::string r;
+  for (size_t i = out.find("loss "); i != std::string::npos; i = out.find("loss ", i + 1))
+    r += out.substr(i, out.find(' ', i + 5) - i) + "\n";
+  return r;
+}
+
 TEST_CASE("--cuda-graphs trains bit for bit as without, across a capture, replays and an lr change") {
   if (!have_gpu("cuda graphs vs eager")) return;
   // bf16: mixed precision's compute copies, refreshed in the graph and by the evaluation
@@ -84,14 +93,31 @@ TEST_CASE("--cuda-graphs trains bit for bit as without, across a capture, replay
     CHECK(n > 60);  // weights, momentum buffers, running statistics
     check_identical(base / "graphs" / "model.safetensors", base / "eager" / "model.safetensors");
     CHECK(test::read_file(base / "graphs" / "metrics.jsonl").size() > 0);
-    // The evaluations between epochs too: the printed losses, line for line.
-    auto losses = [](const std::string& out) {
-      std::string r;
-      for (size_t i = out.find("loss "); i != std::string::npos; i = out.find("loss ", i + 1))
-        r += out.substr(i, out.find(' ', i + 5) - i) + "\n";
-      return r;
-    };
+    // The evaluations between epochs too.
     CHECK(losses(g.output) == losses(e.output));
+  }
+}
+
+TEST_CASE("--cuda-graphs with an lr that changes every step captures once and trains bit for bit as without") {
+  if (!have_gpu("cuda graphs with cosine")) return;
+  // Note [The learning rate in device memory] in optim/optimizer.h: a warm-up epoch, then
+  // cosine; SGD (the test's default) and LARS.
+  for (const std::string opt : {"sgd", "lars"}) {
+    CAPTURE(opt);
+    const fs::path base = test::fresh_dir("cuda_graphs_test_", "cosine_" + opt);
+    const std::vector<std::string> more = {"--lr-scheduler", "cosine", "--lr-warmup-epochs", "1", "--optimizer", opt};
+    std::vector<std::string> with = more;
+    with.push_back("--cuda-graphs");
+    const Run e = train(base / "eager", tiny(base / "eager", more));
+    const Run g = train(base / "graphs", tiny(base / "graphs", with));
+    CHECK(g.output.find("runs eagerly") == std::string::npos);
+    // 10 steps: the warm-up step and rehearsals eager, one capture, the rest replayed.
+    CHECK(g.output.find(" captured, ") != std::string::npos);
+    CHECK(g.output.find(" 1 captured, ") != std::string::npos);
+    check_identical(base / "graphs" / "checkpoint.safetensors", base / "eager" / "checkpoint.safetensors");
+    check_identical(base / "graphs" / "model.safetensors", base / "eager" / "model.safetensors");
+    CHECK(losses(g.output) == losses(e.output));
+    CHECK(losses(g.output).size() > 0);
   }
 }
 
@@ -112,9 +138,9 @@ TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and
                                                              "--batch-size", "4"}));
   CHECK(r.output.find("--cuda-graphs: the training step runs eagerly because of --accum-steps 2 (use 1)") !=
         std::string::npos);
-  const Run c = train(base / "cosine", tiny(base / "cosine", {"--cuda-graphs", "--steps", "1", "--lr-scheduler",
-                                                               "cosine"}));
-  CHECK(c.output.find("because of --lr-scheduler cosine") != std::string::npos);
+  const Run a = train(base / "adamw", tiny(base / "adamw", {"--cuda-graphs", "--steps", "1", "--optimizer", "adamw",
+                                                             "--lr", "0.001"}));
+  CHECK(a.output.find("because of --optimizer adamw") != std::string::npos);
 }
 
 }  // namespace
