@@ -453,6 +453,13 @@ struct DxOp {
     load_channels<W>(coef + C, c0, r.a);
     load_channels<W>(coef + 2 * C, c0, r.b);
     load_channels<W>(mean, c0, r.m);
+    if constexpr (W % Pack<float>::kWidth == 0) {  // in 16-byte loads, as the others
+      if (relu.scale) {
+        load_channels<W>(relu.scale, c0, r.ps);
+        load_channels<W>(relu.bias, c0, r.pb);
+        return r;
+      }
+    }
     RT_UNROLL
     for (int j = 0; j < W; ++j) r.ps[j] = relu.scale_of(c0 + j), r.pb[j] = relu.bias_of(c0 + j);
     return r;
@@ -581,7 +588,8 @@ void backward_dx(const BatchNormGeom& g, const T* x, ReluKeep relu, const T* dy,
   const DxOp<T> f{x, dy, relu, mean, static_cast<const acc_t<T>*>(workspace), g.C, dx};
   // k*z + a*(x - mean) + b (and the prologue's keep test); coef's three arrays are C apart
   // (C a multiple of W keeps each aligned).
-  launch_channel_map<T>(g, {x, dy, dx}, {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean}, f,
+  launch_channel_map<T>(g, {x, dy, dx},
+                        {workspace, static_cast<const acc_t<T>*>(workspace) + g.C, mean, relu.scale, relu.bias}, f,
                         relu.scale ? 7.0 : 5.0, s);
 }
 
