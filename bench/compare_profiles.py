@@ -23,7 +23,7 @@ import sys
 
 RT_FAMILY = [
     (r"^conv2d$", "convolution"),
-    (r"^batch_norm", "batch norm + relu + residual add"),
+    (r"^(dual_)?batch_norm", "batch norm + relu + residual add"),
     (r"^(relu|add_relu)$", "batch norm + relu + residual add"),
     (r"^(max_pool2d|adaptive_avg_pool2d)$", "pooling"),
     (r"^linear$", "linear (fc)"),

@@ -12,8 +12,8 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opt) {
   for (const Tensor& t : inputs) {
     if (!t.defined()) continue;
-    RT_CHECK(t.device().is_cpu() && t.dtype() == DType::f64 && t.is_leaf(),
-             "gradcheck: inputs must be f64 CPU leaf tensors, got ", t.str());
+    RT_CHECK(t.dtype() == DType::f64 && t.is_leaf(), "gradcheck: inputs must be f64 leaf tensors, got ", t.str(),
+             " (make one with .to(DType::f64), then set_requires_grad)");
   }
   for (const Tensor& t : inputs)
     if (t.defined() && t.requires_grad()) t.zero_grad();
@@ -23,7 +23,7 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
   Generator g(opt.seed);
   Tensor r = randn(y.shape(), g, DType::f64, Device::cpu(), y.format());
   const std::vector<double> rv = r.to_vector<double>();
-  y.backward(r);
+  y.backward(r.to(y.device()));
 
   // L(x) = sum(r * f(x)), in logical order, without recording.
   auto loss = [&]() {
@@ -42,9 +42,15 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
     if (!x.defined() || !x.requires_grad()) continue;
     Tensor ga = x.grad();
     const std::vector<double> analytic = ga.defined() ? ga.to_vector<double>() : std::vector<double>(x.numel(), 0.0);
-    // Perturb in memory order; map memory index -> logical index for the comparison.
+    // Perturb in memory order; map memory index -> logical index for the comparison. A CUDA
+    // input is perturbed in a host copy, copied back before each evaluation.
     const std::vector<int64_t> st = strides_of(x.shape(), x.format());
-    double* p = x.data<double>();
+    Tensor host = x.device().is_cpu() ? x : x.detach().to(Device::cpu());
+    double* p = host.data<double>();
+    Tensor device_x = x;  // a handle: its copy_ writes x's storage
+    const auto sync = [&] {
+      if (!host.same(device_x)) device_x.copy_(host);
+    };
     for (int64_t li = 0; li < x.numel(); ++li) {
       int64_t rem = li, mi = 0;
       for (int d = x.ndim() - 1; d >= 0; --d) {
@@ -53,10 +59,13 @@ GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)
       }
       const double orig = p[mi];
       p[mi] = orig + opt.eps;
+      sync();
       const double lp = loss();
       p[mi] = orig - opt.eps;
+      sync();
       const double lm = loss();
       p[mi] = orig;
+      sync();
       const double numeric = (lp - lm) / (2 * opt.eps);
       const double err = std::abs(analytic[li] - numeric);
       res.max_abs_err = std::max(res.max_abs_err, err);

@@ -29,7 +29,8 @@ struct GradcheckResult {
   std::string message;  // the first mismatches, naming input and element
 };
 
-// Inputs must be f64 CPU leaves; those with requires_grad are checked.
+// Inputs must be f64 leaves, CPU or CUDA (a CUDA op's own kernels, also under the emulator);
+// those with requires_grad are checked.
 GradcheckResult gradcheck(const std::function<Tensor(const std::vector<Tensor>&)>& f,
                           const std::vector<Tensor>& inputs, const GradcheckOptions& opt = {});
 

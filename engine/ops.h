@@ -114,6 +114,22 @@ Tensor batch_norm_add_relu(const Tensor& x, const Tensor& residual, const Tensor
                            Tensor running_mean, Tensor running_var, bool training, double momentum = 0.1,
                            double eps = 1e-5, std::shared_ptr<BatchNormSync> sync = nullptr,
                            const ChannelSums& sums = {});
+// One batch norm's parameters, running statistics, settings and channel sums, as batch_norm
+// takes them.
+struct BatchNormArgs {
+  Tensor weight, bias, running_mean, running_var;
+  double momentum = 0.1, eps = 1e-5;
+  ChannelSums sums;
+};
+// The tail of a block whose shortcut has its own batch norm (a downsample), as one op:
+//   dual_batch_norm_add_relu(x, a, r, b) = relu(batch_norm(x, a...) + batch_norm(r, b...))
+// (r: x's shape, dtype and device), both running statistics updated as batch_norm's. On CUDA
+// without sync one pass each way reads both inputs and neither batch norm's output is written
+// (Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc): the same
+// values within one rounding. Elsewhere the composition. Differentiable in x, r and both
+// batch norms' weight and bias.
+Tensor dual_batch_norm_add_relu(const Tensor& x, const BatchNormArgs& a, const Tensor& r, const BatchNormArgs& b,
+                                bool training, const std::shared_ptr<BatchNormSync>& sync = nullptr);
 // A batch norm and relu whose output only feeds a convolution, as one op:
 //   batch_norm_relu_conv2d(x, ...) = conv2d(batch_norm_relu(x, weight, ..., sync, sums), conv_weight, {}, p, conv_sums)
 // with batch_norm_relu's arguments and running-stat update and conv2d's (no bias). On CUDA,

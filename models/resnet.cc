@@ -44,25 +44,35 @@ Tensor bn_relu_conv(nn::BatchNorm2d& bn, const Tensor& y, const ChannelSums& sum
   return bn.forward_relu_conv(y, sums, conv, next.wants_sums() ? next_sums : nullptr);
 }
 
-// A block's tail: relu(bn(y) + residual), y the last convolution's output with its sums,
-// fused (Note [Fused block tails]) unless an attention module sits between the batch norm
-// and the add (timm's order: bn, attention, add, relu).
-Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& y, const ChannelSums& sums,
-                  const Tensor& residual) {
-  if (!attention) return bn.forward_relu(y, residual, sums);
-  return add_relu(attention->forward(bn.forward(y, sums)), residual);
-}
-
-// The downsample branch (make_downsample: conv, batch norm), its statistics from the sums too.
-Tensor downsample_forward(nn::Sequential& ds, const Tensor& x) {
+// The downsample branch's modules (make_downsample: conv, batch norm).
+std::pair<nn::Conv2d*, nn::BatchNorm2d*> downsample_parts(nn::Sequential& ds) {
   RT_CHECK(ds.size() == 2, "ResNet: a downsample is a conv and a batch norm, got ", ds.size(), " modules");
   auto* conv = dynamic_cast<nn::Conv2d*>(ds.at(0).get());
   auto* bn = dynamic_cast<nn::BatchNorm2d*>(ds.at(1).get());
   RT_CHECK(conv && bn, "ResNet: a downsample is a conv and a batch norm");
-  const prof::ModuleScope scope(&ds);
-  ChannelSums sums;
-  const Tensor y = conv_for(*conv, *bn, x, &sums);
-  return bn->forward(y, sums);
+  return {conv, bn};
+}
+
+// A block's tail: relu(bn(y) + residual), y the last convolution's output with its sums,
+// fused (Note [Fused block tails]) unless an attention module sits between the batch norm
+// and the add (timm's order: bn, attention, add, relu). The residual is x, or the downsample
+// of x (its statistics from its convolution's sums too), whose batch norm then joins the
+// tail's op (Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc).
+Tensor block_tail(nn::BatchNorm2d& bn, nn::Module* attention, const Tensor& y, const ChannelSums& sums,
+                  nn::Sequential* downsample, const Tensor& x) {
+  Tensor r = x;
+  ChannelSums r_sums;
+  nn::BatchNorm2d* r_bn = nullptr;
+  if (downsample) {
+    const auto [conv, ds_bn] = downsample_parts(*downsample);
+    const prof::ModuleScope scope(downsample);
+    r = conv_for(*conv, *ds_bn, x, &r_sums);
+    r_bn = ds_bn;
+    if (attention) r = r_bn->forward(r, r_sums);
+  }
+  if (attention) return add_relu(attention->forward(bn.forward(y, sums)), r);
+  if (r_bn) return bn.forward_add_relu(y, sums, *r_bn, r, r_sums);
+  return bn.forward_relu(y, r, sums);
 }
 
 std::shared_ptr<nn::Module> make_attention(const BlockAttention& attention, int64_t channels, Generator& g) {
@@ -89,7 +99,7 @@ Tensor BasicBlock::forward(const Tensor& x) {
   ChannelSums s1, s2;
   const Tensor y1 = conv_for(*conv1, *bn1, x, &s1);
   const Tensor y2 = bn_relu_conv(*bn1, y1, s1, *conv2, *bn2, &s2);
-  return block_tail(*bn2, attention.get(), y2, s2, downsample ? downsample_forward(*downsample, x) : x);
+  return block_tail(*bn2, attention.get(), y2, s2, downsample.get(), x);
 }
 
 Bottleneck::Bottleneck(int64_t in, int64_t planes, int stride, bool ds, Generator& g, int64_t groups,
@@ -116,7 +126,7 @@ Tensor Bottleneck::forward(const Tensor& x) {
   const Tensor y1 = conv_for(*conv1, *bn1, x, &s1);
   const Tensor y2 = bn_relu_conv(*bn1, y1, s1, *conv2, *bn2, &s2);
   const Tensor y3 = bn_relu_conv(*bn2, y2, s2, *conv3, *bn3, &s3);
-  return block_tail(*bn3, attention.get(), y3, s3, downsample ? downsample_forward(*downsample, x) : x);
+  return block_tail(*bn3, attention.get(), y3, s3, downsample.get(), x);
 }
 
 ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
@@ -192,6 +202,7 @@ ResNet::ResNet(const ResNetConfig& cfg) : cfg_(cfg) {
       bn->fuse_relu = cfg.fused_tails;
       bn->sums_from_conv = cfg.conv_sums;
       bn->prologue_into_conv = cfg.bn_prologue;
+      bn->dual_tail = cfg.dual_tails;
     }
 }
 

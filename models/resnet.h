@@ -45,6 +45,10 @@ struct ResNetConfig {
   // block) runs as that convolution's prologue where cuDNN fuses it (CUDA, channels-last,
   // bf16/f16, f32 with TF32); false: as its own pass (for comparing the two).
   bool bn_prologue = true;
+  // Note [Two batch norms in one tail] (engine/ops/dual_batch_norm_add_relu.cc): a block with a
+  // downsample ends in one op, relu(bn(y) + downsample's bn(y_ds)), on CUDA without SyncBN;
+  // false: the downsample's batch norm as its own pass (for comparing the two).
+  bool dual_tails = true;
   uint64_t seed = 0;                     // initialisation
   // timm's attn_layer: a module every block applies to its residual branch after the last
   // batch norm, before the residual add, registered as `attention_name` between that batch

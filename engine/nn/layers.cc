@@ -78,6 +78,23 @@ Tensor BatchNorm2d::forward_relu_conv(const Tensor& x, const ChannelSums& sums, 
                                 conv.compute_weight(), conv.params, conv_sums);
 }
 
+Tensor BatchNorm2d::forward_add_relu(const Tensor& x, const ChannelSums& sums, BatchNorm2d& shortcut,
+                                     const Tensor& r, const ChannelSums& r_sums) {
+  const bool training = is_training();
+  RT_CHECK(shortcut.is_training() == training, "BatchNorm2d::forward_add_relu: the shortcut's batch norm is in ",
+           shortcut.is_training() ? "training" : "eval", " mode and this one is not (set the mode on the whole model)");
+  if (!dual_tail || !fuse_relu || !x.device().is_cuda() || (training && (sync || shortcut.sync)))
+    return forward_relu(x, shortcut.forward(r, r_sums), sums);
+  const prof::ModuleScope scope(this);
+  if (count_in_forward) count_batch();
+  if (shortcut.count_in_forward) shortcut.count_batch();
+  // Note [Batch norm in mixed precision], for both.
+  const BatchNormArgs a{param_for(weight, x), param_for(bias, x), running_mean, running_var, momentum, eps, sums};
+  const BatchNormArgs b{param_for(shortcut.weight, r), param_for(shortcut.bias, r), shortcut.running_mean,
+                        shortcut.running_var, shortcut.momentum, shortcut.eps, r_sums};
+  return dual_batch_norm_add_relu(x, a, r, b, training);
+}
+
 Tensor BatchNorm2d::forward(const Tensor& x) { return forward(x, ChannelSums{}); }
 
 Tensor BatchNorm2d::forward(const Tensor& x, const ChannelSums& sums) {

@@ -44,6 +44,13 @@ class BatchNorm2d : public Module {
   // as written (each module its own op) when !prologue_into_conv, !fuse_relu, conv has a bias,
   // or where the op would not fuse (batch_norm_relu_conv2d_fuses: the CPU, NCHW, SyncBN, ...).
   Tensor forward_relu_conv(const Tensor& x, const ChannelSums& sums, Conv2d& conv, ChannelSums* conv_sums);
+  // relu(forward(x) + shortcut.forward(r)), x and r with their convolutions' sums, as one op,
+  // dual_batch_norm_add_relu: the tail of a block whose shortcut is a downsample, neither
+  // batch norm's output written (Note [Two batch norms in one tail] in
+  // engine/ops/dual_batch_norm_add_relu.cc); as written (each module its own op) when
+  // !dual_tail, !fuse_relu, off CUDA or with SyncBN. The fused op's time goes to this module.
+  Tensor forward_add_relu(const Tensor& x, const ChannelSums& sums, BatchNorm2d& shortcut, const Tensor& r,
+                          const ChannelSums& r_sums);
   // Whether the next forward would use a convolution's sums: training, no sync, sums_from_conv.
   bool wants_sums() const { return sums_from_conv && is_training() && !sync; }
   Tensor weight, bias, running_mean, running_var, num_batches_tracked;
@@ -51,6 +58,7 @@ class BatchNorm2d : public Module {
   bool fuse_relu = true;  // false: forward_relu as forward, then relu or add_relu (the unfused composition)
   bool sums_from_conv = true;  // false: wants_sums() never (statistics from a pass over x, for comparing the two)
   bool prologue_into_conv = true;  // false: forward_relu_conv as written (for comparing the two)
+  bool dual_tail = true;           // false: forward_add_relu as written (for comparing the two)
   // Training-mode statistics over every process's batch (Note [Synchronised batch norm] in
   // engine/ops/batch_norm_sync.h); null: this process's batch. See set_batch_norm_sync.
   std::shared_ptr<BatchNormSync> sync;

@@ -187,6 +187,52 @@ struct BackwardCoefs {
   }
 };
 
+// The backward's reduction of two batch norms whose outputs were added, then relu'd
+// (Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc): one dz, kept
+// by the forward's bits, and its sums against each input: a = sum(dz), b = sum(dz * (x - mean)),
+// c = sum(dz * (r - rmean)), BackwardFold's arithmetic for each.
+template <typename T>
+struct DualBackwardFold {
+  using A = acc_t<T>;
+  using State = detail::SumState3<A>;
+  static constexpr double kFlopsPerValue = 6;
+  const T *x, *r, *dy;
+  const uint8_t* bits;
+  const A *mean, *rmean;
+  template <int U>
+  __device__ void fold(State& st, int64_t c, const int64_t (&idx)[U], int u) const {
+    A g[U] = {}, xv[U] = {}, rv[U] = {};
+    bool keep[U];
+    RT_UNROLL
+    for (int k = 0; k < U; ++k)
+      if (k < u) {
+        g[k] = to_acc(dy[idx[k]]);
+        xv[k] = to_acc(x[idx[k]]);
+        rv[k] = to_acc(r[idx[k]]);
+        keep[k] = kept<T>(bits, idx[k]);
+      }
+    const A m = mean[c], rm = rmean[c];
+    RT_UNROLL
+    for (int k = 0; k < U; ++k)
+      if (k < u) {
+        if (!keep[k]) g[k] = A(0);
+        st.a += g[k];
+        st.b += g[k] * (xv[k] - m);
+        st.c += g[k] * (rv[k] - rm);
+      }
+  }
+};
+
+// ... and each batch norm's channel finished from its two sums, as BackwardCoefs does.
+template <typename T, typename A>
+struct DualBackwardCoefs {
+  BackwardCoefs<T, A> x, r;
+  __device__ void operator()(int64_t c, const detail::SumState3<A>& st) const {
+    x(c, detail::SumState<A>{st.a, st.b});
+    r(c, detail::SumState<A>{st.a, st.c});
+  }
+};
+
 // SyncBN forward, the local reduction's finish: this process's block (count, mean[C], m2[C]).
 template <typename A>
 struct WriteMoments {
@@ -341,25 +387,13 @@ __device__ __forceinline__ void store_pack(T* p, int64_t i, const Pack<T>& v) {
   reinterpret_cast<Pack<T>*>(p)[i] = v;
 }
 
-// Forward: y = (x - mean) * invstd * gamma + beta [+ res], then max(y, 0) with relu (NaN
-// stays NaN, like relu). gamma, beta, res may be null.
-template <typename T>
-struct ApplyOp {
-  using A = acc_t<T>;
-  const T *x, *res;
+// A batch norm's per-channel arrays in the statistics type A, as its kernels read them.
+template <typename A>
+struct Norm {
   const A *mean, *invstd;
-  const A *gamma, *beta;  // Note [Batch norm parameters in the statistics dtype]
-  bool relu;
-  T* y;
-  uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
-  __device__ A apply(A xv, A rv, A m, A scale, A shift) const {
-    A v = (xv - m) * scale + shift;
-    if (res) v += rv;
-    return relu && v < A(0) ? A(0) : v;
-  }
+  const A *gamma, *beta;  // null: 1 and 0 (Note [Batch norm parameters in the statistics dtype])
   __device__ A scale_of(int64_t c) const { return invstd[c] * (gamma ? gamma[c] : A(1)); }
   __device__ A shift_of(int64_t c) const { return beta ? beta[c] : A(0); }
-  __device__ A value(A xv, A rv, int64_t c) const { return apply(xv, rv, mean[c], scale_of(c), shift_of(c)); }
   // Channels c0 .. c0 + W - 1, loaded once (Note [Channel-stationary packs]).
   template <int W>
   struct Coefs {
@@ -381,15 +415,56 @@ struct ApplyOp {
     }
     return k;
   }
+};
+
+// Forward: y = (x - mean) * invstd * gamma + beta [+ res], then max(y, 0) with relu (NaN
+// stays NaN, like relu). gamma, beta, res may be null. kDual: res is normalised by its own
+// batch norm `rn` first, in A, unrounded (Note [Two batch norms in one tail] in
+// engine/ops/dual_batch_norm_add_relu.cc).
+template <typename T, bool kDual = false>
+struct ApplyOp {
+  using A = acc_t<T>;
+  const T *x, *res;
+  Norm<A> n;
+  bool relu;
+  T* y;
+  uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
+  Norm<A> rn;     // kDual only: the residual's batch norm
+  __device__ A apply(A xv, A rv, A m, A scale, A shift, A rm, A rscale, A rshift) const {
+    A v = (xv - m) * scale + shift;
+    if constexpr (kDual) v += (rv - rm) * rscale + rshift;
+    else if (res) v += rv;
+    return relu && v < A(0) ? A(0) : v;
+  }
+  __device__ A value(A xv, A rv, int64_t c) const {
+    if constexpr (kDual) return apply(xv, rv, n.mean[c], n.scale_of(c), n.shift_of(c), rn.mean[c], rn.scale_of(c),
+                                      rn.shift_of(c));
+    return apply(xv, rv, n.mean[c], n.scale_of(c), n.shift_of(c), A(0), A(0), A(0));
+  }
   template <int W>
-  __device__ void pack_with(int64_t p, const Coefs<W>& k) const {
+  struct Coefs {
+    typename Norm<A>::template Coefs<W> k, r;  // r: kDual only
+  };
+  template <int W>
+  __device__ Coefs<W> coefs(int64_t c0) const {
+    Coefs<W> k;
+    k.k = n.template coefs<W>(c0);
+    if constexpr (kDual) k.r = rn.template coefs<W>(c0);
+    return k;
+  }
+  template <int W>
+  __device__ void pack_with(int64_t p, const Coefs<W>& c) const {
     const Pack<T> px = load_pack(x, p);
     Pack<T> pr;
     if (res) pr = load_pack(res, p);
     Pack<T> py;
     RT_UNROLL
-    for (int j = 0; j < W; ++j)
-      py.v[j] = from_acc<T>(apply(to_acc(px.v[j]), res ? to_acc(pr.v[j]) : A(0), k.m[j], k.scale[j], k.shift[j]));
+    for (int j = 0; j < W; ++j) {
+      A rm = 0, rscale = 0, rshift = 0;
+      if constexpr (kDual) rm = c.r.m[j], rscale = c.r.scale[j], rshift = c.r.shift[j];
+      py.v[j] = from_acc<T>(apply(to_acc(px.v[j]), res ? to_acc(pr.v[j]) : A(0), c.k.m[j], c.k.scale[j],
+                                  c.k.shift[j], rm, rscale, rshift));
+    }
     store_pack(y, p, py);
     store_bits<W>(p, py);
   }
@@ -508,6 +583,60 @@ struct DxOp {
   }
 };
 
+// The dx pass of the two batch norms (dual_batch_norm_backward_relu): dz from dy and the
+// forward's bits, read once, then DxOp's arithmetic for each: dx = k*dz + a*(x - mean) + b
+// from x's coefficients and dr likewise from r's. Either output may be null.
+template <typename T>
+struct DualDxOp {
+  using A = acc_t<T>;
+  DxOp<T> x, r;  // their dy and bits are the same
+  template <int W>
+  struct Coefs {
+    typename DxOp<T>::template Coefs<W> x, r;
+  };
+  template <int W>
+  __device__ Coefs<W> coefs(int64_t c0) const {
+    return {x.template coefs<W>(c0), r.template coefs<W>(c0)};
+  }
+  // Pack p: element j's dx = fx(j, dy, keep, x) and dr = fr(j, dy, keep, r) (dx_of masks dy
+  // by keep); the callers differ only in where each channel's coefficients come from.
+  template <int W, typename Fx, typename Fr>
+  __device__ void pack_by(int64_t p, Fx fx, Fr fr) const {
+    const Pack<T> pdy = load_pack(x.dy, p), px = load_pack(x.x, p), pr = load_pack(r.x, p);
+    const uint32_t bits = x.relu.bits[p];
+    Pack<T> pdx, pdr;
+    RT_UNROLL
+    for (int j = 0; j < W; ++j) {
+      const A g = to_acc(pdy.v[j]);
+      const bool keep = (bits >> j) & 1;
+      pdx.v[j] = from_acc<T>(fx(j, g, keep, to_acc(px.v[j])));
+      pdr.v[j] = from_acc<T>(fr(j, g, keep, to_acc(pr.v[j])));
+    }
+    if (x.dx) store_pack(x.dx, p, pdx);
+    if (r.dx) store_pack(r.dx, p, pdr);
+  }
+  template <int W>
+  __device__ void pack_with(int64_t p, const Coefs<W>& k) const {
+    pack_by<W>(
+        p, [&](int j, A g, bool keep, A v) { return x.dx_of(g, keep, v, k.x.k[j], k.x.a[j], k.x.b[j], k.x.m[j]); },
+        [&](int j, A g, bool keep, A v) { return r.dx_of(g, keep, v, k.r.k[j], k.r.a[j], k.r.b[j], k.r.m[j]); });
+  }
+  __device__ uint32_t one(int64_t i, int64_t c) const {
+    const A g = to_acc(x.dy[i]);
+    const bool keep = kept<T>(x.relu.bits, i);
+    if (x.dx) x.dx[i] = from_acc<T>(x.value(g, keep, to_acc(x.x[i]), c));
+    if (r.dx) r.dx[i] = from_acc<T>(r.value(g, keep, to_acc(r.x[i]), c));
+    return 0;
+  }
+  __device__ void group_done(int64_t, uint32_t) const {}
+  template <int W>
+  __device__ void pack(int64_t p, const int64_t (&c)[W]) const {
+    pack_by<W>(
+        p, [&](int j, A g, bool keep, A v) { return x.value(g, keep, v, c[j]); },
+        [&](int j, A g, bool keep, A v) { return r.value(g, keep, v, c[j]); });
+  }
+};
+
 // ---- launchers -------------------------------------------------------------------------
 
 void check_geom(const BatchNormGeom& g, const char* op) {
@@ -550,9 +679,14 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
   detail::dispatch_floating(t, op, [&](auto z) {
     using T = decltype(z);
     using A = acc_t<T>;
-    const ApplyOp<T> f{static_cast<const T*>(x),     static_cast<const T*>(residual), static_cast<const A*>(mean),
-                       static_cast<const A*>(invstd), static_cast<const A*>(gamma),    static_cast<const A*>(beta),
-                       relu,                          static_cast<T*>(y),              mask};
+    const ApplyOp<T> f{static_cast<const T*>(x),
+                       static_cast<const T*>(residual),
+                       Norm<A>{static_cast<const A*>(mean), static_cast<const A*>(invstd), static_cast<const A*>(gamma),
+                               static_cast<const A*>(beta)},
+                       relu,
+                       static_cast<T*>(y),
+                       mask,
+                       {}};
     // (x - mean) * (invstd * gamma) + beta [+ res], then the relu: 5 or 6 operations.
     launch_channel_map<T>(g, {x, residual, y}, {mean, invstd, gamma, beta}, f, residual ? 6.0 : 5.0, s);
   });
@@ -741,6 +875,81 @@ void batch_norm_backward_relu_prologue(const BatchNormGeom& g, DType t, const vo
            dtype_name(t));
   backward_impl(g, t, x, ReluKeep{nullptr, scale, bias}, dy, mean, invstd, gamma, training, dx, dgamma, dbeta, nullptr,
                 workspace, s, op);
+}
+
+namespace {
+template <typename A>
+Norm<A> norm_of(const BatchNormChannels& b) {
+  return Norm<A>{static_cast<const A*>(b.mean), static_cast<const A*>(b.invstd), static_cast<const A*>(b.gamma),
+                 static_cast<const A*>(b.beta)};
+}
+}  // namespace
+
+void dual_batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const BatchNormChannels& a,
+                                const void* r, const BatchNormChannels& b, void* y, uint8_t* mask, cudaStream_t s) {
+  const char* op = "dual_batch_norm_apply_relu";
+  check_geom(g, op);
+  RT_CHECK(x && r && a.mean && a.invstd && b.mean && b.invstd && y, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const ApplyOp<T, true> f{static_cast<const T*>(x), static_cast<const T*>(r), norm_of<A>(a), true,
+                             static_cast<T*>(y),       mask,                      norm_of<A>(b)};
+    // Each normalisation as apply's 4 operations, the add, the relu.
+    launch_channel_map<T>(g, {x, r, y}, {a.mean, a.invstd, a.gamma, a.beta, b.mean, b.invstd, b.gamma, b.beta}, f,
+                          10.0, s);
+  });
+}
+
+size_t dual_batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t) {
+  check_geom(g, "dual_batch_norm_backward_relu");
+  size_t bytes = 0;
+  detail::dispatch_floating(t, "dual_batch_norm_backward_relu", [&](auto z) {
+    using A = acc_t<decltype(z)>;
+    bytes = 2 * coef_bytes<A>(g.C) +
+            detail::channel_partials_bytes<detail::SumState3<A>>(detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc));
+  });
+  return bytes;
+}
+
+void dual_batch_norm_backward_relu(const BatchNormGeom& g, DType t, const uint8_t* mask, const void* dy,
+                                   const void* x, const BatchNormChannels& a, const void* r,
+                                   const BatchNormChannels& b, bool training, void* dx, void* dgamma_a,
+                                   void* dbeta_a, void* dr, void* dgamma_b, void* dbeta_b, void* workspace,
+                                   cudaStream_t s) {
+  const char* op = "dual_batch_norm_backward_relu";
+  check_geom(g, op);
+  RT_CHECK(mask && dy && x && r && a.mean && a.invstd && b.mean && b.invstd && workspace, op, ": null pointer");
+  detail::dispatch_floating(t, op, [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    // Workspace: x's dx coefficients, r's, then the reduction's partials.
+    A* coef_x = static_cast<A*>(workspace);
+    A* coef_r = reinterpret_cast<A*>(static_cast<char*>(workspace) + coef_bytes<A>(g.C));
+    auto part = reinterpret_cast<detail::SumState3<A>*>(static_cast<char*>(workspace) + 2 * coef_bytes<A>(g.C));
+    const Norm<A> na = norm_of<A>(a), nb = norm_of<A>(b);
+    const A M = A(g.N * g.S);
+    const detail::ChannelReducePlan plan = detail::plan_channel_reduce(g.N, g.C, g.S, g.nhwc);
+    detail::channel_reduce<T>(
+        plan,
+        DualBackwardFold<T>{static_cast<const T*>(x), static_cast<const T*>(r), static_cast<const T*>(dy), mask,
+                            na.mean, nb.mean},
+        DualBackwardCoefs<T, A>{
+            BackwardCoefs<T, A>{na.invstd, na.gamma, training, M, static_cast<A*>(dgamma_a), static_cast<A*>(dbeta_a),
+                                coef_x, g.C, nullptr},
+            BackwardCoefs<T, A>{nb.invstd, nb.gamma, training, M, static_cast<A*>(dgamma_b), static_cast<A*>(dbeta_b),
+                                coef_r, g.C, nullptr}},
+        part, s);
+    if (!dx && !dr) return;
+    const DualDxOp<T> f{
+        DxOp<T>{static_cast<const T*>(x), static_cast<const T*>(dy), ReluKeep{mask}, na.mean, coef_x, g.C,
+                static_cast<T*>(dx)},
+        DxOp<T>{static_cast<const T*>(r), static_cast<const T*>(dy), ReluKeep{mask}, nb.mean, coef_r, g.C,
+                static_cast<T*>(dr)}};
+    // dz, then DxOp's 5 operations for each.
+    launch_channel_map<T>(g, {x, r, dy, dx, dr}, {coef_x, coef_x + g.C, na.mean, coef_r, coef_r + g.C, nb.mean}, f,
+                          11.0, s);
+  });
 }
 
 void batch_norm_local_moments(const BatchNormGeom& g, DType t, const void* x, double* block, void* workspace,

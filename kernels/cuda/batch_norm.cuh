@@ -90,6 +90,32 @@ void batch_norm_backward_relu(const BatchNormGeom& g, DType t, const void* x, co
                               const void* mean, const void* invstd, const void* gamma, bool training, void* dx,
                               void* dgamma, void* dbeta, void* dresidual, void* workspace, cudaStream_t s);
 
+// ---- two batch norms in one tail --------------------------------------------------------
+// (Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc)
+
+// One batch norm's per-channel arrays, in the statistics dtype: mean, invstd (as
+// batch_norm_stats writes them), gamma and beta (may be null: 1 and 0).
+struct BatchNormChannels {
+  const void *mean, *invstd, *gamma, *beta;
+};
+
+// y = max(0, bn_a(x) + bn_b(r)) in one pass, bn_a(x) = (x - mean_a) * invstd_a * gamma_a +
+// beta_a and bn_b(r) likewise, both in the statistics type, added unrounded, rounded once;
+// x and r in one layout. mask (may be null) as batch_norm_apply_relu's.
+void dual_batch_norm_apply_relu(const BatchNormGeom& g, DType t, const void* x, const BatchNormChannels& a,
+                                const void* r, const BatchNormChannels& b, void* y, uint8_t* mask, cudaStream_t s);
+
+// The backward of both from dz = (mask's bit set ? dy : 0), in two passes: one reduction of
+// dz against x and r (sum(dz) shared), then dx and dr together. The sums and the
+// coefficients are batch_norm_backward_relu's for each. dx, dr, the dgammas and dbetas may be
+// null. `workspace`: dual_batch_norm_backward_workspace_bytes.
+size_t dual_batch_norm_backward_workspace_bytes(const BatchNormGeom& g, DType t);
+void dual_batch_norm_backward_relu(const BatchNormGeom& g, DType t, const uint8_t* mask, const void* dy,
+                                   const void* x, const BatchNormChannels& a, const void* r,
+                                   const BatchNormChannels& b, bool training, void* dx, void* dgamma_a,
+                                   void* dbeta_a, void* dr, void* dgamma_b, void* dbeta_b, void* workspace,
+                                   cudaStream_t s);
+
 // ---- batch norm + relu as the next convolution's prologue ------------------------------
 // (Note [Batch norm as the next convolution's prologue] in engine/ops/batch_norm_relu_conv2d.cc)
 

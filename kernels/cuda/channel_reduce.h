@@ -190,4 +190,18 @@ struct alignas(2 * sizeof(A)) SumState {
   }
 };
 
+// Three plain sums, padded to four so that a state moves as one 16-byte access in f32
+// (Note [Whole states] in kernels/cuda/channel_reduce.cuh): the backward of two batch norms
+// that share one dz (Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc).
+template <typename A>
+struct alignas(4 * sizeof(A)) SumState3 {
+  A a, b, c, unused;
+  RT_HOST_DEVICE static SumState3 empty() { return {A(0), A(0), A(0), A(0)}; }
+  RT_HOST_DEVICE void merge(const SumState3& o) {
+    a += o.a;
+    b += o.b;
+    c += o.c;
+  }
+};
+
 }  // namespace rt::cuda::detail

@@ -41,7 +41,7 @@ using TensorMap = std::map<std::string, Tensor>;
 
 constexpr int64_t kBatch = 4, kClasses = 5, kSize = 32;
 
-std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums, bool bn_prologue) {
+std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums, bool bn_prologue, bool dual_tails) {
   models::ResNetConfig c;
   c.bottleneck = true;
   c.layers = {2, 1, 1, 1};  // layer1.1: an identity tail; every first block a downsample tail
@@ -51,6 +51,7 @@ std::shared_ptr<models::ResNet> make_net(bool fused, bool conv_sums, bool bn_pro
   c.fused_tails = fused;
   c.conv_sums = conv_sums;
   c.bn_prologue = bn_prologue;
+  c.dual_tails = dual_tails;
   return std::make_shared<models::ResNet>(c);
 }
 
@@ -61,9 +62,10 @@ struct Result {
 
 Tensor host_f64(const Tensor& t) { return t.to(Device::cpu()).to(MemoryFormat::contiguous).to(DType::f64); }
 
-Result run(bool fused, Device d, DType t, MemoryFormat f, bool conv_sums = true, bool bn_prologue = true) {
+Result run(bool fused, Device d, DType t, MemoryFormat f, bool conv_sums = true, bool bn_prologue = true,
+           bool dual_tails = true) {
   set_accumulate_in_place(fused);
-  auto net = make_net(fused, conv_sums, bn_prologue);
+  auto net = make_net(fused, conv_sums, bn_prologue, dual_tails);
   if (t != DType::f32) net->to(t);
   net->to(d, f);
   net->train();
@@ -190,6 +192,31 @@ TEST_CASE("on CUDA, batch norm as the next convolution's prologue equals its own
   check_within(prologue.grads, own_pass.grads, own_pass.grads, ref.grads, 3, "cuda tf32 NHWC prologue gradients");
   check_within(prologue.after, own_pass.after, own_pass.after, ref.after, 3,
                "cuda tf32 NHWC prologue state after the step");
+}
+
+// Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc: every first
+// block's tail (a downsample) runs relu(bn3(y3) + bn_ds(y_ds)) as one op on CUDA. In f32 the
+// composition's bn_ds output is already in the compute type, so the fused op computes the same
+// operations in the same order: a training step with it equals one with bn_ds as its own pass
+// bit for bit (gradients, loss, state after the step), both layouts. The CPU (the composition
+// either way) gives the same bits too.
+TEST_CASE("on CUDA, the downsample's batch norm in the block's tail equals its own pass bit for bit in f32") {
+  const auto check_equal = [](const Result& got, const Result& want, const std::string& tag) {
+    CHECK_MESSAGE(got.loss == want.loss, tag, " loss");
+    for (const auto& [name, g] : want.grads)
+      CHECK_MESSAGE(got.grads.at(name).to_vector<double>() == g.to_vector<double>(), tag, " gradient of ", name);
+    for (const auto& [name, v] : want.after)
+      CHECK_MESSAGE(got.after.at(name).to_vector<double>() == v.to_vector<double>(), tag, " ", name, " after the step");
+  };
+  check_equal(run(true, Device::cpu(), DType::f32, MemoryFormat::channels_last, true, true, true),
+              run(true, Device::cpu(), DType::f32, MemoryFormat::channels_last, true, true, false), "cpu");
+  if (!have_gpu("the downsample's batch norm in the block's tail")) return;
+  cuda::set_cudnn_allow_tf32(false);
+  for (MemoryFormat f : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
+    const Result own = run(true, gpu(), DType::f32, f, true, true, false);
+    const Result dual = run(true, gpu(), DType::f32, f, true, true, true);
+    check_equal(dual, own, f == MemoryFormat::channels_last ? "cuda f32 NHWC" : "cuda f32 NCHW");
+  }
 }
 
 }  // namespace

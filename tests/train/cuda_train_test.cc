@@ -137,9 +137,13 @@ TEST_CASE("the recipes' pieces on --device cuda train like --device cpu (fp32)")
   }
 }
 
-// At lr 0.01 (each step moves the loss by a few percent), against the CPU's fp32 run:
+// At lr 0.001, against the CPU's fp32 run:
 //   bf16 keeps 8 significant bits: the first loss (the forward pass alone) within 2e-2, every
-//   step within 5e-2 (precision_cuda_test's bound; measured 0.8% and 3.7%);
+//   step within 5e-2 (precision_cuda_test's bound; measured 0.60%, 1.3%, 0.74%). At lr 0.01
+//   this width-4 net is not well conditioned for it (docs/numerics.md): two bf16 runs that
+//   differ only in one rounding per element of the downsample's batch norm (its output added
+//   unrounded, Note [Two batch norms in one tail] in engine/ops/dual_batch_norm_add_relu.cc)
+//   were 5.0% and 7.6% from fp32 at the second step, 0.7% and 11% at the third;
 //   fp16 keeps 11: the first loss within 2e-3 (measured 2.3e-4). Its later steps are not the
 //   CPU's: the loss scale starts at 65536 and the first steps' gradients overflow, so they
 //   are skipped while the scale halves (PyTorch's GradScaler does the same; here 2 of 3): the
@@ -149,7 +153,7 @@ TEST_CASE("bf16 and fp16 (loss scaling) on --device cuda: losses within their pr
   const fs::path base = tmpdir("half");
   for (const std::string fmt : {"contiguous", "channels_last"}) {
     CAPTURE(fmt);
-    const std::vector<std::string> common = {"--memory-format", fmt, "--lr", "0.01"};
+    const std::vector<std::string> common = {"--memory-format", fmt, "--lr", "0.001"};
     const std::vector<double> ref = losses(train(base, "cpu_" + fmt, tiny(base / ("cpu_" + fmt), "cpu", common)));
     REQUIRE(ref.size() == 3);
     for (const std::string precision : {"bf16", "fp16"}) {
