@@ -8,6 +8,7 @@
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
 #include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/runtime.h"
 
 namespace rt::optim {
 namespace {
@@ -41,12 +42,54 @@ int64_t restore_step(const Tensor& t, const std::string& key) {
   return step;
 }
 
+// Note [AdamW's scalars in device memory]
+// AdamW's update takes three scalars per tensor that change every step: 1 - lr x weight
+// decay, and its bias corrections' sqrt(1 - beta2^t) and -lr / (1 - beta1^t), t the
+// parameter's own step count, computed on the host in double (optim/update_cpu.cc's
+// rounding). A captured step (--cuda-graphs) would replay them with the counts it had at
+// capture. With a device lr set (Note [The learning rate in device memory] in
+// optim/optimizer.h) the kernel reads them from device memory instead
+// (cuda::AdamWHyper::scalars_on_device): before every step the caller calls
+// prepare_device_step(), which computes the coming step's distinct sets on the host as step()
+// will (each parameter that took the last step, its count + 1, the current lr) and writes
+// them with one launch (cuda::adamw_write_scalars); after a replay count_replayed_step()
+// advances the host's counts as step() would have. step() computes its sets too and, outside
+// a capture, writes them itself when they differ from the prepared ones (the first step, a
+// parameter that has no gradient this time); inside a capture a difference is an error, as
+// the graph would bake it. Same doubles, same kernels: eager, captured and CPU results stay
+// bit for bit.
 class AdamW final : public Optimizer {
  public:
   AdamW(nn::NamedTensors params, const AdamWOptions& opt)
-      : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()) {}
+      : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()), stepped_(params_.size(), false) {}
+
+  bool takes_device_lr() const override { return true; }
+
+  void prepare_device_step() override {
+    if (!device_lr_.defined()) return;
+    std::vector<cuda::AdamWTensor> lists[2];
+    for (size_t i = 0; i < params_.size(); ++i) {
+      const Tensor& p = params_[i].second;
+      // The parameters the last step updated; before any, those that can get a gradient.
+      const bool next = any_step_ ? stepped_[i] : p.requires_grad();
+      if (!next || !p.device().is_cuda()) continue;
+      cuda::AdamWTensor e;
+      e.weight_decay = decay_of(params_, i, opt_.weight_decay, opt_.no_decay_1d, opt_.weight_decay_of);
+      e.step = slots_[i].step + 1;
+      lists[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
+    }
+    const auto stream = static_cast<cudaStream_t>(Stream::current(device_lr_.device()).handle());
+    for (int k = 0; k < 2; ++k) write_sets(k, cuda::adamw_scalar_sets(lists[k], hyper()), stream);
+  }
+
+  void count_replayed_step() override {
+    for (size_t i = 0; i < params_.size(); ++i)
+      if (stepped_[i]) slots_[i].step += 1;
+  }
 
   void step() override {
+    std::fill(stepped_.begin(), stepped_.end(), false);
+    any_step_ = true;
     // p, g, both moments read; p and both moments written; ~12 flops (decay, moments, sqrt, step).
     run_step<cuda::AdamWTensor>(
         "adamw_step", params_, lr_, kWho, 12, 7,
@@ -57,6 +100,7 @@ class AdamW final : public Optimizer {
             st.exp_avg_sq = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
           }
           st.step += 1;
+          stepped_[i] = true;
           cpu::AdamWScalars s;
           s.lr = lr_;
           s.beta1 = opt_.beta1;
@@ -84,12 +128,18 @@ class AdamW final : public Optimizer {
           }
         },
         [&](DType t, const std::vector<cuda::AdamWTensor>& list, cudaStream_t stream) {
-          cuda::AdamWHyper h;
-          h.lr = lr_;
-          h.beta1 = opt_.beta1;
-          h.beta2 = opt_.beta2;
-          h.eps = opt_.eps;
-          cuda::adamw_update(t, list, h, tables_[t == DType::f32 ? 0 : 1], stream);
+          const int k = t == DType::f32 ? 0 : 1;
+          cuda::AdamWHyper h = hyper();
+          if (device_lr_.defined() && !list.empty()) {  // Note [AdamW's scalars in device memory]
+            const std::vector<double> sets = cuda::adamw_scalar_sets(list, h);
+            if (sets != prepared_[k]) {
+              RT_CHECK(!cuda::stream_is_capturing(stream), kWho, ": the step's scalars differ from those ",
+                       "prepare_device_step wrote before it (a parameter without a gradient in a captured step?)");
+              write_sets(k, sets, stream);
+            }
+            h.scalars_on_device = device_sets_.data<double>() + 3 * cuda::kAdamWDeviceSets * k;
+          }
+          cuda::adamw_update(t, list, h, tables_[k], stream);
         });
   }
 
@@ -126,9 +176,31 @@ class AdamW final : public Optimizer {
   }
 
  private:
+  cuda::AdamWHyper hyper() const {
+    cuda::AdamWHyper h;
+    h.lr = lr_;
+    h.beta1 = opt_.beta1;
+    h.beta2 = opt_.beta2;
+    h.eps = opt_.eps;
+    return h;
+  }
+  // Writes list k's (f32, f64) scalar sets to device memory (Note [AdamW's scalars in device memory]).
+  void write_sets(int k, const std::vector<double>& sets, cudaStream_t stream) {
+    RT_CHECK(sets.size() <= size_t(3 * cuda::kAdamWDeviceSets), kWho, ": ", sets.size() / 3,
+             " distinct (weight decay, step count) pairs; a captured step takes at most ", cuda::kAdamWDeviceSets);
+    if (!device_sets_.defined())
+      device_sets_ = Tensor::zeros({2 * 3 * cuda::kAdamWDeviceSets}, DType::f64, device_lr_.device());
+    cuda::adamw_write_scalars(sets, device_sets_.data<double>() + 3 * cuda::kAdamWDeviceSets * k, stream);
+    prepared_[k] = sets;
+  }
+
   AdamWOptions opt_;
   std::vector<Slot> slots_;
   cuda::MultiTensorTable tables_[2];  // the f32 and f64 lists on the device
+  std::vector<bool> stepped_;         // [param] it took the last step (had a gradient)
+  bool any_step_ = false;
+  Tensor device_sets_;              // (2 x 3 x kAdamWDeviceSets,) f64: the f32 list's sets, then the f64 list's
+  std::vector<double> prepared_[2];  // what device_sets_ holds, per list
 };
 
 }  // namespace

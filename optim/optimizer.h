@@ -90,12 +90,19 @@ class Optimizer {
   // there before each step (Tensor::fill_, a launch on the step's stream with the value as its
   // argument, so nothing waits), and a schedule that changes lr every step (cosine, poly, a
   // warm-up) replays one graph. The kernels compute with the same double either way: the same
-  // bits. SGD and LARS take one (takes_device_lr()); AdamW's bias corrections come from host
-  // step counts baked into its arguments, so it does not. CPU parameters ignore it.
+  // bits. SGD, LARS and AdamW take one (takes_device_lr(); AdamW through its own scalars,
+  // prepare_device_step below). CPU parameters ignore it.
   virtual bool takes_device_lr() const { return false; }
   // lr: (1,) f64 on a CUDA device, or undefined to pass lr() as an argument again.
   void set_device_lr(Tensor lr);
   const Tensor& device_lr() const { return device_lr_; }
+  // While a device lr is set, the caller also calls prepare_device_step() before every step
+  // (after writing the lr, on the step's stream): what else the coming step's CUDA updates
+  // read from device memory is written there (AdamW: Note [AdamW's scalars in device memory]
+  // in optim/adamw.cc). And after a replayed step, whose update ran without step() on the
+  // host, count_replayed_step() advances what step() keeps on the host (AdamW's step counts).
+  virtual void prepare_device_step() {}
+  virtual void count_replayed_step() {}
 
   // Everything step() depends on besides the parameters, by name: "<kind>.<param name>"
   // tensors (e.g. "momentum_buffer.layer1.0.conv1.weight") plus scalars such as the step

@@ -45,7 +45,10 @@ namespace rt::train {
 //     warm-up) replays one graph. Momentum, weight decay and the rest do not change during a
 //     run. (Were the lr an argument, each change would cost a capture, the host time of one
 //     eager step: this run's first version recaptured on every change and ran cosine and poly
-//     eagerly.)
+//     eagerly.) AdamW's scalars that change every step (its bias corrections) are read from
+//     device memory the same way: prepare_device_step() writes the coming step's before every
+//     step, and count_replayed_step() advances its host step counts after a replay
+//     (Note [AdamW's scalars in device memory] in optim/adamw.cc).
 //   - A batch of another shape (the epoch's last, partial batch) runs eagerly, outside the
 //     pool. Its gradients' addresses then sit in the tables' device copies, which the graph
 //     reads without uploading: the next full batch is rehearsed again in the pool (the tables
@@ -69,8 +72,7 @@ namespace rt::train {
 // micro-batch and the reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
 // drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
-// host whether the gradients overflowed), AdamW (its bias corrections come from host step
-// counts, baked at capture), data parallelism with
+// host whether the gradients overflowed), data parallelism with
 // more than one process (the reducer's buckets use a communication stream and NCCL calls that
 // this capture does not join), and the CPU. In the kernel lab
 // (Note [Graph launches in the lab] in cuda_emu/perf.cc) a replayed
@@ -84,8 +86,6 @@ std::string graph_blocker(const TrainConfig& cfg) {
   if (cfg.data.random_erase > 0) return "--random-erase (host-drawn boxes; use 0)";
   if (cfg.compute.precision == Precision::fp16)
     return "--precision fp16 (the loss scaler reads overflow on the host; use bf16 or fp32)";
-  if (cfg.optimizer.kind == OptimizerKind::adamw)
-    return "--optimizer adamw (host step counts in its bias corrections; use sgd or lars)";
   return "";
 }
 
@@ -125,7 +125,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
     why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
   if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision bf16 or fp32)";
   if (why.empty() && !opt_.takes_device_lr())
-    why = "the optimizer (it takes no learning rate from device memory; use sgd or lars)";
+    why = "the optimizer (it takes no learning rate from device memory; use sgd, lars or adamw)";
 
   if (!why.empty()) {
     std::fprintf(stderr, "--cuda-graphs: the training step runs eagerly because of %s\n", why.c_str());
@@ -190,6 +190,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     g.lr.fill_(opt_.lr());
     g.lr_filled = opt_.lr();
   }
+  opt_.prepare_device_step();  // and what else it reads from device memory (AdamW's scalars)
   if (!g.warmed) {
     g.warmed = true;
     ++g.eager;
@@ -224,6 +225,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     b.reset();
     if (g.graph.captured() && g.current) {
       g.graph.replay(g.stream);
+      opt_.count_replayed_step();  // the capture's step() counted for itself
       ++g.replays;
     } else if (g.ready) {
       g.loss = Tensor();  // the pool as the last rehearsal or capture found it: every block free

@@ -88,6 +88,8 @@ struct SgdOp {
 template <typename T>
 struct AdamWOp {
   AdamWKey g[kMtaMaxGroups];
+  int set_of[kMtaMaxGroups];  // the list's distinct set each group is (AdamWHyper::scalars_on_device)
+  const double* sets;         // null: g
   double b1, one_minus_b1, b2, one_minus_b2, eps;
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
     T* p = static_cast<T*>(r.ptr[0]);
@@ -95,7 +97,11 @@ struct AdamWOp {
     T* ea = static_cast<T*>(r.ptr[2]);
     T* eas = static_cast<T*>(r.ptr[3]);
     auto* p_bf16 = static_cast<__nv_bfloat16*>(r.ptr[4]);
-    const AdamWKey& k = g[r.group];
+    AdamWKey k = g[r.group];
+    if (sets) {
+      const double* d = sets + 3 * set_of[r.group];
+      k = AdamWKey{d[0], d[1], d[2]};
+    }
     const T decay = T(k.decay), bc2_sqrt = T(k.bc2_sqrt), neg_step_size = T(k.neg_step_size);
     const T tb1 = T(b1), omb1 = T(one_minus_b1), tb2 = T(b2), omb2 = T(one_minus_b2), teps = T(eps);
     RT_MTA_FOR(i, begin, end) {
@@ -187,6 +193,26 @@ auto fill_groups(const std::vector<Key>& distinct) {
   };
 }
 
+// AdamW's per-tensor scalars: Python-side values in double, as in optim/update_cpu.cc.
+AdamWKey adamw_key(const AdamWTensor& e, const AdamWHyper& h) {
+  const double step = double(e.step);
+  const double bc1 = 1.0 - std::pow(h.beta1, step);
+  const double bc2 = 1.0 - std::pow(h.beta2, step);
+  // volatile: the host compiler must not fuse 1 - lr*wd into an FMA (the CPU rule is
+  // compiled with -ffp-contract=off).
+  const volatile double lr_wd = h.lr * e.weight_decay;
+  return AdamWKey{1.0 - lr_wd, std::sqrt(bc2), -(h.lr / bc1)};
+}
+
+// adamw_write_scalars' values, by value in the launch's parameters.
+struct ScalarSets {
+  double v[3 * kAdamWDeviceSets];
+  int n;
+};
+__global__ void write_scalars_kernel(ScalarSets sets, double* dst) {
+  for (int i = int(threadIdx.x); i < sets.n; i += int(blockDim.x)) dst[i] = sets.v[i];
+}
+
 }  // namespace
 
 void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
@@ -237,28 +263,47 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
         r.ptr[4] = e.p_bf16;
         r.n = e.n;
       },
-      [&](const AdamWTensor& e) {
-        // Python-side scalars in double, as in optim/update_cpu.cc.
-        const double step = double(e.step);
-        const double bc1 = 1.0 - std::pow(h.beta1, step);
-        const double bc2 = 1.0 - std::pow(h.beta2, step);
-        // volatile: the host compiler must not fuse 1 - lr*wd into an FMA (the CPU rule is
-        // compiled with -ffp-contract=off).
-        const volatile double lr_wd = h.lr * e.weight_decay;
-        return AdamWKey{1.0 - lr_wd, std::sqrt(bc2), -(h.lr / bc1)};
-      },
-      s);
+      [&](const AdamWTensor& e) { return adamw_key(e, h); }, s);
+  RT_CHECK(!h.scalars_on_device || keys.size() <= size_t(kAdamWDeviceSets), "adamw_update: ", keys.size(),
+           " distinct scalar sets (weight decays x step counts), more than the ", kAdamWDeviceSets,
+           " device memory holds");
   detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     AdamWOp<T> op{};
+    op.sets = h.scalars_on_device;
     op.b1 = h.beta1;
     op.one_minus_b1 = 1.0 - h.beta1;
     op.b2 = h.beta2;
     op.one_minus_b2 = 1.0 - h.beta2;
     op.eps = h.eps;
+    const auto groups = [&keys](AdamWOp<T>& o, const std::vector<int>& ids) {
+      fill_groups(keys)(o, ids);
+      for (size_t k = 0; k < ids.size(); ++k) o.set_of[k] = ids[k];
+    };
     // two moments, a square root, a division, the decay
-    multi_tensor_apply(table, op, fill_groups(keys), 14.0, t == DType::f64, s);
+    multi_tensor_apply(table, op, groups, 14.0, t == DType::f64, s);
   });
+}
+
+std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h) {
+  std::vector<AdamWKey> keys, distinct;
+  for (const AdamWTensor& e : list) keys.push_back(adamw_key(e, h));
+  mta_set_ids(keys, distinct);
+  std::vector<double> out;
+  for (const AdamWKey& k : distinct) out.insert(out.end(), {k.decay, k.bc2_sqrt, k.neg_step_size});
+  return out;
+}
+
+void adamw_write_scalars(const std::vector<double>& sets, double* dst, cudaStream_t s) {
+  RT_CHECK(sets.size() % 3 == 0 && sets.size() <= size_t(3 * kAdamWDeviceSets), "adamw_write_scalars: ",
+           sets.size() / 3, " scalar sets, at most ", kAdamWDeviceSets, " fit");
+  RT_CHECK(dst, "adamw_write_scalars: null pointer");
+  if (sets.empty()) return;
+  ScalarSets v{};
+  v.n = int(sets.size());
+  std::copy(sets.begin(), sets.end(), v.v);
+  RT_LAUNCH(1, 64, 0, s, write_scalars_kernel)(v, dst);
+  CUDA_CHECK_LAUNCH();
 }
 
 int64_t lars_partials(const std::vector<LarsTensor>& list) {

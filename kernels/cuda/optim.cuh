@@ -49,9 +49,25 @@ struct AdamWTensor {
 };
 struct AdamWHyper {
   double lr = 0.0, beta1 = 0.9, beta2 = 0.999, eps = 1e-8;
+  // Non-null: the kernel reads its per-tensor scalars (1 - lr x weight decay, the square root
+  // of the second bias correction, -lr / the first) from here when it runs, the distinct sets
+  // of this list as adamw_scalar_sets gives them (adamw_write_scalars put them there), instead
+  // of taking them as arguments: a captured step replays with the next step's counts
+  // (Note [AdamW's scalars in device memory] in optim/adamw.cc). The same values give the
+  // same bits either way.
+  const double* scalars_on_device = nullptr;
 };
 void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, MultiTensorTable& table,
                   cudaStream_t s);
+
+// The distinct per-tensor scalar sets of `list` in order of first appearance, 3 doubles each,
+// computed on the host exactly as adamw_update computes them.
+std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h);
+inline constexpr int kAdamWDeviceSets = 16;  // sets adamw_write_scalars takes at most
+// Writes `sets` (adamw_scalar_sets' values, at most kAdamWDeviceSets sets) to `dst` (3 x
+// kAdamWDeviceSets f64 in device memory): one launch with the values as its arguments, so
+// nothing waits on the host.
+void adamw_write_scalars(const std::vector<double>& sets, double* dst, cudaStream_t s);
 
 // LARS (the rule in optim/optimizer.h) without a host synchronisation: the kernel of
 // sum_squares_partials (kernels/cuda/grad_norm.cuh) over every parameter and gradient of

@@ -54,8 +54,12 @@ using Make = std::function<std::unique_ptr<optim::Optimizer>(nn::NamedTensors)>;
 
 // device_lr: the GPU optimizer reads its learning rate from device memory
 // (Note [The learning rate in device memory] in optim/optimizer.h), which changes every step,
-// while its host lr is wrong: equality shows the kernels read the device value.
-void compare_five_steps(const Make& make, DType t, const std::string& what, bool device_lr = false) {
+// while its host lr is wrong: equality shows the kernels read the device value. With
+// host_lr_too (AdamW: Note [AdamW's scalars in device memory] in optim/adamw.cc) the host lr is
+// right and prepare_device_step writes the step's scalars before each step; the parameter
+// without a gradient at step 3 differs from what was prepared, so step() writes its own.
+void compare_five_steps(const Make& make, DType t, const std::string& what, bool device_lr = false,
+                        bool host_lr_too = false) {
   nn::NamedTensors cpu_ps, gpu_ps;
   uint64_t seed = 1000;
   const std::vector<Shape> shapes = param_shapes();
@@ -76,7 +80,8 @@ void compare_five_steps(const Make& make, DType t, const std::string& what, bool
       const double lr = lr0 / (1.0 + step);  // the schedule changes it every step
       cpu_opt->set_lr(lr);
       lr_dev.fill_(lr);
-      gpu_opt->set_lr(1e3);  // not what the kernels read
+      gpu_opt->set_lr(host_lr_too ? lr : 1e3);  // 1e3: not what the kernels read
+      gpu_opt->prepare_device_step();
     }
     for (size_t i = 0; i < shapes.size(); ++i) {
       if (step == 2 && i == 3) {  // a parameter without a gradient is skipped on both
@@ -132,17 +137,15 @@ TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over
   }
 }
 
-TEST_CASE("fused SGD reading its learning rate from device memory equals the CPU bit for bit") {
-  // AdamW takes none (host step counts in its bias corrections), checked on the host.
+TEST_CASE("fused SGD and AdamW reading their step's scalars from device memory equal the CPU bit for bit") {
+  // AdamW takes one too, and its per-step scalars with it (prepare_device_step).
   auto adamw = optim::make_adamw({{"w", Tensor::zeros({3})}}, optim::AdamWOptions{});
-  CHECK_FALSE(adamw->takes_device_lr());
-  CHECK_THROWS_WITH_AS(adamw->set_device_lr(Tensor::zeros({1}, DType::f64)),
-                       doctest::Contains("AdamW's bias corrections"), Error);
+  CHECK(adamw->takes_device_lr());
   auto sgd = optim::make_sgd({{"w", Tensor::zeros({3})}}, optim::SgdOptions{});
   CHECK(sgd->takes_device_lr());
   CHECK_THROWS_WITH_AS(sgd->set_device_lr(Tensor::zeros({1}, DType::f64)),
                        doctest::Contains("one f64 value on a CUDA device"), Error);
-  if (!have_gpu("SGD with its lr in device memory")) return;
+  if (!have_gpu("SGD and AdamW with their scalars in device memory")) return;
   CHECK_THROWS_WITH_AS(sgd->set_device_lr(Tensor::zeros({2}, DType::f64, gpu())),
                        doctest::Contains("one f64 value on a CUDA device"), Error);
   optim::SgdOptions mom;
@@ -153,6 +156,13 @@ TEST_CASE("fused SGD reading its learning rate from device memory equals the CPU
   for (DType t : {DType::f32, DType::f64})
     compare_five_steps([&](nn::NamedTensors p) { return optim::make_sgd(std::move(p), mom); }, t,
                        std::string("sgd device lr ") + dtype_name(t), true);
+  optim::AdamWOptions aw;
+  aw.lr = 1e-3;
+  aw.weight_decay = 1e-2;
+  aw.no_decay_1d = true;  // two scalar sets: decayed and not
+  for (DType t : {DType::f32, DType::f64})
+    compare_five_steps([&](nn::NamedTensors p) { return optim::make_adamw(std::move(p), aw); }, t,
+                       std::string("adamw device scalars ") + dtype_name(t), true, true);
 }
 
 // More distinct per-tensor scalars than one launch carries (kMtaMaxGroups): the list is cut
