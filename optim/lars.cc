@@ -38,6 +38,7 @@ class Lars final : public Optimizer {
         [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::LarsTensor>& on_cuda) {
           const bool excluded = opt_.exclude_bn_bias && p.ndim() <= 1;
           const double wd = excluded ? 0.0 : decay_of(params_, i, opt_.weight_decay, false, opt_.weight_decay_of);
+          check_state_before_skip(params_[i].first, p, buffers_[i].defined(), kWho);
           if (!buffers_[i].defined()) buffers_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
           const Tensor& v = buffers_[i];
           const int64_t n = p.numel();
@@ -71,6 +72,7 @@ class Lars final : public Optimizer {
           cuda::LarsHyper h;
           h.lr = lr_;
           h.lr_on_device = device_lr_ptr();
+          h.skip_if_set = skip_flag_ptr();
           h.momentum = opt_.momentum;
           h.eta = opt_.eta;
           h.epsilon = opt_.epsilon;
@@ -83,6 +85,7 @@ class Lars final : public Optimizer {
   }
 
   bool takes_device_lr() const override { return true; }
+  bool takes_skip_flag() const override { return true; }
 
   std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 

@@ -18,12 +18,29 @@ void Optimizer::zero_grad() {
 
 void Optimizer::set_device_lr(Tensor lr) {
   if (lr.defined()) {
-    RT_CHECK(takes_device_lr(), "set_device_lr: this optimizer computes its update's scalars on the host (AdamW's "
-             "bias corrections); pass lr() instead");
+    RT_CHECK(takes_device_lr(), "set_device_lr: this optimizer takes no learning rate from device memory; pass lr() "
+             "instead");
     RT_CHECK(lr.device().is_cuda() && lr.dtype() == DType::f64 && lr.numel() == 1,
              "set_device_lr: the learning rate must be one f64 value on a CUDA device, got ", lr.str());
   }
   device_lr_ = std::move(lr);
+}
+
+void Optimizer::set_skip_flag(Tensor flag) {
+  if (flag.defined()) {
+    RT_CHECK(takes_skip_flag(), "set_skip_flag: this optimizer keeps step counts on the host, which a step skipped "
+             "on the device would leave wrong (Note [Skipping an update on the device])");
+    RT_CHECK(flag.device().is_cuda() && flag.dtype() == DType::f32 && flag.numel() == 1,
+             "set_skip_flag: the flag must be one f32 value on a CUDA device, got ", flag.str());
+  }
+  skip_flag_ = std::move(flag);
+}
+
+void Optimizer::check_state_before_skip(const std::string& name, const Tensor& p, bool has_state,
+                                        const char* who) const {
+  RT_CHECK(has_state || !skip_flag_.defined() || !p.device().is_cuda(), who, ": '", name,
+           "' has no state yet, and its first step with a skip flag set would make it whether or not the device "
+           "skips the step (Note [Skipping an update on the device]): step once without a flag first");
 }
 
 void check_param_list(const nn::NamedTensors& params, const char* who) {

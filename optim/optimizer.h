@@ -104,6 +104,21 @@ class Optimizer {
   virtual void prepare_device_step() {}
   virtual void count_replayed_step() {}
 
+  // Note [Skipping an update on the device]
+  // fp16's loss scaler lets a step stand only when every gradient is finite. In a captured
+  // step the host cannot read that finding, so the scaler sets a skip flag instead
+  // (Note [Loss scaling in a captured step] in optim/grad_scaler.cc): the CUDA updates read that (1,) f32
+  // tensor when they run and change nothing (parameters, state, copies) when it is non-zero.
+  // What step() does on the host happens either way, so only an optimizer whose host side a
+  // skipped step leaves right takes one (takes_skip_flag()): SGD once its momentum buffers
+  // exist (a first momentum step makes a buffer from the gradient: step() refuses it with a
+  // flag set) and LARS (its buffers start at zero). AdamW counts its steps on the host and
+  // takes none. CPU parameters ignore it.
+  virtual bool takes_skip_flag() const { return false; }
+  // flag: (1,) f32 on a CUDA device, or undefined for none.
+  void set_skip_flag(Tensor flag);
+  const Tensor& skip_flag() const { return skip_flag_; }
+
   // Everything step() depends on besides the parameters, by name: "<kind>.<param name>"
   // tensors (e.g. "momentum_buffer.layer1.0.conv1.weight") plus scalars such as the step
   // count as 0-D tensors. load_state() restores it exactly (bit-identical resume).
@@ -118,9 +133,16 @@ class Optimizer {
   explicit Optimizer(nn::NamedTensors params, double lr) : params_(std::move(params)), lr_(lr) {}
   // The device lr's address for the CUDA updates, or null (Note [The learning rate in device memory]).
   const double* device_lr_ptr() const { return device_lr_.defined() ? device_lr_.data<double>() : nullptr; }
+  // The skip flag's address for the CUDA updates, or null (Note [Skipping an update on the device]).
+  const float* skip_flag_ptr() const { return skip_flag_.defined() ? skip_flag_.data<float>() : nullptr; }
+  // Throws when a skip flag is set and CUDA parameter `name` has no state yet: its first step
+  // makes it (from the gradient, or zeros that a captured step would zero again at every
+  // replay), which a skipped step must not do (Note [Skipping an update on the device]).
+  void check_state_before_skip(const std::string& name, const Tensor& p, bool has_state, const char* who) const;
   nn::NamedTensors params_;
   double lr_;
   Tensor device_lr_;
+  Tensor skip_flag_;
 };
 
 // Each checks the options and the parameters (f32 or f64, each listed once under a

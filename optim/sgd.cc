@@ -42,6 +42,7 @@ class Sgd final : public Optimizer {
           s.weight_decay = decay_of(params_, i, opt_.weight_decay, opt_.no_decay_1d, opt_.weight_decay_of);
           s.nesterov = opt_.nesterov;
           const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
+          check_state_before_skip(params_[i].first, p, !first, kWho);
           if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
           const Tensor& buf = buffers_[i];
           const int64_t n = p.numel();
@@ -66,6 +67,7 @@ class Sgd final : public Optimizer {
           cuda::SgdHyper h;
           h.lr = lr_;
           h.lr_on_device = device_lr_ptr();
+          h.skip_if_set = skip_flag_ptr();
           h.momentum = opt_.momentum;
           h.dampening = opt_.dampening;
           h.nesterov = opt_.nesterov;
@@ -74,6 +76,7 @@ class Sgd final : public Optimizer {
   }
 
   bool takes_device_lr() const override { return true; }
+  bool takes_skip_flag() const override { return true; }
 
   std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
 

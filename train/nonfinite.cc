@@ -60,7 +60,7 @@ bool cuda_any_nonfinite(const nn::NamedTensors& tensors, Device device) {
       }
     // inv_scale 1: the kernel only checks (it multiplies only when the scale is not 1).
     if (!ptrs.empty())
-      cuda::unscale_and_check(t, ptrs, n, 1.0f, flag.data<float>(), tables.by[{device.index, t}], stream);
+      cuda::unscale_and_check(t, ptrs, n, 1.0f, nullptr, flag.data<float>(), tables.by[{device.index, t}], stream);
   }
   return flag.item() != 0.0;
 }

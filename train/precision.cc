@@ -76,7 +76,7 @@ MixedPrecision::MixedPrecision(nn::Module& model, const MixedPrecisionOptions& o
     RT_CHECK(p.dtype() == master_ && (master_ == DType::f32 || master_ == DType::f64), "mixed precision: parameter '",
              name, "' is ", p.str(), "; the master weights must all be f32 (or all f64)");
   if (compute_ != master_) copies_.emplace(model, compute_);
-  if (opt.loss_scaling) scaler_.emplace(opt.scaler);
+  if (opt.loss_scaling) scaler_.emplace(opt.scaler, params[0].second.device());
 }
 
 Tensor MixedPrecision::forward(const Tensor& input) {

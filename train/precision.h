@@ -77,7 +77,8 @@ class MixedPrecision {
   void backward(const Tensor& loss);
   // The optimizer step on the masters' gradients. With loss scaling they are unscaled and
   // checked first; a step with an inf/NaN gradient is skipped and the scale backs off.
-  // Returns whether the optimizer stepped. The gradients stay (opt.zero_grad() drops them).
+  // Returns whether the optimizer stepped (true while the step is being captured as a CUDA
+  // graph: the device decides then). The gradients stay (opt.zero_grad() drops them).
   // With clip_grad_norm > 0 the gradients' total 2-norm is clipped to it first, after the
   // loss scaler unscaled them (torch.nn.utils.clip_grad_norm_ after GradScaler.unscale_, as
   // torchvision's training script does).
@@ -92,6 +93,9 @@ class MixedPrecision {
   const nn::ComputeCopies* compute_copies() const { return copies_ ? &*copies_ : nullptr; }
   nn::ComputeCopies* compute_copies() { return copies_ ? &*copies_ : nullptr; }
   double loss_scale() const { return scaler_ ? scaler_->get_scale() : 1.0; }
+  // Steps the loss scaler skipped on inf/NaN gradients since construction (0 without one). On
+  // CUDA a read of device memory: a captured step's skip is decided there.
+  int64_t overflow_skips() const { return scaler_ ? scaler_->skipped_steps() : 0; }
   // The loss scaler's state for checkpoints (optim::GradScaler::state()); empty without
   // loss scaling. load_state() needs it exactly when loss scaling is on.
   std::map<std::string, Tensor> state() const;

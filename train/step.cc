@@ -57,6 +57,12 @@ namespace rt::train {
 //   - Batch norm counts its batches on the host (num_batches_tracked, a host read the capture
 //     refuses): during the capture its forward does not count, and every batch norm counts
 //     once after each replay, as the eager forward would (BatchNorm2d::count_in_forward).
+//   - fp16's loss scaler keeps its scale and its finding in device memory and a replayed step
+//     skips an update whose gradients overflowed on the device
+//     (Note [Loss scaling in a captured step] in optim/grad_scaler.cc). A rehearsal that
+//     overflowed made no optimizer state (its update was skipped on the host), so the capture
+//     waits for a rehearsal that stepped, and for one that uploaded no multi-tensor table (SGD's
+//     first momentum step is keyed apart from the later ones: rehearse_step).
 //   - The loss stays on the device: the graph writes it into a pool block, which the loss
 //     meter adds after the replay, on the same stream, as the eager step adds its loss
 //     (Note [Loss on the device] in train/loss_meter.h).
@@ -71,8 +77,9 @@ namespace rt::train {
 // below): several micro-batches (--accum-steps: the step's loop would need one graph per
 // micro-batch and the reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
-// drawn on the host per batch and would be baked), fp16's loss scaler (its step reads on the
-// host whether the gradients overflowed), data parallelism with
+// drawn on the host per batch and would be baked), fp16's loss scaler with AdamW (its step
+// counts live on the host, so an overflowing step cannot be skipped inside the graph:
+// Note [Skipping an update on the device] in optim/optimizer.h), data parallelism with
 // more than one process (the reducer's buckets use a communication stream and NCCL calls that
 // this capture does not join), and the CPU. In the kernel lab
 // (Note [Graph launches in the lab] in cuda_emu/perf.cc) a replayed
@@ -84,8 +91,6 @@ std::string graph_blocker(const TrainConfig& cfg) {
   if (cfg.data.mixup_alpha > 0) return "--mixup-alpha (host-drawn mixing weights; use 0)";
   if (cfg.data.cutmix_alpha > 0) return "--cutmix-alpha (host-drawn boxes; use 0)";
   if (cfg.data.random_erase > 0) return "--random-erase (host-drawn boxes; use 0)";
-  if (cfg.compute.precision == Precision::fp16)
-    return "--precision fp16 (the loss scaler reads overflow on the host; use bf16 or fp32)";
   return "";
 }
 
@@ -123,7 +128,9 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (why.empty() && !device.is_cuda()) why = "--device " + device.str() + " (CUDA graphs need --device cuda)";
   if (why.empty() && par_.world_size() > 1)
     why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
-  if (why.empty() && mp_.loss_scaling()) why = "loss scaling (use --precision bf16 or fp32)";
+  if (why.empty() && mp_.loss_scaling() && !opt_.takes_skip_flag())
+    why = "fp16's loss scaler with this optimizer (it keeps step counts on the host, so a step whose gradients "
+          "overflow cannot be skipped inside a graph; use sgd or lars, or --precision bf16)";
   if (why.empty() && !opt_.takes_device_lr())
     why = "the optimizer (it takes no learning rate from device memory; use sgd, lars or adamw)";
 
@@ -178,7 +185,7 @@ Tensor TrainStep::step_core(const Tensor& input, const Tensor& labels) {
   }
   const MemoryTagScope tag(MemoryTag::optimizer_state);
   par_.before_optimizer_step();
-  mp_.step(opt_, options_.clip_grad_norm);
+  core_stepped_ = mp_.step(opt_, options_.clip_grad_norm);
   opt_.zero_grad();
   return loss;
 }
@@ -240,6 +247,9 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     } else {
       g.loss = Tensor();  // as a capture starts: every block of the pool free
       g.ready = rehearse_step(g.graph, g.stream, [&] { loss = step_core(g.input, g.labels); });
+      // A rehearsal whose gradients overflowed (fp16) skipped the update on the host, so the
+      // optimizer may still lack its state, which a capture would then make at every replay.
+      g.ready = g.ready && core_stepped_;
       ++g.eager;
     }
     if (g.current) {
@@ -299,7 +309,7 @@ StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
   if (skip_why.empty()) {
     par_.before_optimizer_step();
     std::string mine = nonfinite_gradients();
-    if (mine.empty()) out.overflow = !mp_.step(opt_, options_.clip_grad_norm);
+    if (mine.empty()) mp_.step(opt_, options_.clip_grad_norm);
     opt_.zero_grad();
     if (mine.empty()) mine = nonfinite_update(after);
     if (skip_nonfinite_) skip_why = agree_on_skip(mine);

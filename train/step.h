@@ -40,7 +40,6 @@ struct StepOutcome {
   bool complete = false;    // false: the epoch ran out of batches within the step (dropped, like drop_last)
   int64_t samples = 0;      // images read, also those of a dropped step
   bool skipped = false;     // --skip-nonfinite undid the step (the reason is on stderr)
-  bool overflow = false;    // fp16's loss scaler skipped the update on inf/NaN gradients
 };
 
 class TrainStep {
@@ -90,6 +89,7 @@ class TrainStep {
   bool loss_on_device_;  // CUDA without --skip-nonfinite (Note [Loss on the device])
   LossMeter losses_;
   bool stepped_ = false;  // a step has run in this process (for the cause of a NaN loss)
+  bool core_stepped_ = false;  // step_core's update stood (fp16: false when the host saw its gradients overflow)
   std::optional<TrainState> good_;  // --skip-nonfinite: the state after the last step that stood
   std::unique_ptr<Graphed> graphed_;  // --cuda-graphs where the step can be captured
 };

@@ -1,6 +1,7 @@
 #include "train/step_graph.h"
 
 #include "engine/nn/layers.h"
+#include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::train {
 namespace {
@@ -14,9 +15,9 @@ void set_counting(nn::Module& model, bool in_forward) {
 }  // namespace
 
 bool rehearse_step(CudaGraph& graph, const Stream& stream, const std::function<void()>& step) {
-  const int64_t segments = graph.pool_segments();
+  const int64_t segments = graph.pool_segments(), uploads = cuda::MultiTensorTable::total_uploads();
   graph.rehearse(stream, step);
-  return graph.pool_segments() == segments;
+  return graph.pool_segments() == segments && cuda::MultiTensorTable::total_uploads() == uploads;
 }
 
 void capture_step(CudaGraph& graph, const Stream& stream, nn::Module& model, const std::function<void()>& step) {

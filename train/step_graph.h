@@ -15,8 +15,10 @@
 namespace rt::train {
 
 // Runs `step` eagerly on `stream` with its memory from `graph`'s pool (CudaGraph::rehearse).
-// True when it took no new segment: a capture of the same work now meets the addresses the
-// rehearsal had (the optimizer's multi-tensor tables hold them).
+// True when it took no new segment and uploaded no multi-tensor table: a capture of the same
+// work now meets the addresses the rehearsal had and the tables as it left them (an upload,
+// which a capture refuses, follows a change of the list: new addresses, or SGD's first
+// momentum step keyed apart from the later ones).
 bool rehearse_step(CudaGraph& graph, const Stream& stream, const std::function<void()>& step);
 // Captures `step` with every batch norm of `model` not counting its batch on the host (a host
 // read of the count, which a capture refuses); the counts stand as before whether or not the

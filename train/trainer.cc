@@ -196,6 +196,7 @@ class Trainer {
   LogWindow window_;
   prof::ProfileSession profile_;  // --profile-steps (profile/session.h)
   int64_t skipped_steps_ = 0;  // by --skip-nonfinite, in this process
+  int64_t overflow_skips_logged_ = 0;  // the loss scaler's skipped steps up to the last log line
 };
 
 Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
@@ -306,7 +307,6 @@ bool Trainer::train_epoch() {
     ++p_.step;
     ++window_.steps;
     window_.skipped += o.skipped;
-    window_.overflow_skips += o.overflow;
     skipped_steps_ += o.skipped;
     if (p_.step % cfg_.output.print_freq == 0 || p_.step >= max_steps_) log_window();
     log_.step(p_, p_.batch / cfg_.loop.accum_steps, opt_->lr());  // after log_window: its loss is the newest
@@ -348,6 +348,11 @@ void Trainer::log_window() {
     par_.sum_over_ranks(sum);
     window_.loss_sum = sum[0] / double(par_.world_size());
     note_signals(std::vector<double>(sum.begin() + 1, sum.end()));
+  }
+  if (mp_.loss_scaling()) {  // counted on the device (a replayed step decides there)
+    const int64_t skips = mp_.overflow_skips();
+    window_.overflow_skips = skips - overflow_skips_logged_;
+    overflow_skips_logged_ = skips;
   }
   log_.train(p_, opt_->lr(), window_, mp_);
   window_ = LogWindow(p_.step + 1);

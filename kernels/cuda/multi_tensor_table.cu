@@ -1,10 +1,17 @@
 // MultiTensorTable: the planned list's upload (kernels/cuda/multi_tensor_table.h).
+#include <atomic>
 #include <cstring>
 
 #include "kernels/cuda/check.cuh"
 #include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::cuda {
+
+namespace {
+std::atomic<int64_t> all_uploads{0};  // MultiTensorTable::total_uploads
+}  // namespace
+
+int64_t MultiTensorTable::total_uploads() { return all_uploads.load(std::memory_order_relaxed); }
 
 MultiTensorTable::~MultiTensorTable() {
   if (device_ != nullptr) CUDA_WARN(cudaFree(device_));  // waits for the launches that read it
@@ -88,6 +95,7 @@ void MultiTensorTable::set(std::vector<MtaRow> rows, const std::vector<int>& set
   waited_.clear();
   uploaded_ = image_;
   ++uploads_;
+  all_uploads.fetch_add(1, std::memory_order_relaxed);
 }
 
 MtaView MultiTensorTable::view() const {

@@ -50,6 +50,9 @@ class MultiTensorTable {
   // any stream) waits for them.
   void used_on(cudaStream_t stream);
   int64_t uploads() const { return uploads_; }  // how many times set() uploaded
+  // Uploads by every table of the process: a CUDA graph's rehearsal that made none left
+  // every table as a capture of the same work will find it (an upload is refused there).
+  static int64_t total_uploads();
 
  private:
   // Whether `stream` must wait for the last upload (made on another stream) before reading.

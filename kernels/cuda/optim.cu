@@ -60,8 +60,10 @@ struct SgdOp {
   SgdKey g[kMtaMaxGroups];
   double mom, one_minus_damp, neg_lr;
   const double* lr_on_device;  // null: neg_lr (SgdHyper::lr_on_device)
+  const float* skip_if_set;    // SgdHyper::skip_if_set
   int momentum, nesterov;
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    if (skip_if_set != nullptr && *skip_if_set != 0.0f) return;
     T* p = static_cast<T*>(r.ptr[0]);
     const T* gr = static_cast<const T*>(r.ptr[1]);
     T* buf = static_cast<T*>(r.ptr[2]);
@@ -128,6 +130,7 @@ struct LarsOp {
   LarsKey g[kMtaMaxGroups];
   double lr, mom, eta, eps;
   const double* lr_on_device;  // null: lr (LarsHyper::lr_on_device)
+  const float* skip_if_set;    // LarsHyper::skip_if_set
   int nesterov;
   MtaView norms;
   const T* partials;  // [norms.chunks]
@@ -138,6 +141,7 @@ struct LarsOp {
     return s;
   }
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    if (skip_if_set != nullptr && *skip_if_set != 0.0f) return;
     const LarsKey& k = g[r.group];
     const double base_lr = lr_on_device ? *lr_on_device : lr;
     double scaled_lr = base_lr;
@@ -239,6 +243,7 @@ void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, 
     op.one_minus_damp = 1.0 - h.dampening;
     op.neg_lr = -h.lr;
     op.lr_on_device = h.lr_on_device;
+    op.skip_if_set = h.skip_if_set;
     op.momentum = h.momentum != 0.0;
     op.nesterov = h.nesterov;
     multi_tensor_apply(table, op, fill_groups(keys), 6.0, t == DType::f64, s);  // decay, momentum, step: 3 FMAs
@@ -343,6 +348,7 @@ void lars_update(DType t, const std::vector<LarsTensor>& list, const LarsHyper& 
     LarsOp<T> op{};
     op.lr = h.lr;
     op.lr_on_device = h.lr_on_device;
+    op.skip_if_set = h.skip_if_set;
     op.mom = h.momentum;
     op.eta = h.eta;
     op.eps = h.epsilon;

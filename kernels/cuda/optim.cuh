@@ -33,6 +33,11 @@ struct SgdHyper {
   // it runs, instead of taking `lr` as an argument (Note [The learning rate in device memory]
   // in optim/optimizer.h). The same value gives the same bits either way.
   const double* lr_on_device = nullptr;
+  // Non-null: the kernel reads this (1,) f32 flag in device memory when it runs and changes
+  // nothing (parameters, buffers, copies) when it is non-zero: fp16's loss scaler in a captured
+  // step, where the host cannot know whether the gradients overflowed
+  // (Note [Skipping an update on the device] in optim/optimizer.h).
+  const float* skip_if_set = nullptr;
 };
 void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
                 cudaStream_t s);
@@ -86,6 +91,7 @@ struct LarsHyper {
   double lr = 0.0, momentum = 0.0, eta = 0.001, epsilon = 0.0;
   bool nesterov = false;
   const double* lr_on_device = nullptr;  // as SgdHyper's
+  const float* skip_if_set = nullptr;    // as SgdHyper's (the norms are computed either way)
 };
 // The lists LARS keeps on the device: the norms' (w0, g0, w1, g1, ...) and the update's.
 struct LarsTables {

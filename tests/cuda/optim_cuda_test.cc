@@ -1,7 +1,6 @@
 // The fused CUDA optimizers against the CPU optimizers (5 steps, bit-identical: see
-// Note [Bit-exact updates on the GPU] in kernels/cuda/optim.cu), the loss-scaling kernel
-// against GradScaler's CPU path, and GradScaler's rules on the CPU (those run without a
-// GPU).
+// Note [Bit-exact updates on the GPU] in kernels/cuda/optim.cu) and the loss-scaling kernel
+// against GradScaler's CPU path (GradScaler's rules: grad_scaler_cuda_test).
 #include <cmath>
 #include <cstring>
 #include <functional>
@@ -255,86 +254,13 @@ TEST_CASE("fused update launchers: host-side checks (runs without a GPU)") {
   CHECK_THROWS_WITH_AS(cuda::adamw_update(DType::f32, {a}, {}, table, nullptr), doctest::Contains("step must be >= 1"),
                        Error);
   float flag = 0.0f;
-  CHECK_THROWS_WITH_AS(cuda::unscale_and_check(DType::f32, {nullptr}, {}, 1.0f, &flag, table, nullptr),
+  CHECK_THROWS_WITH_AS(cuda::unscale_and_check(DType::f32, {nullptr}, {}, 1.0f, nullptr, &flag, table, nullptr),
                        doctest::Contains("1 gradients but 0 sizes"), Error);
-  cuda::unscale_and_check(DType::f32, {}, {}, 0.5f, &flag, table, nullptr);  // nothing: no launch
+  cuda::unscale_and_check(DType::f32, {}, {}, 0.5f, nullptr, &flag, table, nullptr);  // nothing: no launch
   cuda::SgdTensor empty;  // a list of empty tensors: no upload, no launch
   empty.n = 0;
   cuda::sgd_update(DType::f32, {empty, empty}, {}, table, nullptr);
   CHECK(table.uploads() == 0);
-}
-
-// ---- GradScaler on the CPU -----------------------------------------------------------------
-
-nn::NamedTensors small_params() {
-  return {{"w", Tensor::from_vector<float>({1.0f, 2.0f, 3.0f}, {3})}, {"b", Tensor::from_vector<float>({0.5f}, {1})}};
-}
-
-void give(nn::NamedTensors& ps, float gw, float gb) {
-  ps[0].second.set_grad(Tensor::full({3}, gw, DType::f32));
-  ps[1].second.set_grad(Tensor::full({1}, gb, DType::f32));
-}
-
-TEST_CASE("GradScaler: PyTorch's defaults, unscale, skip on inf/nan, backoff and growth (CPU)") {
-  GradScaler def;
-  CHECK(def.get_scale() == 65536.0);
-  CHECK(def.scale(Tensor::full({}, 2.0, DType::f32)).item() == 131072.0);
-
-  GradScalerOptions o;
-  o.growth_interval = 3;
-  GradScaler scaler(o);
-  nn::NamedTensors ps = small_params();
-  optim::SgdOptions so;
-  so.lr = 1.0;
-  auto opt = optim::make_sgd(ps, so);
-
-  // A clean step: grads divided by the scale, then the step runs.
-  give(ps, 65536.0f * 0.25f, 65536.0f);
-  CHECK(scaler.step(*opt));
-  CHECK(ps[0].second.to_vector<float>() == std::vector<float>{0.75f, 1.75f, 2.75f});
-  CHECK(ps[1].second.to_vector<float>() == std::vector<float>{-0.5f});
-  scaler.update();
-  CHECK(scaler.get_scale() == 65536.0);
-  CHECK(scaler.growth_tracker() == 1);
-
-  // inf: the step is skipped, the parameters keep their values, the scale halves.
-  give(ps, std::numeric_limits<float>::infinity(), 1.0f);
-  CHECK_FALSE(scaler.step(*opt));
-  CHECK(ps[0].second.to_vector<float>() == std::vector<float>{0.75f, 1.75f, 2.75f});
-  scaler.update();
-  CHECK(scaler.get_scale() == 32768.0);
-  CHECK(scaler.growth_tracker() == 0);
-
-  // NaN in another parameter: skipped too.
-  give(ps, 1.0f, std::numeric_limits<float>::quiet_NaN());
-  CHECK(scaler.unscale(*opt));
-  CHECK_THROWS_WITH_AS(scaler.unscale(*opt), doctest::Contains("already ran"), Error);
-  CHECK_FALSE(scaler.step(*opt));
-  scaler.update();
-  CHECK(scaler.get_scale() == 16384.0);
-
-  // growth_interval clean steps in a row: the scale doubles, the tracker restarts.
-  for (int i = 0; i < 3; ++i) {
-    give(ps, 0.0f, 0.0f);
-    CHECK(scaler.step(*opt));
-    scaler.update();
-  }
-  CHECK(scaler.get_scale() == 32768.0);
-  CHECK(scaler.growth_tracker() == 0);
-  CHECK_THROWS_WITH_AS(scaler.update(), doctest::Contains("needs a step() or unscale() first"), Error);
-}
-
-TEST_CASE("GradScaler: the scale never grows to inf (CPU)") {
-  GradScalerOptions o;
-  o.init_scale = 3e38;
-  o.growth_interval = 1;
-  GradScaler scaler(o);
-  nn::NamedTensors ps = small_params();
-  auto opt = optim::make_sgd(ps, {});
-  give(ps, 0.0f, 0.0f);
-  CHECK(scaler.step(*opt));
-  scaler.update();
-  CHECK(scaler.get_scale() == double(3e38f));
 }
 
 // ---- the unscale kernel vs the CPU -------------------------------------------------------
@@ -357,7 +283,7 @@ TEST_CASE("unscale_and_check on CUDA equals the CPU path, and flags inf/nan") {
         gpu_ps[i].second.set_grad(g.to(gpu()));
       }
       auto cpu_opt = optim::make_sgd(cpu_ps, {}), gpu_opt = optim::make_sgd(gpu_ps, {});
-      GradScaler cs, gs;
+      GradScaler cs, gs(GradScalerOptions{}, gpu());
       CHECK(cs.unscale(*cpu_opt) == poison);
       CHECK(gs.unscale(*gpu_opt) == poison);
       for (size_t i = 0; i < shapes.size(); ++i)
@@ -370,11 +296,11 @@ TEST_CASE("unscale_and_check on CUDA equals the CPU path, and flags inf/nan") {
     Tensor g = to_gpu(g64, t);
     Tensor flag = Tensor::zeros({1}, DType::f32, gpu());
     cuda::MultiTensorTable table;
-    cuda::unscale_and_check(t, {g.raw_data()}, {g.numel()}, 0.125f, flag.data<float>(), table, stream());
+    cuda::unscale_and_check(t, {g.raw_data()}, {g.numel()}, 0.125f, nullptr, flag.data<float>(), table, stream());
     CHECK(flag.item() == 0.0);
     check_on_gpu(g, mul(to_ref(g64, t), 0.125), gpu_tol_for(t), std::string("unscale ") + dtype_name(t));
     Tensor bad = Tensor::full({5}, std::numeric_limits<double>::infinity(), t, gpu());
-    cuda::unscale_and_check(t, {bad.raw_data()}, {bad.numel()}, 0.5f, flag.data<float>(), table, stream());
+    cuda::unscale_and_check(t, {bad.raw_data()}, {bad.numel()}, 0.5f, nullptr, flag.data<float>(), table, stream());
     CHECK(flag.item() == 1.0);
   }
 }

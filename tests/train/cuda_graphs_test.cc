@@ -1,10 +1,11 @@
 // `ringtape train --cuda-graphs` on the CUDA path (Note [The training step as a CUDA graph] in
 // train/step.cc), against the same runs without it:
 //   - bit for bit the same weights, running statistics, optimizer state and losses, through
-//     the rehearsals, the capture and replays, with a step schedule and with cosine after a
+//     the rehearsals, the capture and replays (fp32, bf16, and fp16 with its loss scaler),
+//     with a step schedule and with cosine after a
 //     warm-up (the lr changes every step, read from device memory: one capture), SGD, LARS
 //     and AdamW;
-//   - an exact resume of a run with graphs (SGD, AdamW);
+//   - an exact resume of a run with graphs (SGD, AdamW, SGD with fp16's loss scaler);
 //   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
 // It runs where there is a GPU, and under --config=cuda-emu; elsewhere every case prints SKIPPED.
 #include <doctest/doctest.h>
@@ -78,11 +79,22 @@ std::string losses(const std::string& out) {
   return r;
 }
 
+// The loss scaler's part of each log line: "loss scale S (N step(s) skipped on inf/NaN gradients)".
+std::string loss_scales(const std::string& out) {
+  std::string r;
+  for (size_t i = out.find("loss scale "); i != std::string::npos; i = out.find("loss scale ", i + 1))
+    r += out.substr(i, out.find("gradients)", i) - i) + "\n";
+  return r;
+}
+
 TEST_CASE("--cuda-graphs trains bit for bit as without, across a capture, replays and an lr change") {
   if (!have_gpu("cuda graphs vs eager")) return;
   // bf16: mixed precision's compute copies, refreshed in the graph and by the evaluation
-  // between the epochs (Note [The training step as a CUDA graph]).
-  for (const std::string prec : {"fp32", "bf16"}) {
+  // between the epochs (Note [The training step as a CUDA graph]). fp16: the loss scaler in
+  // the graph (Note [Loss scaling in a captured step] in optim/grad_scaler.cc); its first
+  // steps overflow and are skipped while the scale halves, so the capture waits for a
+  // rehearsal that stepped.
+  for (const std::string prec : {"fp32", "bf16", "fp16"}) {
     CAPTURE(prec);
     const fs::path base = test::fresh_dir("cuda_graphs_test_", "same_" + prec);
     const Run e = train(base / "eager", tiny(base / "eager", {}, prec));
@@ -96,6 +108,19 @@ TEST_CASE("--cuda-graphs trains bit for bit as without, across a capture, replay
     CHECK(test::read_file(base / "graphs" / "metrics.jsonl").size() > 0);
     // The evaluations between epochs too.
     CHECK(losses(g.output) == losses(e.output));
+    if (prec == "fp16") {
+      const std::string scales = loss_scales(g.output);
+      MESSAGE("fp16 with graphs, per log line:\n", scales);
+      CHECK(scales == loss_scales(e.output));
+      CHECK(scales.find("(0 step(s)") != std::string::npos);
+      CHECK(scales.find("(1 step(s)") != std::string::npos);  // the first steps overflow
+      const size_t at = g.output.find("--cuda-graphs: ");
+      REQUIRE(at != std::string::npos);
+      const std::string summary = g.output.substr(at, g.output.find('\n', at) - at);
+      MESSAGE(summary);  // the first steps eager (overflowing, then a rehearsal that stepped), then replays
+      CHECK(summary.find(" 1 captured, ") != std::string::npos);
+      CHECK(summary.find(": 0 steps replayed") == std::string::npos);
+    }
   }
 }
 
@@ -126,20 +151,27 @@ TEST_CASE("--cuda-graphs with an lr that changes every step captures once and tr
 
 TEST_CASE("--cuda-graphs resumes exactly") {
   if (!have_gpu("cuda graphs resume")) return;
-  // AdamW: its step counts advance on the host after every replay, and are saved.
-  for (const std::string opt : {"sgd", "adamw"}) {
-    CAPTURE(opt);
-    const fs::path base = test::fresh_dir("cuda_graphs_test_", "resume_" + opt);
+  // AdamW: its step counts advance on the host after every replay, and are saved. fp16: the
+  // loss scaler's state, read from device memory into the checkpoint and written back.
+  for (const std::string run : {"sgd", "adamw", "sgd_fp16"}) {
+    CAPTURE(run);
+    const std::string opt = run.substr(0, run.find('_'));
+    const std::string precision = run == "sgd_fp16" ? "fp16" : "fp32";
+    const fs::path base = test::fresh_dir("cuda_graphs_test_", "resume_" + run);
     const std::vector<std::string> o = {"--cuda-graphs", "--optimizer", opt, "--lr", opt == "adamw" ? "0.001" : "0.1"};
     auto with = [&](std::vector<std::string> more) {
       more.insert(more.begin(), o.begin(), o.end());
       return more;
     };
-    train(base / "whole", tiny(base / "whole", with({})));
-    train(base / "part", tiny(base / "part", with({"--steps", "7"})));
+    train(base / "whole", tiny(base / "whole", with({}), precision));
+    train(base / "part", tiny(base / "part", with({"--steps", "7"}), precision));
     train(base / "part",
-          tiny(base / "part", with({"--resume", (base / "part" / "checkpoint.safetensors").string()})));
-    check_identical(base / "part" / "checkpoint.safetensors", base / "whole" / "checkpoint.safetensors");
+          tiny(base / "part", with({"--resume", (base / "part" / "checkpoint.safetensors").string()}), precision));
+    const size_t n =
+        check_identical(base / "part" / "checkpoint.safetensors", base / "whole" / "checkpoint.safetensors");
+    if (precision == "fp16") CHECK(load_safetensors((base / "part" / "checkpoint.safetensors").string()).count(
+                                       "grad_scaler.scale") == 1);
+    CHECK(n > 60);
   }
 }
 
@@ -150,8 +182,9 @@ TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and
                                                              "--batch-size", "4"}));
   CHECK(r.output.find("--cuda-graphs: the training step runs eagerly because of --accum-steps 2 (use 1)") !=
         std::string::npos);
-  const Run h = train(base / "fp16", tiny(base / "fp16", {"--cuda-graphs", "--steps", "1"}, "fp16"));
-  CHECK(h.output.find("because of --precision fp16") != std::string::npos);
+  const Run h =
+      train(base / "fp16", tiny(base / "fp16", {"--cuda-graphs", "--steps", "1", "--optimizer", "adamw"}, "fp16"));
+  CHECK(h.output.find("because of fp16's loss scaler with this optimizer") != std::string::npos);
 }
 
 }  // namespace
