@@ -72,6 +72,10 @@ namespace {
 std::string elems(const Tensor& t) { return detail::cat(dtype_name(t.dtype()), " x ", t.numel()); }
 }  // namespace
 
+Work Communicator::watch(const Stream&, const std::string& what, Millis) {
+  RT_FAIL(backend(), " cannot watch a stream (", what, "): its calls are not captured in CUDA graphs, only NCCL's are");
+}
+
 Work Communicator::all_reduce(const Tensor& t, ReduceOp op, AllReduceAlgo algo, Millis timeout) {
   check_tensor(t, "all_reduce", "the tensor");
   const std::string what = detail::cat("all_reduce #", collectives_, " (", algo_name(algo), ", ",

@@ -126,6 +126,23 @@ class Communicator {
   // in train/trainer.cc. Gloo's calls are waited for on the host, which sees their errors.
   virtual void check_healthy() {}
 
+  // Note [Collectives in a CUDA graph]
+  // A call made while the caller's stream is being captured (a training step captured as a
+  // CUDA graph: Note [The training step as a CUDA graph] in train/step.cc) becomes part of the
+  // graph: NCCL captures it, with the communication stream forked from the caller's and joined
+  // back by block_stream, and it runs again at every replay. NCCL requires every rank to
+  // capture the same calls and to launch the graphs that hold them together (the caller's
+  // part: TrainStep captures on every rank at the same step). Such a call's Work only orders
+  // streams: the host cannot wait for it (its events belong to the capture, and CUDA refuses
+  // host queries of them), so the watchdog does not see it either. A replay is watched whole
+  // instead: watch() after each graph launch gives the watchdog one entry that completes when
+  // the stream passes the replay, bounded by the timeout and ended by a lost peer like any
+  // call, and named for what it holds. Gloo (CPU processes) cannot be captured.
+  //
+  // A Work that completes when `stream` (on this communicator's device) has passed what was
+  // queued on it so far, watched like a call of this communicator: `what` in its messages.
+  virtual Work watch(const Stream& stream, const std::string& what, Millis timeout);
+
  protected:
   Communicator(int rank, int world, Device device, CommOptions opts);
 

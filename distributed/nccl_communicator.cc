@@ -434,12 +434,15 @@ namespace {
 
 class NcclWork final : public WorkImpl {
  public:
+  // captured: a call queued while the caller's stream was being captured
+  // (Note [Collectives in a CUDA graph] in distributed/communicator.h): it orders streams only.
   NcclWork(std::shared_ptr<State> s, EventPtr done, const std::atomic<bool>* aborting, EventPtr ready = nullptr,
-           EventPtr started = nullptr)
+           EventPtr started = nullptr, bool captured = false)
       : s_(std::move(s)), done_(std::move(done)), ready_(std::move(ready)), started_(std::move(started)),
-        aborting_(aborting) {}
+        aborting_(aborting), captured_(captured) {}
 
   void wait() override {
+    refuse_captured("waited for");
     {
       std::lock_guard<std::mutex> lock(s_->mu);
       if (s_->done) return rethrow();
@@ -454,6 +457,7 @@ class NcclWork final : public WorkImpl {
     }
   }
   bool done() override {
+    refuse_captured("queried");
     {
       std::lock_guard<std::mutex> lock(s_->mu);
       if (s_->done) return true;
@@ -468,7 +472,7 @@ class NcclWork final : public WorkImpl {
     if (done_) cuda::stream_wait_event(s.handle(), done_.get());
   }
   std::optional<DeviceTimes> device_times(const Event& ref) override {
-    if (!started_ || !ref.handle()) return std::nullopt;
+    if (captured_ || !started_ || !ref.handle()) return std::nullopt;
     {
       std::lock_guard<std::mutex> lock(s_->mu);
       if (s_->done && !s_->error.empty()) return std::nullopt;
@@ -489,10 +493,16 @@ class NcclWork final : public WorkImpl {
   void rethrow() {
     if (!s_->error.empty()) throw Error(s_->error);
   }
+  void refuse_captured(const char* how) const {
+    RT_CHECK(!captured_, "a collective captured in a CUDA graph cannot be ", how, " on the host (it runs at every "
+             "replay): order a stream after it with block_stream (Note [Collectives in a CUDA graph] in "
+             "distributed/communicator.h)");
+  }
   std::shared_ptr<State> s_;
   EventPtr done_;            // null: the call failed before it was queued
   EventPtr ready_, started_;  // Note [Device timeline]; null without CommOptions::timed_events
   const std::atomic<bool>* aborting_;
+  bool captured_;
 };
 
 }  // namespace
@@ -539,8 +549,15 @@ Work NcclCommunicator::run(Call call) {
     }
   }
   DeviceGuard guard(m.device);
+  // A captured call has no timing events, and the watchdog does not see it
+  // (Note [Collectives in a CUDA graph] in distributed/communicator.h).
+  const bool captured = cuda::stream_is_capturing(Stream::current(device()).handle());
+  RT_CHECK(!captured || call.kind != Kind::all_reduce || call.algo == AllReduceAlgo::library ||
+               m.scratch.defined(),
+           call.what, ": the first ", algo_name(call.algo), " all-reduce cannot be captured in a CUDA graph (it "
+           "allocates its scratch); run one eagerly first");
   // After everything the caller queued so far (Note [Communication stream]).
-  const bool timed = m.opts.timed_events;
+  const bool timed = m.opts.timed_events && !captured;
   EventPtr ready = make_event(m.device, timed);
   cuda::event_record(ready.get(), Stream::current(device()).handle());
   cuda::stream_wait_event(m.stream.handle(), ready.get());
@@ -561,10 +578,38 @@ Work NcclCommunicator::run(Call call) {
     throw;
   }
   cuda::event_record(e.done.get(), m.stream.handle());
+  if (captured) return Work(std::make_shared<NcclWork>(state, e.done, &m.aborting, nullptr, nullptr, true));
   Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting, timed ? ready : nullptr, started));
   {
     std::lock_guard<std::mutex> lock(m.mu);
     // Under issue_mu: the watchdog never keeps `mu` while it waits (Note [Watchdog lock]).
+    m.inflight.push_back(std::move(e));
+  }
+  m.cv.notify_all();
+  return w;
+}
+
+Work NcclCommunicator::watch(const Stream& s, const std::string& what, Millis timeout) {
+  Impl& m = *impl_;
+  RT_CHECK(s.device() == device(), "watch: the stream is on ", s.device().str(), ", the communicator on ",
+           device().str());
+  RT_CHECK(!cuda::stream_is_capturing(s.handle()), "watch(", what, "): the stream is being captured; watch it after "
+           "the graph's launch");
+  std::lock_guard<std::mutex> issue(m.issue_mu);
+  auto state = std::make_shared<State>();
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
+    if (!m.broken.empty()) {
+      state->finish(what + " not watched: this communicator failed earlier: " + m.broken);
+      return Work(std::make_shared<NcclWork>(state, nullptr, &m.aborting));
+    }
+  }
+  DeviceGuard guard(m.device);
+  Impl::Entry e{what, Clock::now(), timeout, make_event(m.device, false), state, {}};
+  cuda::event_record(e.done.get(), s.handle());
+  Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting));
+  {
+    std::lock_guard<std::mutex> lock(m.mu);
     m.inflight.push_back(std::move(e));
   }
   m.cv.notify_all();

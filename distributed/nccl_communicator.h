@@ -53,6 +53,7 @@ class NcclCommunicator final : public Communicator {
   const char* backend() const override { return "nccl"; }
   void check_healthy() override;
   const Stream& stream() const;  // the communication stream
+  Work watch(const Stream& stream, const std::string& what, Millis timeout) override;
 
  protected:
   Work run(Call call) override;

@@ -6,6 +6,7 @@
 
 #include "base/error.h"
 #include "engine/stream.h"
+#include "kernels/cuda/runtime.h"
 
 namespace rt::dist {
 
@@ -143,6 +144,10 @@ Reducer::~Reducer() {
   }
 }
 
+bool Reducer::capturing() const {
+  return comm_.device().is_cuda() && cuda::stream_is_capturing(Stream::current(comm_.device()).handle());
+}
+
 double Reducer::now() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count(); }
 
 void Reducer::prepare(bool communicate) {
@@ -159,7 +164,8 @@ void Reducer::prepare(bool communicate) {
   timeline_ = StepTimeline{};
   timeline_.buckets.assign(buckets_.size(), StepTimeline::Bucket{});
   if (last_end_) timeline_.since_previous = std::chrono::duration<double>(t0_ - *last_end_).count();
-  if (comm_.device().is_cuda()) {  // Note [Two clocks]
+  captured_ = capturing();
+  if (comm_.device().is_cuda() && !captured_) {  // Note [Two clocks]
     const Device d = comm_.device();
     step_.emplace(DeviceStep{Event(d), Event(d), Event(d), std::nullopt, {}});
     if (!on_device_.empty()) step_->previous_end = on_device_.back().wait_end;
@@ -247,6 +253,7 @@ void Reducer::wait_for_gradients() {
   buckets_.back().work.block_stream(Stream::current(comm_.device()));
   for (Bucket& b : buckets_)
     if (b.staging.defined()) b.flat.copy_(b.staging);  // widened back (Note [Reduce dtype])
+  if (captured_) return;  // no timeline: the step is being captured
   for (size_t b = 0; b < buckets_.size(); ++b) {
     const auto end = buckets_[b].work.finished_at();
     if (end) timeline_.buckets[b].completed = std::chrono::duration<double>(*end - t0_).count();
@@ -280,6 +287,7 @@ StepTimeline Reducer::resolve(const DeviceStep& d) const {
 }
 
 void Reducer::settle(bool wait) {
+  if (capturing()) return;  // the host may not query events during a capture
   // Steps the device has not finished wait for a later call; but never more than a few, so
   // that a host running far ahead of the device does not hoard events (it waits for the
   // oldest then, which the device has almost reached by the time the host is that far ahead).

@@ -22,6 +22,12 @@
 // gradient: an error naming the parameters and this rank unless find_unused, which reduces zeros in their
 // place); wait_for_gradients() makes the caller's stream wait for the last all-reduce (CPU: waits for it). With gradient accumulation, micro-steps
 // before the last call prepare(false): gradients accumulate in the buckets and nothing is communicated.
+//
+// A step whose stream is being captured as a CUDA graph (Note [Collectives in a CUDA graph] in
+// distributed/communicator.h) runs the same way on the host, once: its hooks launch the buckets in the same
+// order, and the graph holds the all-reduces on the communication stream, forked from the compute stream at
+// each bucket's event and joined back at wait_for_gradients(), so a replay overlaps them with backward as the
+// eager step does. It keeps no timeline (its events belong to the capture; the replays run without the host).
 #pragma once
 
 #include <chrono>
@@ -138,6 +144,7 @@ class Reducer {
   void launch_ready();
   void launch(size_t b);
   double now() const;
+  bool capturing() const;  // the caller's stream is being captured (CUDA)
 
   Communicator& comm_;
   ReducerOptions opts_;
@@ -145,6 +152,7 @@ class Reducer {
   std::vector<Bucket> buckets_;
   bool armed_ = false;    // between prepare(true) and end_backward()
   bool waiting_ = false;  // between end_backward() and wait_for_gradients()
+  bool captured_ = false;  // this step is being captured: no timeline
   size_t next_launch_ = 0;  // the first bucket not yet launched this step
   int64_t collectives_ = 0;
   std::chrono::steady_clock::time_point t0_;

@@ -48,7 +48,7 @@ usage: tools/gpu_check.sh prepare | run [--tier smoke|full|lab|all]
   run [--tier smoke|full|lab|all]   (GPU machine, repository root, gpu_check_out/ present; default all)
            find the CUDA libraries and query the device, then
            smoke (GPU_CHECK_SMOKE_S=180): data parallel at world 1 (NCCL) against one process in
-                 five variants, every GPU test binary with CUDA_LAUNCH_BLOCKING=1,
+                 six variants, every GPU test binary with CUDA_LAUNCH_BLOCKING=1,
                  `ringtape train --device cuda` (5 steps), cuda_kernel_bench --quick
            full  (GPU_CHECK_FULL_S=240, cheapest first): fp32 training, compute-sanitizer memcheck
                  (--leak-check no) of a test, racecheck and synccheck of small tests, memcheck of a
@@ -236,7 +236,7 @@ cmd_prepare() {
 # run
 # --------------------------------------------------------------------------------------------
 # Three tiers, each with its own time budget, run in this order:
-#   smoke  the device query, data parallel at world 1 against one process in five variants (no
+#   smoke  the device query, data parallel at world 1 against one process in six variants (no
 #          CUDA_LAUNCH_BLOCKING), every GPU test binary (CUDA_LAUNCH_BLOCKING=1: an asynchronous
 #          error surfaces at the launch that caused it), the short CUDA training run and the
 #          kernel bandwidth benchmark; stands alone (GPU_CHECK_SMOKE_S, default 180 s).
@@ -552,6 +552,7 @@ DP_VARIANTS=(
   "dp fp16, loss scaling|--precision fp16|exact"
   "dp fp32 --sync-bn|--precision fp32 --sync-bn|1e-4"
   "dp fp32 --accum-steps 2|--precision fp32 --accum-steps 2|exact"
+  "dp fp32 --cuda-graphs (NCCL captured)|--precision fp32 --cuda-graphs --steps 6|exact"
 )
 # Prints "max relative difference R" for two safetensors files (per tensor, max |a - b| over
 # max |b|, the largest), "identical" when every byte of every tensor is equal; exit 1 when the
@@ -596,6 +597,9 @@ data_parallel_step() {
   IFS='|' read -r st note <<<"$(train_status)"
   if [[ $st == PASS ]] && ! grep -q 'data parallel: rank 0 of 1 (nccl' "$STEP_OUT"; then
     st=FAIL note="no 'data parallel: rank 0 of 1 (nccl' line: the run was not data parallel"
+  elif [[ $st == PASS && $flags == *--cuda-graphs* ]] &&
+    { grep -q 'runs eagerly' "$STEP_OUT" || ! grep -q 'cuda-graphs: [1-9][0-9]* steps replayed' "$STEP_OUT"; }; then
+    st=FAIL note="--cuda-graphs replayed no step: $(grep -m1 -e 'runs eagerly' -e 'steps replayed' "$STEP_OUT")"
   elif [[ $st == PASS ]]; then
     local d
     d=$(compare_weights "$dir/dp/model.safetensors" "$dir/one/model.safetensors" 2>&1) || st=FAIL

@@ -134,6 +134,38 @@ void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const st
 
 void DataParallel::before_backward(bool last) { reducer_->prepare(last); }
 
+// Note [Data parallel in a CUDA graph]
+// With --cuda-graphs over NCCL every rank captures its training step, the reducer's
+// all-reduces (and --sync-bn's all-gathers) included: each bucket's all-reduce is a branch of
+// the graph forked from backward at the bucket's event and joined before the update, so the
+// replay overlaps communication with backward as the eager step does
+// (Note [Collectives in a CUDA graph] in distributed/communicator.h). NCCL requires every rank
+// to capture the same collectives and launch the graphs together: the ranks decide to
+// capture together (a rehearsal counts as ready only when it is on every rank:
+// on_every_rank), and every rank meets the same batch shapes at the same steps (the sampler
+// gives every rank as many samples), so they replay, fall back and capture again at the same
+// steps. Each replay is watched whole by the communicators' watchdogs (after_replay), so a
+// peer lost or silent during a replay is reported as in an eager step. Gloo (CPU processes)
+// and --comm-timeline (its device times come from events recorded on the host around each
+// bucket's all-reduce) run eagerly.
+std::string DataParallel::capture_blocker() const {
+  if (!device_.is_cuda()) return "data parallelism over Gloo (CPU processes; use --device cuda)";
+  if (cfg_.comm_timeline) return "--comm-timeline (it times each eager step's buckets; drop it)";
+  return "";
+}
+
+bool DataParallel::on_every_rank(bool mine) {
+  std::vector<double> no = {mine ? 0.0 : 1.0};
+  sum_over_ranks(no);
+  return no[0] == 0.0;
+}
+
+void DataParallel::after_replay(const Stream& stream) {
+  const std::string what = "a replayed training step's collectives";
+  comm_->watch(stream, what + " (gradients)", timeout_of(cfg_));
+  if (sync_comm_) sync_comm_->watch(stream, what + " (--sync-bn)", timeout_of(cfg_));
+}
+
 void DataParallel::after_backward(bool last) {
   if (last) reducer_->end_backward();
 }

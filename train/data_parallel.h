@@ -56,6 +56,10 @@ class DataParallel final : public ParallelContext {
   void sum_eval_counts(EvalCounts& counts) override;
   void sum_over_ranks(std::vector<double>& values) override;
 
+  std::string capture_blocker() const override;
+  bool on_every_rank(bool mine) override;
+  void after_replay(const Stream& stream) override;
+
   void check_healthy() override {
     comm_->check_healthy();
     if (sync_comm_) sync_comm_->check_healthy();

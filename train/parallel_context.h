@@ -27,6 +27,9 @@
 #include <string>
 #include <vector>
 
+namespace rt {
+class Stream;
+}
 namespace rt::nn {
 class Module;
 class ComputeCopies;
@@ -82,6 +85,16 @@ class ParallelContext {
   // `values` summed element-wise over every rank, on every rank (each calls it at the same
   // point of the run with as many values; the host waits for the result).
   virtual void sum_over_ranks(std::vector<double>& values) = 0;
+
+  // --cuda-graphs (Note [The training step as a CUDA graph] in train/step.cc): "" when a step
+  // with this context's collectives can be captured, else why not (for the log).
+  virtual std::string capture_blocker() const { return ""; }
+  // Whether `mine` holds on every rank (the host waits for the answer): the ranks decide
+  // together to capture, as NCCL needs every rank to capture the same collectives.
+  virtual bool on_every_rank(bool mine) { return mine; }
+  // After each launch of the captured step on `stream`: its collectives are watched as one
+  // call (Note [Collectives in a CUDA graph] in distributed/communicator.h).
+  virtual void after_replay(const Stream& /*stream*/) {}
 
   // Throws when the ranks' communication failed (their state may hold partly averaged
   // gradients); before a checkpoint (Note [No checkpoint after a failure], trainer.cc).

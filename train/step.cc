@@ -79,9 +79,10 @@ namespace rt::train {
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
 // drawn on the host per batch and would be baked), fp16's loss scaler with AdamW (its step
 // counts live on the host, so an overflowing step cannot be skipped inside the graph:
-// Note [Skipping an update on the device] in optim/optimizer.h), data parallelism with
-// more than one process (the reducer's buckets use a communication stream and NCCL calls that
-// this capture does not join), and the CPU. In the kernel lab
+// Note [Skipping an update on the device] in optim/optimizer.h), data parallelism over Gloo
+// or with --comm-timeline, and the CPU. Data parallelism over NCCL is captured whole, its
+// all-reduces overlapping backward as branches of the graph, every rank capturing at the same
+// step (Note [Data parallel in a CUDA graph] in train/data_parallel.cc). In the kernel lab
 // (Note [Graph launches in the lab] in cuda_emu/perf.cc) a replayed
 // step counts each of its kernels as a launch that ran on the device (graph_node_launches)
 // and the step as one host launch (graph_launches); `host_launches` is what the host paid for.
@@ -126,8 +127,7 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (!options_.cuda_graphs) return;
   std::string why = options_.graph_blocker;
   if (why.empty() && !device.is_cuda()) why = "--device " + device.str() + " (CUDA graphs need --device cuda)";
-  if (why.empty() && par_.world_size() > 1)
-    why = "data parallelism over " + std::to_string(par_.world_size()) + " processes (use --nproc-per-node 1)";
+  if (why.empty()) why = par_.capture_blocker();
   if (why.empty() && mp_.loss_scaling() && !opt_.takes_skip_flag())
     why = "fp16's loss scaler with this optimizer (it keeps step counts on the host, so a step whose gradients "
           "overflow cannot be skipped inside a graph; use sgd or lars, or --precision bf16)";
@@ -232,6 +232,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
     b.reset();
     if (g.graph.captured() && g.current) {
       g.graph.replay(g.stream);
+      par_.after_replay(g.stream);
       opt_.count_replayed_step();  // the capture's step() counted for itself
       ++g.replays;
     } else if (g.ready) {
@@ -243,6 +244,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
       capture_step(g.graph, g.stream, model_, [&] { g.loss = step_core(g.input, g.labels); });
       g.current = true;
       g.graph.replay(g.stream);
+      par_.after_replay(g.stream);
       ++g.captures;
     } else {
       g.loss = Tensor();  // as a capture starts: every block of the pool free
@@ -250,6 +252,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
       // A rehearsal whose gradients overflowed (fp16) skipped the update on the host, so the
       // optimizer may still lack its state, which a capture would then make at every replay.
       g.ready = g.ready && core_stepped_;
+      g.ready = par_.on_every_rank(g.ready);  // Note [Data parallel in a CUDA graph] in train/data_parallel.cc
       ++g.eager;
     }
     if (g.current) {

@@ -13,6 +13,7 @@
 
 #include "distributed/nccl_communicator.h"
 #include "distributed/rendezvous.h"
+#include "engine/cuda_graph.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
@@ -20,6 +21,15 @@
 
 namespace rt::dist {
 namespace {
+
+// Device work that keeps a stream busy for a while: kBusyAdds adds of kBusyElements floats.
+#if RINGTAPE_CUDA_EMU
+constexpr int64_t kBusyElements = 1 << 16;  // ~40 ms an add emulated: ~1.6 s of device work
+constexpr int kBusyAdds = 40;
+#else
+constexpr int64_t kBusyElements = 1 << 24;  // ~50 us an add on an H200: ~50 ms of device work
+constexpr int kBusyAdds = 1000;
+#endif
 
 // A world of one: its own store, its communicator on cuda:0.
 struct OneGpu {
@@ -92,13 +102,8 @@ TEST_CASE("nccl: calls return to the host while the caller's work still runs, an
   OneGpu one;
   const Stream caller = Stream::create(Device::cuda(0));
   StreamGuard guard(caller);
-#if RINGTAPE_CUDA_EMU
-  const int64_t n = 1 << 16;  // ~40 ms an add emulated: ~1.6 s of device work
-  const int reps = 40;
-#else
-  const int64_t n = 1 << 24;  // ~50 us an add on an H200: ~50 ms of device work
-  const int reps = 1000;
-#endif
+  const int64_t n = kBusyElements;
+  const int reps = kBusyAdds;
   const Tensor one_each = Tensor::full({n}, 1.0, DType::f32, Device::cuda(0));
   Tensor y = Tensor::zeros({n}, DType::f32, Device::cuda(0));
   // The first ring call reserves the ring's scratch, an allocation that may wait for the
@@ -137,6 +142,73 @@ TEST_CASE("nccl: the communication stream has the device's greatest priority") {
   CHECK(cuda::stream_priority(one.comm.stream().handle()) < cuda::stream_priority(plain.handle()));  // lower: sooner
   CHECK(cuda::stream_priority(Stream::create(Device::cuda(0), /*high_priority=*/true).handle()) ==
         cuda::stream_priority(one.comm.stream().handle()));
+}
+
+// Note [Collectives in a CUDA graph]. At world size 1 an all-reduce hands the values back, so
+// what one rank shows is the graph's part: each replay runs the captured calls again on the
+// communication stream, after the caller's work before them (the copy of this replay's input)
+// and before the work after them (block_stream joins them back); the host cannot wait for a
+// captured call, and a replay is watched whole.
+TEST_CASE("nccl: calls captured in a CUDA graph run at every replay, joined back by block_stream") {
+  if (!testing::have_gpu("NcclCommunicator in a CUDA graph")) return;
+  OneGpu one;
+  Communicator& c = one.comm;
+  const Stream caller = Stream::create(Device::cuda(0));
+  StreamGuard guard(caller);
+  Tensor warm = Tensor::full({7}, 1.0, DType::f32, Device::cuda(0));
+  c.all_reduce(warm, ReduceOp::sum, AllReduceAlgo::ring).wait();  // the ring's scratch, eagerly
+  const int64_t n = 1003;
+  Tensor in = Tensor::zeros({n}, DType::f32, Device::cuda(0)), x = Tensor::zeros({n}, DType::f32, Device::cuda(0));
+  Tensor y;
+  CudaGraph graph;
+  graph.capture(caller, [&] {
+    x.copy_(in);
+    for (AllReduceAlgo a : {AllReduceAlgo::library, AllReduceAlgo::ring, AllReduceAlgo::tree}) {
+      Work w = c.all_reduce(x, ReduceOp::avg, a);
+      CHECK_THROWS_WITH_AS(w.wait(), doctest::Contains("cannot be waited for on the host"), Error);
+      CHECK_THROWS_WITH_AS(w.done(), doctest::Contains("cannot be queried on the host"), Error);
+      w.block_stream(caller);
+    }
+    CHECK_THROWS_WITH_AS(c.watch(caller, "a capture", std::chrono::seconds(30)), doctest::Contains("being captured"),
+                         Error);
+    y = add(x, x);
+  });
+  for (int k = 1; k <= 3; ++k) {
+    CAPTURE(k);
+    in.copy_(testing::int_tensor(k, n, DType::f32));
+    graph.replay(caller);
+    Work r = c.watch(caller, "replay " + std::to_string(k), std::chrono::seconds(30));
+    r.wait();
+    CHECK(r.done());
+    std::vector<double> want = testing::int_tensor(k, n, DType::f32).to_vector<double>();
+    for (double& v : want) v *= 2;
+    testing::expect_equal(y, want, "the replay's result");
+  }
+}
+
+// A watched stream that does not pass its point within the timeout fails the watch like a
+// call, naming what was watched (a replay whose collectives hang:
+// Note [Collectives in a CUDA graph] in distributed/communicator.h). The stream is held here by work queued before the
+// watch point, longer than the watch's timeout.
+TEST_CASE("nccl: a watched stream late past its timeout fails the watch, naming it") {
+  if (!testing::have_gpu("NcclCommunicator watch timeout")) return;
+  OneGpu one;
+  const Stream caller = Stream::create(Device::cuda(0));
+  StreamGuard guard(caller);
+  const Tensor one_each = Tensor::full({kBusyElements}, 1.0, DType::f32, Device::cuda(0));
+  Tensor y = Tensor::zeros({kBusyElements}, DType::f32, Device::cuda(0));
+  caller.synchronize();
+  for (int i = 0; i < kBusyAdds; ++i) y = add(y, one_each);
+  Work w = one.comm.watch(caller, "the late replay", std::chrono::milliseconds(5));
+  std::string msg;
+  try {
+    w.wait();
+  } catch (const Error& e) {
+    msg = e.what();
+  }
+  CHECK_MESSAGE(msg.find("the late replay failed after") != std::string::npos, msg);
+  CHECK_MESSAGE(msg.find("timed out") != std::string::npos, msg);
+  caller.synchronize();
 }
 
 TEST_CASE("nccl: a CPU tensor is refused, naming the device to move it to") {

@@ -6,6 +6,8 @@
 //     warm-up (the lr changes every step, read from device memory: one capture), SGD, LARS
 //     and AdamW;
 //   - an exact resume of a run with graphs (SGD, AdamW, SGD with fp16's loss scaler);
+//   - data parallelism over NCCL (2 processes, with and without --sync-bn): the collectives
+//     captured, bit for bit the eager data-parallel run;
 //   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
 // It runs where there is a GPU, and under --config=cuda-emu; elsewhere every case prints SKIPPED.
 #include <doctest/doctest.h>
@@ -175,6 +177,35 @@ TEST_CASE("--cuda-graphs resumes exactly") {
   }
 }
 
+TEST_CASE("--cuda-graphs over NCCL (2 processes) captures the all-reduces and trains bit for bit as without") {
+  if (!have_gpu("cuda graphs with data parallelism")) return;
+  // Note [Data parallel in a CUDA graph] in train/data_parallel.cc: the reducer's bucketed
+  // all-reduces (small buckets: several per step) and --sync-bn's all-gathers in the graph.
+  for (const std::string sync : {"", "--sync-bn"}) {
+    CAPTURE(sync);
+    const fs::path base = test::fresh_dir("cuda_graphs_test_", "dp" + sync);
+    // 20 images a rank, 2 steps an epoch: 4 epochs to replay after the warm-up, rehearsals and capture.
+    std::vector<std::string> more = {"--nproc-per-node", "2", "--bucket-cap-mb", "0.002", "--epochs", "4"};
+    if (!sync.empty()) more.push_back(sync);
+    std::vector<std::string> with = more;
+    with.push_back("--cuda-graphs");
+    const Run e = train(base / "eager", tiny(base / "eager", more));
+    const Run g = train(base / "graphs", tiny(base / "graphs", with));
+    CHECK(g.output.find("runs eagerly") == std::string::npos);
+    const size_t at = g.output.find("--cuda-graphs: ");
+    REQUIRE(at != std::string::npos);
+    const std::string summary = g.output.substr(at, g.output.find('\n', at) - at);
+    MESSAGE(summary);
+    CHECK(summary.find(" 1 captured, ") != std::string::npos);
+    CHECK(summary.find(": 0 steps replayed") == std::string::npos);
+    const size_t n =
+        check_identical(base / "graphs" / "checkpoint.safetensors", base / "eager" / "checkpoint.safetensors");
+    CHECK(n > 60);
+    CHECK(losses(g.output) == losses(e.output));
+    CHECK(losses(g.output).size() > 0);
+  }
+}
+
 TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and names the setting") {
   if (!have_gpu("cuda graphs fallback")) return;
   const fs::path base = test::fresh_dir("cuda_graphs_test_", "fallback");
@@ -185,6 +216,9 @@ TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and
   const Run h =
       train(base / "fp16", tiny(base / "fp16", {"--cuda-graphs", "--steps", "1", "--optimizer", "adamw"}, "fp16"));
   CHECK(h.output.find("because of fp16's loss scaler with this optimizer") != std::string::npos);
+  const Run t = train(base / "timeline", tiny(base / "timeline", {"--cuda-graphs", "--steps", "1", "--nproc-per-node",
+                                                                   "2", "--comm-timeline"}));
+  CHECK(t.output.find("because of --comm-timeline") != std::string::npos);
 }
 
 }  // namespace
