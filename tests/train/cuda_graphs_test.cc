@@ -6,8 +6,8 @@
 //     warm-up (the lr changes every step, read from device memory: one capture), SGD, LARS
 //     and AdamW;
 //   - an exact resume of a run with graphs (SGD, AdamW, SGD with fp16's loss scaler);
-//   - data parallelism over NCCL (2 processes, with and without --sync-bn): the collectives
-//     captured, bit for bit the eager data-parallel run;
+//   - data parallelism over NCCL (2 processes, with and without --sync-bn, fp16 too): the
+//     collectives captured, bit for bit the eager data-parallel run;
 //   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
 // It runs where there is a GPU, and under --config=cuda-emu; elsewhere every case prints SKIPPED.
 #include <doctest/doctest.h>
@@ -180,17 +180,19 @@ TEST_CASE("--cuda-graphs resumes exactly") {
 TEST_CASE("--cuda-graphs over NCCL (2 processes) captures the all-reduces and trains bit for bit as without") {
   if (!have_gpu("cuda graphs with data parallelism")) return;
   // Note [Data parallel in a CUDA graph] in train/data_parallel.cc: the reducer's bucketed
-  // all-reduces (small buckets: several per step) and --sync-bn's all-gathers in the graph.
-  for (const std::string sync : {"", "--sync-bn"}) {
-    CAPTURE(sync);
-    const fs::path base = test::fresh_dir("cuda_graphs_test_", "dp" + sync);
+  // all-reduces (small buckets: several per step) and --sync-bn's all-gathers in the graph;
+  // fp16: the loss scaler's finding on the all-reduced gradients, the same on every rank.
+  for (const std::string run : {"plain", "sync_bn", "sync_bn_fp16"}) {
+    CAPTURE(run);
+    const fs::path base = test::fresh_dir("cuda_graphs_test_", "dp_" + run);
     // 20 images a rank, 2 steps an epoch: 4 epochs to replay after the warm-up, rehearsals and capture.
     std::vector<std::string> more = {"--nproc-per-node", "2", "--bucket-cap-mb", "0.002", "--epochs", "4"};
-    if (!sync.empty()) more.push_back(sync);
+    if (run != "plain") more.push_back("--sync-bn");
+    const std::string precision = run == "sync_bn_fp16" ? "fp16" : "fp32";
     std::vector<std::string> with = more;
     with.push_back("--cuda-graphs");
-    const Run e = train(base / "eager", tiny(base / "eager", more));
-    const Run g = train(base / "graphs", tiny(base / "graphs", with));
+    const Run e = train(base / "eager", tiny(base / "eager", more, precision));
+    const Run g = train(base / "graphs", tiny(base / "graphs", with, precision));
     CHECK(g.output.find("runs eagerly") == std::string::npos);
     const size_t at = g.output.find("--cuda-graphs: ");
     REQUIRE(at != std::string::npos);
