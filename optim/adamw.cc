@@ -1,6 +1,7 @@
 // torch.optim.AdamW (1.13, amsgrad off): decoupled weight decay, then Adam's moments
 // with bias corrections from each parameter's own step count.
 #include <cmath>
+#include <memory>
 
 #include "engine/autograd.h"
 #include "engine/stream.h"
@@ -58,15 +59,42 @@ int64_t restore_step(const Tensor& t, const std::string& key) {
 // parameter that has no gradient this time); inside a capture a difference is an error, as
 // the graph would bake it. Same doubles, same kernels: eager, captured and CPU results stay
 // bit for bit.
+//
+// Note [AdamW's skipped steps in a captured step]
+// With fp16's loss scaler a replayed step skips its update on the device when the gradients
+// overflowed (Note [Skipping an update on the device] in optim/optimizer.h), and the host,
+// which counts AdamW's steps, does not know it did: after a replay it counts the step as if
+// it stood. So the device counts the skipped ones (skipped_, one thread after the update:
+// cuda::count_if_set), and the host's count of a parameter is s too high when skipped_ holds s.
+// prepare_device_step() therefore writes kCandidates groups of scalar sets, group c for counts
+// c lower, and the update reads group skipped_ when it runs (cuda::AdamWHyper::
+// candidate_on_device): the scalars of the true count, computed by the host in double as
+// always. The host takes the count back without waiting on the device: every few replays it
+// queues a copy of skipped_ to pinned memory and an event after it (a snapshot); once the
+// event has passed (a query, not a wait) it subtracts the snapshot's s from its counts and
+// from skipped_ (cuda::take_count, in stream order, so the replays since the snapshot stay
+// counted). The host bounds skipped_ by the replays it has not yet taken back (unsettled_),
+// and only when that bound would pass the last candidate does it wait for the snapshot, one
+// some steps old (the device still has the later steps queued, so it does not idle). An eager
+// step() and state() settle everything first (a checkpoint holds the true counts), load_state()
+// starts from zero. Replays and eager steps give the same bits: tests/cuda/grad_scaler_cuda_test.
 class AdamW final : public Optimizer {
  public:
   AdamW(nn::NamedTensors params, const AdamWOptions& opt)
       : Optimizer(std::move(params), opt.lr), opt_(opt), slots_(params_.size()), stepped_(params_.size(), false) {}
 
   bool takes_device_lr() const override { return true; }
+  bool takes_skip_flag() const override { return true; }
 
   void prepare_device_step() override {
     if (!device_lr_.defined()) return;
+    const Stream stream = Stream::current(device_lr_.device());
+    if (!skipped_.defined()) {  // here, outside any capture (a capture refuses the pinned allocation)
+      skipped_ = Tensor::zeros({1}, DType::i64, device_lr_.device());
+      snapshot_ = Tensor::empty_pinned({1}, DType::i64);
+      snapshot_done_ = std::make_unique<Event>(device_lr_.device());
+    }
+    settle(stream, false);
     std::vector<cuda::AdamWTensor> lists[2];
     for (size_t i = 0; i < params_.size(); ++i) {
       const Tensor& p = params_[i].second;
@@ -78,16 +106,33 @@ class AdamW final : public Optimizer {
       e.step = slots_[i].step + 1;
       lists[p.dtype() == DType::f32 ? 0 : 1].push_back(e);
     }
-    const auto stream = static_cast<cudaStream_t>(Stream::current(device_lr_.device()).handle());
-    for (int k = 0; k < 2; ++k) write_sets(k, cuda::adamw_scalar_sets(lists[k], hyper()), stream);
+    const auto s = static_cast<cudaStream_t>(stream.handle());
+    for (int k = 0; k < 2; ++k) {
+      const std::vector<cuda::AdamWTensor>& l = lists[k];
+      write_sets(k, cuda::adamw_scalar_sets(l, hyper()), cuda::adamw_scalar_sets(l, hyper(), candidates()), s);
+    }
   }
 
   void count_replayed_step() override {
     for (size_t i = 0; i < params_.size(); ++i)
       if (stepped_[i]) slots_[i].step += 1;
+    if (skips_) ++unsettled_;
   }
 
   void step() override {
+    const float* skip = skip_flag_ptr();  // see Note [AdamW's skipped steps in a captured step]
+    RT_CHECK(!skip || device_lr_.defined(), kWho, ": a skip flag needs the scalars in device memory (set_device_lr)");
+    if (device_lr_.defined()) {
+      const Stream stream = Stream::current(device_lr_.device());
+      const bool capturing = cuda::stream_is_capturing(static_cast<cudaStream_t>(stream.handle()));
+      if (skip) {
+        RT_CHECK(skipped_.defined(), kWho, ": a step with a skip flag needs prepare_device_step() before it");
+        RT_CHECK(unsettled_ == 0 || !capturing, kWho,
+                 ": a captured step must start with the skipped steps settled (an eager step before the capture)");
+        skips_ = true;
+      }
+      if (!capturing) settle(stream, true);
+    }
     std::fill(stepped_.begin(), stepped_.end(), false);
     any_step_ = true;
     // p, g, both moments read; p and both moments written; ~12 flops (decay, moments, sqrt, step).
@@ -95,6 +140,7 @@ class AdamW final : public Optimizer {
         "adamw_step", params_, lr_, kWho, 12, 7,
         [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::AdamWTensor>& on_cuda) {
           Slot& st = slots_[i];
+          check_state_before_skip(params_[i].first, p, st.exp_avg.defined(), kWho);
           if (!st.exp_avg.defined()) {
             st.exp_avg = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
             st.exp_avg_sq = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
@@ -135,15 +181,24 @@ class AdamW final : public Optimizer {
             if (sets != prepared_[k]) {
               RT_CHECK(!cuda::stream_is_capturing(stream), kWho, ": the step's scalars differ from those ",
                        "prepare_device_step wrote before it (a parameter without a gradient in a captured step?)");
-              write_sets(k, sets, stream);
+              write_sets(k, sets, sets, stream);
             }
             h.scalars_on_device = device_sets_.data<double>() + 3 * cuda::kAdamWDeviceSets * k;
+            if (skip) h.candidate_on_device = skipped_.data<int64_t>();
           }
+          h.skip_if_set = skip;
           cuda::adamw_update(t, list, h, tables_[k], stream);
         });
+    if (skip) {
+      const auto stream = static_cast<cudaStream_t>(Stream::current(device_lr_.device()).handle());
+      cuda::count_if_set(skip, skipped_.data<int64_t>(), stream);
+      ++unsettled_;  // this step (or the replay after its capture) may be skipped on the device
+    }
   }
 
   std::map<std::string, Tensor> state() const override {
+    // The true counts: settling changes what the host holds, not what it means.
+    if (device_lr_.defined()) const_cast<AdamW*>(this)->settle(Stream::current(device_lr_.device()), true);
     std::map<std::string, Tensor> out;
     for (size_t i = 0; i < params_.size(); ++i) {
       const Slot& st = slots_[i];
@@ -173,6 +228,13 @@ class AdamW final : public Optimizer {
       restored[i].step = restore_step(step, kStep + "." + name);
     }
     slots_ = std::move(restored);  // only once everything checked out
+    // The loaded counts are true counts: nothing skipped is left to take off them.
+    if (skipped_.defined()) {
+      snapshot_done_->synchronize();  // a queued snapshot must not land after the reset
+      skipped_.fill_(0.0);            // on the current stream, before any later step
+    }
+    unsettled_ = 0;
+    snapshot_of_ = 0;
   }
 
  private:
@@ -184,15 +246,59 @@ class AdamW final : public Optimizer {
     h.eps = opt_.eps;
     return h;
   }
-  // Writes list k's (f32, f64) scalar sets to device memory (Note [AdamW's scalars in device memory]).
-  void write_sets(int k, const std::vector<double>& sets, cudaStream_t stream) {
-    RT_CHECK(sets.size() <= size_t(3 * cuda::kAdamWDeviceSets), kWho, ": ", sets.size() / 3,
-             " distinct (weight decay, step count) pairs; a captured step takes at most ", cuda::kAdamWDeviceSets);
+  // Writes list k's (f32, f64) scalar sets to device memory, as Note [AdamW's scalars in device memory]
+  // says: `all`, the candidates of `sets` (Note [AdamW's skipped steps in a captured step]).
+  void write_sets(int k, const std::vector<double>& sets, const std::vector<double>& all, cudaStream_t stream) {
+    RT_CHECK(all.size() <= size_t(3 * cuda::kAdamWDeviceSets), kWho, ": ", sets.size() / 3,
+             " distinct (weight decay, step count) pairs; a captured step takes at most ",
+             cuda::kAdamWDeviceSets / candidates(), all.size() == sets.size() ? "" : " with fp16's loss scaler");
     if (!device_sets_.defined())
       device_sets_ = Tensor::zeros({2 * 3 * cuda::kAdamWDeviceSets}, DType::f64, device_lr_.device());
-    cuda::adamw_write_scalars(sets, device_sets_.data<double>() + 3 * cuda::kAdamWDeviceSets * k, stream);
+    cuda::adamw_write_scalars(all, device_sets_.data<double>() + 3 * cuda::kAdamWDeviceSets * k, stream);
     prepared_[k] = sets;
   }
+
+  // The groups of scalar sets prepare_device_step writes: kCandidates once a step skipped on the device.
+  int candidates() const { return skips_ ? kCandidates : 1; }
+
+  // Takes back what a passed snapshot read; queues a new snapshot when some replays are
+  // unsettled; with `all` (or when the bound would pass the last candidate) waits until every
+  // replay is settled (Note [AdamW's skipped steps in a captured step]).
+  void settle(const Stream& stream, bool all) {
+    if (!skips_) return;
+    const auto s = static_cast<cudaStream_t>(stream.handle());
+    auto take = [&] {
+      if (snapshot_of_ == 0) return;
+      snapshot_done_->synchronize();  // has passed, or the caller must wait
+      const int64_t n = *snapshot_.data<int64_t>();
+      RT_CHECK(n >= 0 && n <= snapshot_of_, kWho, ": the device counted ", n, " skipped steps in ", snapshot_of_,
+               " replays");
+      if (n > 0) {
+        for (size_t i = 0; i < params_.size(); ++i)
+          if (stepped_[i]) slots_[i].step -= n;
+        cuda::take_count(skipped_.data<int64_t>(), n, s);
+      }
+      unsettled_ -= snapshot_of_;
+      snapshot_of_ = 0;
+    };
+    auto snapshot = [&] {
+      cuda::memcpy_d2h_async(snapshot_.raw_data(), skipped_.raw_data(), sizeof(int64_t), stream.device().index, s);
+      snapshot_done_->record(stream);
+      snapshot_of_ = unsettled_;
+    };
+    // The coming step reads candidate skipped_ <= unsettled_: at most the last one.
+    const bool wait = all ? unsettled_ > 0 : unsettled_ >= kCandidates;
+    if (snapshot_of_ > 0 && (wait || snapshot_done_->query())) take();
+    if (all ? unsettled_ > 0 : unsettled_ >= kCandidates) {
+      snapshot();
+      take();  // the device's queue drains: with snapshots every kCandidates / 2 replays, rare
+    } else if (!all && snapshot_of_ == 0 && unsettled_ >= kCandidates / 2) {
+      snapshot();
+    }
+  }
+
+  // Replays a snapshot may lag behind (Note [AdamW's skipped steps in a captured step]).
+  static constexpr int kCandidates = 8;
 
   AdamWOptions opt_;
   std::vector<Slot> slots_;
@@ -200,7 +306,14 @@ class AdamW final : public Optimizer {
   std::vector<bool> stepped_;         // [param] it took the last step (had a gradient)
   bool any_step_ = false;
   Tensor device_sets_;              // (2 x 3 x kAdamWDeviceSets,) f64: the f32 list's sets, then the f64 list's
-  std::vector<double> prepared_[2];  // what device_sets_ holds, per list
+  std::vector<double> prepared_[2];  // what device_sets_ holds, per list (its first candidate)
+  // The tensors of Note [AdamW's skipped steps in a captured step], made by the first prepare_device_step().
+  bool skips_ = false;                    // a step had a skip flag
+  Tensor skipped_;                        // (1,) i64 on the device: skipped steps the host still counts
+  Tensor snapshot_;                       // (1,) i64, pinned: a copy of skipped_
+  std::unique_ptr<Event> snapshot_done_;  // recorded after the copy
+  int64_t snapshot_of_ = 0;               // unsettled_ when the pending snapshot was taken; 0: none pending
+  int64_t unsettled_ = 0;                 // replays not yet taken back: skipped_ is at most this
 };
 
 }  // namespace

@@ -41,7 +41,7 @@ bool unscale_cpu(T* g, int64_t n, float inv_scale) {
 //   - step(): eagerly the host reads the flag (the one read of the step) and skips
 //     opt.step() on inf/NaN, as before. While captured it cannot: opt.step() runs with the flag
 //     as its skip flag and the update kernels change nothing when it is set
-//     (Note [Skipping an update on the device] in optim/optimizer.h; SGD and LARS, not AdamW);
+//     (Note [Skipping an update on the device] in optim/optimizer.h);
 //   - update(): one kernel applies torch's _amp_update_scale_ to the scale, the growth tracker
 //     and the count of skipped steps, eagerly and captured alike.
 // So an eager step and a replayed one run the same kernels on the same values: training with
@@ -114,8 +114,8 @@ bool GradScaler::unscale(Optimizer& opt) {
 bool GradScaler::step(Optimizer& opt) {
   if (!unscaled_) unscale(opt);
   if (captured_) {
-    RT_CHECK(opt.takes_skip_flag(), kWho, ": a captured step cannot skip this optimizer's update on the device (it "
-             "keeps step counts on the host: Note [Skipping an update on the device]); run it eagerly");
+    RT_CHECK(opt.takes_skip_flag(), kWho, ": a captured step cannot skip this optimizer's update on the device "
+             "(Note [Skipping an update on the device]); run it eagerly");
     opt.set_skip_flag(found_on_device_);
     try {
       opt.step();

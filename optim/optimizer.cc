@@ -28,8 +28,8 @@ void Optimizer::set_device_lr(Tensor lr) {
 
 void Optimizer::set_skip_flag(Tensor flag) {
   if (flag.defined()) {
-    RT_CHECK(takes_skip_flag(), "set_skip_flag: this optimizer keeps step counts on the host, which a step skipped "
-             "on the device would leave wrong (Note [Skipping an update on the device])");
+    RT_CHECK(takes_skip_flag(), "set_skip_flag: this optimizer cannot skip an update on the device: what it keeps "
+             "on the host would be wrong after a skipped step (Note [Skipping an update on the device])");
     RT_CHECK(flag.device().is_cuda() && flag.dtype() == DType::f32 && flag.numel() == 1,
              "set_skip_flag: the flag must be one f32 value on a CUDA device, got ", flag.str());
   }

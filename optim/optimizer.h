@@ -112,8 +112,9 @@ class Optimizer {
   // What step() does on the host happens either way, so only an optimizer whose host side a
   // skipped step leaves right takes one (takes_skip_flag()): SGD once its momentum buffers
   // exist (a first momentum step makes a buffer from the gradient: step() refuses it with a
-  // flag set) and LARS (its buffers start at zero). AdamW counts its steps on the host and
-  // takes none. CPU parameters ignore it.
+  // flag set), LARS (its buffers start at zero) and AdamW once its moments exist, whose host
+  // step counts learn from the device which steps it skipped
+  // (Note [AdamW's skipped steps in a captured step] in optim/adamw.cc). CPU parameters ignore it.
   virtual bool takes_skip_flag() const { return false; }
   // flag: (1,) f32 on a CUDA device, or undefined for none.
   void set_skip_flag(Tensor flag);

@@ -77,9 +77,7 @@ namespace rt::train {
 // below): several micro-batches (--accum-steps: the step's loop would need one graph per
 // micro-batch and the reducer's hooks), --skip-nonfinite (reads every loss and gradient on the host), host-drawn
 // augmentation (--mixup-alpha, --cutmix-alpha, --random-erase: boxes and mixing weights are
-// drawn on the host per batch and would be baked), fp16's loss scaler with AdamW (its step
-// counts live on the host, so an overflowing step cannot be skipped inside the graph:
-// Note [Skipping an update on the device] in optim/optimizer.h), data parallelism over Gloo
+// drawn on the host per batch and would be baked), data parallelism over Gloo
 // or with --comm-timeline, and the CPU. Data parallelism over NCCL is captured whole, its
 // all-reduces overlapping backward as branches of the graph, every rank capturing at the same
 // step (Note [Data parallel in a CUDA graph] in train/data_parallel.cc). In the kernel lab
@@ -129,8 +127,8 @@ TrainStep::TrainStep(nn::Module& model, optim::Optimizer& opt, MixedPrecision& m
   if (why.empty() && !device.is_cuda()) why = "--device " + device.str() + " (CUDA graphs need --device cuda)";
   if (why.empty()) why = par_.capture_blocker();
   if (why.empty() && mp_.loss_scaling() && !opt_.takes_skip_flag())
-    why = "fp16's loss scaler with this optimizer (it keeps step counts on the host, so a step whose gradients "
-          "overflow cannot be skipped inside a graph; use sgd or lars, or --precision bf16)";
+    why = "fp16's loss scaler with this optimizer (a step whose gradients overflow cannot be skipped inside a "
+          "graph; use sgd, lars or adamw, or --precision bf16)";
   if (why.empty() && !opt_.takes_device_lr())
     why = "the optimizer (it takes no learning rate from device memory; use sgd, lars or adamw)";
 

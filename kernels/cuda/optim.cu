@@ -92,8 +92,12 @@ struct AdamWOp {
   AdamWKey g[kMtaMaxGroups];
   int set_of[kMtaMaxGroups];  // the list's distinct set each group is (AdamWHyper::scalars_on_device)
   const double* sets;         // null: g
+  const int64_t* candidate;   // null: candidate 0 (AdamWHyper::candidate_on_device)
+  const float* skip_if_set;   // AdamWHyper::skip_if_set
+  int sets_per_candidate;
   double b1, one_minus_b1, b2, one_minus_b2, eps;
   __device__ void operator()(const MtaRow& r, int64_t, int64_t begin, int64_t end) const {
+    if (skip_if_set != nullptr && *skip_if_set != 0.0f) return;
     T* p = static_cast<T*>(r.ptr[0]);
     const T* gr = static_cast<const T*>(r.ptr[1]);
     T* ea = static_cast<T*>(r.ptr[2]);
@@ -101,7 +105,8 @@ struct AdamWOp {
     auto* p_bf16 = static_cast<__nv_bfloat16*>(r.ptr[4]);
     AdamWKey k = g[r.group];
     if (sets) {
-      const double* d = sets + 3 * set_of[r.group];
+      const int64_t c = candidate ? *candidate : 0;
+      const double* d = sets + 3 * (c * sets_per_candidate + set_of[r.group]);
       k = AdamWKey{d[0], d[1], d[2]};
     }
     const T decay = T(k.decay), bc2_sqrt = T(k.bc2_sqrt), neg_step_size = T(k.neg_step_size);
@@ -217,6 +222,11 @@ __global__ void write_scalars_kernel(ScalarSets sets, double* dst) {
   for (int i = int(threadIdx.x); i < sets.n; i += int(blockDim.x)) dst[i] = sets.v[i];
 }
 
+__global__ void count_if_set_kernel(const float* flag, int64_t* count) {
+  if (*flag != 0.0f) *count += 1;
+}
+__global__ void take_count_kernel(int64_t* count, int64_t take) { *count -= take; }
+
 }  // namespace
 
 void sgd_update(DType t, const std::vector<SgdTensor>& list, const SgdHyper& h, MultiTensorTable& table,
@@ -272,10 +282,14 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
   RT_CHECK(!h.scalars_on_device || keys.size() <= size_t(kAdamWDeviceSets), "adamw_update: ", keys.size(),
            " distinct scalar sets (weight decays x step counts), more than the ", kAdamWDeviceSets,
            " device memory holds");
+  RT_CHECK(!h.candidate_on_device || h.scalars_on_device, "adamw_update: candidate_on_device needs scalars_on_device");
   detail::dispatch_f32_f64(t, [&](auto z) {
     using T = decltype(z);
     AdamWOp<T> op{};
     op.sets = h.scalars_on_device;
+    op.candidate = h.candidate_on_device;
+    op.skip_if_set = h.skip_if_set;
+    op.sets_per_candidate = int(keys.size());
     op.b1 = h.beta1;
     op.one_minus_b1 = 1.0 - h.beta1;
     op.b2 = h.beta2;
@@ -290,12 +304,24 @@ void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHype
   });
 }
 
-std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h) {
+std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h, int candidates) {
+  RT_CHECK(candidates >= 1, "adamw_scalar_sets: candidates must be >= 1, got ", candidates);
   std::vector<AdamWKey> keys, distinct;
   for (const AdamWTensor& e : list) keys.push_back(adamw_key(e, h));
-  mta_set_ids(keys, distinct);
+  const std::vector<int> ids = mta_set_ids(keys, distinct);
+  // The first tensor of each distinct set: candidate c's set is its key at step count - c.
+  std::vector<size_t> first(distinct.size(), list.size());
+  for (size_t i = 0; i < list.size(); ++i)
+    if (first[size_t(ids[i])] == list.size()) first[size_t(ids[i])] = i;
   std::vector<double> out;
-  for (const AdamWKey& k : distinct) out.insert(out.end(), {k.decay, k.bc2_sqrt, k.neg_step_size});
+  for (int c = 0; c < candidates; ++c) {
+    for (size_t d = 0; d < distinct.size(); ++d) {
+      AdamWTensor e = list[first[d]];
+      e.step = std::max<int64_t>(1, e.step - c);  // below 1: a candidate never taken (the count is at most c)
+      const AdamWKey k = c == 0 ? distinct[d] : adamw_key(e, h);
+      out.insert(out.end(), {k.decay, k.bc2_sqrt, k.neg_step_size});
+    }
+  }
   return out;
 }
 
@@ -308,6 +334,18 @@ void adamw_write_scalars(const std::vector<double>& sets, double* dst, cudaStrea
   v.n = int(sets.size());
   std::copy(sets.begin(), sets.end(), v.v);
   RT_LAUNCH(1, 64, 0, s, write_scalars_kernel)(v, dst);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count_if_set(const float* flag, int64_t* count, cudaStream_t s) {
+  RT_CHECK(flag && count, "count_if_set: null pointer");
+  RT_LAUNCH(1, 1, 0, s, count_if_set_kernel)(flag, count);
+  CUDA_CHECK_LAUNCH();
+}
+
+void take_count(int64_t* count, int64_t take, cudaStream_t s) {
+  RT_CHECK(count, "take_count: null pointer");
+  RT_LAUNCH(1, 1, 0, s, take_count_kernel)(count, take);
   CUDA_CHECK_LAUNCH();
 }
 

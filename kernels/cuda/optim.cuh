@@ -61,18 +61,32 @@ struct AdamWHyper {
   // (Note [AdamW's scalars in device memory] in optim/adamw.cc). The same values give the
   // same bits either way.
   const double* scalars_on_device = nullptr;
+  // With scalars_on_device, non-null: the kernel reads this (1,) i64 count c when it runs and
+  // takes the sets of candidate c (adamw_scalar_sets' `candidates`: the list's sets for step
+  // counts c lower), the steps a captured step skipped that the host still counts
+  // (Note [AdamW's skipped steps in a captured step] in optim/adamw.cc).
+  const int64_t* candidate_on_device = nullptr;
+  const float* skip_if_set = nullptr;  // as SgdHyper's
 };
 void adamw_update(DType t, const std::vector<AdamWTensor>& list, const AdamWHyper& h, MultiTensorTable& table,
                   cudaStream_t s);
 
 // The distinct per-tensor scalar sets of `list` in order of first appearance, 3 doubles each,
-// computed on the host exactly as adamw_update computes them.
-std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h);
-inline constexpr int kAdamWDeviceSets = 16;  // sets adamw_write_scalars takes at most
+// computed on the host exactly as adamw_update computes them. With `candidates` > 1, that many
+// groups of them one after the other: group c holds each distinct set computed for its first
+// tensor's step count minus c (at least 1), so every group has the first one's layout.
+std::vector<double> adamw_scalar_sets(const std::vector<AdamWTensor>& list, const AdamWHyper& h,
+                                      int candidates = 1);
+inline constexpr int kAdamWDeviceSets = 64;  // sets adamw_write_scalars takes at most
 // Writes `sets` (adamw_scalar_sets' values, at most kAdamWDeviceSets sets) to `dst` (3 x
 // kAdamWDeviceSets f64 in device memory): one launch with the values as its arguments, so
 // nothing waits on the host.
 void adamw_write_scalars(const std::vector<double>& sets, double* dst, cudaStream_t s);
+// One-thread kernels on an i64 count in device memory (AdamW's skipped steps in a captured
+// step): count_if_set adds 1 when the f32 *flag is non-zero; take_count subtracts `take`
+// (what the host read and counted).
+void count_if_set(const float* flag, int64_t* count, cudaStream_t s);
+void take_count(int64_t* count, int64_t take, cudaStream_t s);
 
 // LARS (the rule in optim/optimizer.h) without a host synchronisation: the kernel of
 // sum_squares_partials (kernels/cuda/grad_norm.cuh) over every parameter and gradient of

@@ -81,6 +81,12 @@ void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void
   CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyHostToDevice, static_cast<cudaStream_t>(stream)));
 }
 
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, int device, void* stream) {
+  if (bytes == 0) return;
+  CUDA_CHECK(cudaSetDevice(device));
+  CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToHost, static_cast<cudaStream_t>(stream)));
+}
+
 namespace {
 std::atomic<int> g_home_device{0};
 }  // namespace

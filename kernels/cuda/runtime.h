@@ -47,6 +47,9 @@ void memcpy(void* dst, const void* src, size_t bytes, CopyKind kind, int device,
 // Host-to-device copy that returns at once. `src` must be pinned (host_alloc_pinned) and
 // stay unchanged until `stream` has passed this point (record an event after it).
 void memcpy_h2d_async(void* dst, const void* src, size_t bytes, int device, void* stream);
+// Device-to-host copy that returns at once. `dst` must be pinned; read it once `stream` has
+// passed this point (an event recorded after it has completed).
+void memcpy_d2h_async(void* dst, const void* src, size_t bytes, int device, void* stream);
 
 // A non-blocking stream; `high_priority`: the device's greatest priority (its kernels are
 // scheduled before those of default-priority streams: communication that backward waits on).

@@ -2,7 +2,9 @@
 // growth) with its state on the CPU and, where there is a GPU (or under --config=cuda-emu),
 // in device memory; and a captured step (Note [Loss scaling in a captured step] in
 // optim/grad_scaler.cc): replays that skip an overflowing update on the device and move the
-// scale exactly as eager steps do, and the optimizers that cannot skip there refused.
+// scale exactly as eager steps do (SGD, LARS, and AdamW, whose host step counts learn which
+// replays were skipped: Note [AdamW's skipped steps in a captured step] in optim/adamw.cc),
+// and what cannot skip there refused.
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -146,6 +148,13 @@ struct Twin {
         opt(make(kind, ps)),
         scaler(o, gpu()) {}
   static std::unique_ptr<optim::Optimizer> make(const std::string& kind, const nn::NamedTensors& ps) {
+    if (kind == "adamw") {
+      optim::AdamWOptions a;
+      a.lr = 0.01;
+      a.weight_decay = 0.05;
+      a.no_decay_1d = true;  // two scalar sets: w decayed, b not
+      return optim::make_adamw(ps, a);
+    }
     if (kind == "lars") {
       optim::LarsOptions l;
       l.exclude_bn_bias = false;
@@ -159,14 +168,21 @@ struct Twin {
   }
 };
 
+// The steps whose gradients hold an inf or NaN: single ones, a pair, and a run longer than
+// the replays AdamW's snapshot of its skipped steps may lag behind (8), so the host must wait
+// for one there.
+bool overflows(int k) { return k == 2 || k == 5 || k == 6 || (k >= 10 && k <= 19) || k == 22; }
+
 // Step k's gradients: random, times a large factor (the loss scale), with an inf or NaN in
-// some steps.
+// the overflowing steps.
 std::vector<Tensor> grads_of(int k) {
   Tensor w = mul(rnd({3, 5}, 100 + uint64_t(k)), 3000.0).to(DType::f32);
   Tensor b = mul(rnd({5}, 200 + uint64_t(k)), 3000.0).to(DType::f32);
-  if (k == 2) w.data<float>()[4] = kInf;
-  if (k == 5) b.data<float>()[0] = std::numeric_limits<float>::quiet_NaN();
-  if (k == 6) w.data<float>()[0] = -kInf;
+  if (overflows(k)) {
+    if (k % 3 == 0) w.data<float>()[k % 15] = kInf;
+    if (k % 3 == 1) b.data<float>()[k % 5] = std::numeric_limits<float>::quiet_NaN();
+    if (k % 3 == 2) w.data<float>()[k % 15] = -kInf;
+  }
   return {w, b};
 }
 
@@ -174,16 +190,32 @@ void check_same_bits(const nn::NamedTensors& a, const nn::NamedTensors& b, const
   for (size_t i = 0; i < a.size(); ++i) check_on_gpu(a[i].second, b[i].second.to(Device::cpu()), kExact, what);
 }
 
+// The optimizers' states with the same bits (AdamW's step counts among them).
+void check_same_state(const optim::Optimizer& got, const optim::Optimizer& want, const std::string& what) {
+  const auto sg = got.state(), sw = want.state();
+  REQUIRE(sg.size() == sw.size());
+  for (const auto& [name, t] : sw) {
+    REQUIRE(sg.count(name));
+    if (t.dtype() == DType::i64)
+      CHECK_MESSAGE(sg.at(name).to_vector<int64_t>() == t.to_vector<int64_t>(), what, ": ", name);
+    else
+      check_on_gpu(sg.at(name), t.to(Device::cpu()), kExact, what + ": " + name);
+  }
+}
+
 TEST_CASE("GradScaler in a captured step: replays skip an overflowing update on the device, as eager steps do") {
   if (!have_gpu("GradScaler captured")) return;
   GradScalerOptions o;
   o.init_scale = 4096.0;
   o.growth_interval = 2;  // growth between the overflows
-  for (const std::string kind : {"sgd", "lars"}) {
+  for (const std::string kind : {"sgd", "lars", "adamw"}) {
     CAPTURE(kind);
     const Stream stream = Stream::create(gpu());
     const StreamGuard on(stream);
     Twin eager(kind, o), graphed(kind, o);
+    // The graphed set's update reads its lr (AdamW: its scalars) from device memory, written
+    // before every step as a training step does (Note [The learning rate in device memory]).
+    graphed.opt->set_device_lr(Tensor::full({1}, graphed.opt->lr(), DType::f64, gpu()));
     // The graphed set's gradients and loss live in fixed buffers.
     std::vector<Tensor> gbuf = {Tensor::zeros({3, 5}, DType::f32, gpu()), Tensor::zeros({5}, DType::f32, gpu())};
     for (size_t i = 0; i < gbuf.size(); ++i) graphed.ps[i].second.set_grad(gbuf[i]);
@@ -204,40 +236,45 @@ TEST_CASE("GradScaler in a captured step: replays skip an overflowing update on 
     // Step 0 eagerly on both: the optimizers make their state (Note [Skipping an update on the device]).
     feed(0);
     eager_step(eager, loss);
+    graphed.opt->prepare_device_step();
     eager_step(graphed, loss);
     CudaGraph graph;
     Tensor scaled;  // the graph's output: the loss times the scale of its step
+    graphed.opt->prepare_device_step();
     graph.capture(stream, [&] { scaled = eager_step(graphed, loss); });
-    for (int k = 1; k <= 8; ++k) {
+    for (int k = 1; k <= 24; ++k) {
       CAPTURE(k);
       feed(k);
       const double scale_before = eager.scaler.get_scale();
       const Tensor before = graphed.ps[0].second.to(Device::cpu());
       const Tensor want = eager_step(eager, loss);
+      if (k > 1) graphed.opt->prepare_device_step();  // the first replay's came before the capture
       graph.replay(stream);
+      if (k > 1) graphed.opt->count_replayed_step();  // the capture's step() counted the first
       check_same_bits(graphed.ps, eager.ps, "parameters after step " + std::to_string(k));
       check_on_gpu(scaled, want.to(Device::cpu()), kExact, "scaled loss");
       CHECK(scaled.item() == 1.75 * scale_before);
       CHECK(graphed.scaler.get_scale() == eager.scaler.get_scale());
       CHECK(graphed.scaler.growth_tracker() == eager.scaler.growth_tracker());
       CHECK(graphed.scaler.skipped_steps() == eager.scaler.skipped_steps());
-      const bool overflow = k == 2 || k == 5 || k == 6;
-      if (overflow) {
+      if (overflows(k)) {
         CHECK(graphed.scaler.get_scale() == scale_before / 2);
         check_on_gpu(graphed.ps[0].second, before, kExact, "a skipped step changes nothing");
       } else {
         CHECK_FALSE(values(graphed.ps[0].second) == values(before));
       }
+      // Mid-way, inside the long run of overflows too: the state a checkpoint would take,
+      // then the replays go on.
+      if (k == 8 || k == 15) check_same_state(*graphed.opt, *eager.opt, "state after step " + std::to_string(k));
     }
-    CHECK(graphed.scaler.skipped_steps() == 3);
-    const auto se = eager.opt->state(), sg = graphed.opt->state();
-    REQUIRE(se.size() == sg.size());
-    for (const auto& [name, t] : se) check_on_gpu(sg.at(name), t.to(Device::cpu()), kExact, "state " + name);
+    CHECK(graphed.scaler.skipped_steps() == 14);
+    check_same_state(*graphed.opt, *eager.opt, "state at the end");
+    if (kind == "adamw") CHECK(eager.opt->state().at("step.w").to_vector<int64_t>() == std::vector<int64_t>{11});
     stream.synchronize();
   }
 }
 
-TEST_CASE("GradScaler in a captured step: optimizers that cannot skip on the device are refused") {
+TEST_CASE("GradScaler in a captured step: what cannot skip an update on the device is refused") {
   if (!have_gpu("GradScaler captured refusals")) return;
   const Stream stream = Stream::create(gpu());
   const StreamGuard on(stream);
@@ -252,12 +289,10 @@ TEST_CASE("GradScaler in a captured step: optimizers that cannot skip on the dev
       scaler.update();
     });
   };
-  {  // AdamW counts its steps on the host.
+  {  // AdamW reads its step counts' scalars from device memory only with a device lr.
     nn::NamedTensors ps = small_params(gpu());
     auto opt = optim::make_adamw(ps, {});
-    CHECK_THROWS_WITH_AS(capture_step(ps, *opt), doctest::Contains("cannot skip this optimizer's update"), Error);
-    CHECK_THROWS_WITH_AS(opt->set_skip_flag(Tensor::zeros({1}, DType::f32, gpu())),
-                         doctest::Contains("keeps step counts on the host"), Error);
+    CHECK_THROWS_WITH_AS(capture_step(ps, *opt), doctest::Contains("needs the scalars in device memory"), Error);
   }
   {  // SGD's first momentum step makes its buffer from the gradient.
     nn::NamedTensors ps = small_params(gpu());

@@ -4,8 +4,8 @@
 //     the rehearsals, the capture and replays (fp32, bf16, and fp16 with its loss scaler),
 //     with a step schedule and with cosine after a
 //     warm-up (the lr changes every step, read from device memory: one capture), SGD, LARS
-//     and AdamW;
-//   - an exact resume of a run with graphs (SGD, AdamW, SGD with fp16's loss scaler);
+//     and AdamW (with fp16's loss scaler too);
+//   - an exact resume of a run with graphs (SGD, AdamW, SGD and AdamW with fp16's loss scaler);
 //   - data parallelism over NCCL (2 processes, with and without --sync-bn, fp16 too): the
 //     collectives captured, bit for bit the eager data-parallel run;
 //   - a configuration that cannot be captured runs eagerly and says which flag prevents it.
@@ -130,16 +130,19 @@ TEST_CASE("--cuda-graphs with an lr that changes every step captures once and tr
   if (!have_gpu("cuda graphs with cosine")) return;
   // Note [The learning rate in device memory] in optim/optimizer.h: a warm-up epoch, then
   // cosine; SGD (the test's default), LARS, and AdamW, whose bias corrections change every
-  // step too (Note [AdamW's scalars in device memory] in optim/adamw.cc).
-  for (const std::string opt : {"sgd", "lars", "adamw"}) {
-    CAPTURE(opt);
-    const fs::path base = test::fresh_dir("cuda_graphs_test_", "cosine_" + opt);
+  // step too (Note [AdamW's scalars in device memory] in optim/adamw.cc), also with fp16's
+  // loss scaler (Note [AdamW's skipped steps in a captured step]).
+  for (const std::string run : {"sgd", "lars", "adamw", "adamw_fp16"}) {
+    CAPTURE(run);
+    const std::string opt = run.substr(0, run.find('_'));
+    const std::string precision = run == "adamw_fp16" ? "fp16" : "fp32";
+    const fs::path base = test::fresh_dir("cuda_graphs_test_", "cosine_" + run);
     std::vector<std::string> more = {"--lr-scheduler", "cosine", "--lr-warmup-epochs", "1", "--optimizer", opt};
     if (opt == "adamw") more.insert(more.end(), {"--lr", "0.001"});
     std::vector<std::string> with = more;
     with.push_back("--cuda-graphs");
-    const Run e = train(base / "eager", tiny(base / "eager", more));
-    const Run g = train(base / "graphs", tiny(base / "graphs", with));
+    const Run e = train(base / "eager", tiny(base / "eager", more, precision));
+    const Run g = train(base / "graphs", tiny(base / "graphs", with, precision));
     CHECK(g.output.find("runs eagerly") == std::string::npos);
     // 10 steps: the warm-up step and rehearsals eager, one capture, the rest replayed.
     CHECK(g.output.find(" captured, ") != std::string::npos);
@@ -155,10 +158,10 @@ TEST_CASE("--cuda-graphs resumes exactly") {
   if (!have_gpu("cuda graphs resume")) return;
   // AdamW: its step counts advance on the host after every replay, and are saved. fp16: the
   // loss scaler's state, read from device memory into the checkpoint and written back.
-  for (const std::string run : {"sgd", "adamw", "sgd_fp16"}) {
+  for (const std::string run : {"sgd", "adamw", "sgd_fp16", "adamw_fp16"}) {
     CAPTURE(run);
     const std::string opt = run.substr(0, run.find('_'));
-    const std::string precision = run == "sgd_fp16" ? "fp16" : "fp32";
+    const std::string precision = run.find("_fp16") != std::string::npos ? "fp16" : "fp32";
     const fs::path base = test::fresh_dir("cuda_graphs_test_", "resume_" + run);
     const std::vector<std::string> o = {"--cuda-graphs", "--optimizer", opt, "--lr", opt == "adamw" ? "0.001" : "0.1"};
     auto with = [&](std::vector<std::string> more) {
@@ -215,9 +218,8 @@ TEST_CASE("--cuda-graphs with a setting that cannot be captured runs eagerly and
                                                              "--batch-size", "4"}));
   CHECK(r.output.find("--cuda-graphs: the training step runs eagerly because of --accum-steps 2 (use 1)") !=
         std::string::npos);
-  const Run h =
-      train(base / "fp16", tiny(base / "fp16", {"--cuda-graphs", "--steps", "1", "--optimizer", "adamw"}, "fp16"));
-  CHECK(h.output.find("because of fp16's loss scaler with this optimizer") != std::string::npos);
+  const Run h = train(base / "mixup", tiny(base / "mixup", {"--cuda-graphs", "--steps", "1", "--mixup-alpha", "0.2"}));
+  CHECK(h.output.find("because of --mixup-alpha (host-drawn mixing weights; use 0)") != std::string::npos);
   const Run t = train(base / "timeline", tiny(base / "timeline", {"--cuda-graphs", "--steps", "1", "--nproc-per-node",
                                                                    "2", "--comm-timeline"}));
   CHECK(t.output.find("because of --comm-timeline") != std::string::npos);
