@@ -5,7 +5,7 @@
 # benchmarks and the generators of the golden test files.
 set -euo pipefail
 
-want=(bazel-bootstrap g++ libeigen3-dev doctest-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev libdnnl-dev libboost-context-dev dataset-fashion-mnist)
+want=(bazel-bootstrap g++ libeigen3-dev doctest-dev zlib1g-dev libjpeg62-turbo-dev libpng-dev libgloo-dev libdnnl-dev libboost-context-dev libdw-dev dataset-fashion-mnist)
 for arg in "$@"; do
   case "$arg" in
     --with-torch) want+=(python3-torch python3-torchvision python3-numpy) ;;

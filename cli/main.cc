@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "cli/analyze.h"
 #include "cli/doctor.h"
 #include "cli/flags.h"
 #include "cli/pack.h"
@@ -32,7 +33,8 @@ const char* kUsage =
     "  info    the devices ringtape sees, its CPU threads and instruction set\n"
     "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n"
     "  plot    draw runs' metrics.jsonl (loss, accuracy, learning rate, images/s) as an SVG\n"
-    "  pack    write an image folder as WebDataset tar shards (for --dataset webdataset)\n\n"
+    "  pack    write an image folder as WebDataset tar shards (for --dataset webdataset)\n"
+    "  analyze where the ranks of a failed data-parallel run diverged (its flight records)\n\n"
     "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
@@ -75,6 +77,7 @@ int main(int argc, char** argv) {
     if (cmd == "doctor") return rt::cli::doctor_command(args);
     if (cmd == "plot") return rt::cli::plot_command(args);
     if (cmd == "pack") return rt::cli::pack_command(args);
+    if (cmd == "analyze") return rt::cli::analyze_command(args);
     if (cmd == "train" || cmd == "eval") {
       rt::cli::Flags flags(cmd == "train" ? rt::cli::train_flags() : rt::cli::eval_flags());
       for (const auto& a : args)

@@ -445,6 +445,13 @@ std::vector<FlagRow> distributed_rows() {
                       "seconds any collective or the rendezvous may take before the run stops naming the lost rank",
                       {}, Range{0, 1e7, true, "in (0, 10000000] seconds"}),
                  [](const FlagValue& v, TrainConfig& c) { c.parallel.timeout_s = v.number(); }),
+      train_only(flag("trace-buffer", FlagType::integer, std::to_string(ParallelConfig{}.trace_buffer),
+                      Topic::distributed,
+                      "collectives each rank's flight recorder keeps (0: off); written to logs/flight-rank-K.json "
+                      "when a collective fails, on SIGUSR1 and at a fatal signal, and analysed by the launcher "
+                      "(ringtape analyze RUN_DIR)",
+                      {}, within(0, 1 << 20, "in [0, 1048576] (collectives; 0 = off)")),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.trace_buffer = v.integer(); }),
       train_only(flag("comm-timeline", FlagType::boolean, "false", Topic::distributed,
                       "rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and phase "
                       "times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py"),

@@ -4,6 +4,7 @@
 #include <utility>
 
 #include "distributed/communicator_liveness.h"
+#include "distributed/flight_recorder.h"
 
 namespace rt::dist {
 
@@ -72,6 +73,17 @@ namespace {
 std::string elems(const Tensor& t) { return detail::cat(dtype_name(t.dtype()), " x ", t.numel()); }
 }  // namespace
 
+Work Communicator::record_and_run(Call c, const char* op, const Tensor& t) {
+  if (flight::enabled()) {
+    const bool has = t.defined();
+    c.flight = flight::queued(opts_.name, opts_.purpose, collectives_, op, has ? t.numel() : 0,
+                              has ? t.numel() * int64_t(dtype_size(t.dtype())) : 0, has ? dtype_name(t.dtype()) : "",
+                              c.kind == Kind::all_reduce ? algo_name(c.algo) : "", c.what);
+  }
+  ++collectives_;
+  return run(std::move(c));
+}
+
 Work Communicator::watch(const Stream&, const std::string& what, Millis) {
   RT_FAIL(backend(), " cannot watch a stream (", what, "): its calls are not captured in CUDA graphs, only NCCL's are");
 }
@@ -85,8 +97,7 @@ Work Communicator::all_reduce(const Tensor& t, ReduceOp op, AllReduceAlgo algo, 
   c.a = t;
   c.op = op;
   c.algo = algo;
-  ++collectives_;
-  return run(std::move(c));
+  return record_and_run(std::move(c), "all_reduce", t);
 }
 
 Work Communicator::broadcast(const Tensor& t, int root, Millis timeout) {
@@ -96,8 +107,7 @@ Work Communicator::broadcast(const Tensor& t, int root, Millis timeout) {
                      timeout);
   c.a = t;
   c.root = root;
-  ++collectives_;
-  return run(std::move(c));
+  return record_and_run(std::move(c), "broadcast", t);
 }
 
 Work Communicator::all_gather(const Tensor& out, const Tensor& in, Millis timeout) {
@@ -108,8 +118,7 @@ Work Communicator::all_gather(const Tensor& out, const Tensor& in, Millis timeou
   Call c = make_call(Kind::all_gather, what, timeout);
   c.a = out;
   c.b = in;
-  ++collectives_;
-  return run(std::move(c));
+  return record_and_run(std::move(c), "all_gather", in);
 }
 
 Work Communicator::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp op, Millis timeout) {
@@ -123,14 +132,12 @@ Work Communicator::reduce_scatter(const Tensor& out, const Tensor& in, ReduceOp 
   c.a = out;
   c.b = in;
   c.op = op;
-  ++collectives_;
-  return run(std::move(c));
+  return record_and_run(std::move(c), "reduce_scatter", out);
 }
 
 Work Communicator::barrier(Millis timeout) {
   Call c = make_call(Kind::barrier, detail::cat("barrier #", collectives_), timeout);
-  ++collectives_;
-  return run(std::move(c));
+  return record_and_run(std::move(c), "barrier", Tensor());
 }
 
 Work Communicator::send(const Tensor& t, int dst, Millis timeout) { return send_recv(t, dst, Tensor(), -1, timeout); }

@@ -82,6 +82,10 @@ struct CommOptions {
   // reducer's overlap figure reads on GPUs. Off, the events only order and signal, which
   // costs less to record and query.
   bool timed_events = false;
+  // The flight recorder's names (Note [Flight recorder] in distributed/flight_recorder.h): this
+  // communicator's, and what its calls are for unless a flight::Purpose scope says otherwise.
+  std::string name = "main";
+  std::string purpose = "control";
 };
 
 // The address this rank's connections listen on: CommOptions::host, else the one that
@@ -159,6 +163,7 @@ class Communicator {
     AllReduceAlgo algo = AllReduceAlgo::library;
     int root = -1, dst = -1, src = -1;
     Millis timeout{0};
+    uint64_t flight = 0;  // its flight record (flight::started/ended), 0: none
   };
   virtual Work run(Call call) = 0;
   // Whether the backend reduces this dtype (the base has checked that it is floating).
@@ -166,6 +171,8 @@ class Communicator {
 
  private:
   Call make_call(Kind kind, std::string what, Millis timeout) const;
+  // Records collective `c` (tensor `t`: what it moves per rank) in the flight recorder and runs it.
+  Work record_and_run(Call c, const char* op, const Tensor& t);
   void check_tensor(const Tensor& t, const char* op, const char* arg) const;
   void check_peer(int peer, const char* op, const char* arg) const;
   // Floating, and reduced by the backend.

@@ -21,6 +21,7 @@
 
 #include "distributed/allreduce_algos.h"
 #include "distributed/communicator_liveness.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/gloo_store.h"
 #include "distributed/reduce_kernel.h"
 #include "distributed/work_queue.h"
@@ -413,12 +414,15 @@ Work GlooCommunicator::run(Call call) {
   std::string what = call.what;
   const Millis timeout = call.timeout;
   return m.queue->submit(std::move(what), timeout, [&m, c = std::move(call), call_no](Clock::time_point deadline) {
+    flight::started(c.flight);  // the queue's thread took it (Note [Flight recorder])
     try {
       m.execute(c, call_no, deadline);
     } catch (...) {
+      flight::ended(c.flight, false);
       m.abandon();
       throw;
     }
+    flight::ended(c.flight, true);
   });
 }
 

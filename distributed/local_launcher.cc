@@ -7,11 +7,18 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <map>
 
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "distributed/flight_analysis.h"
+#include "distributed/stack_dump.h"
 #include "distributed/net_util.h"
 #include "base/error.h"
 
@@ -23,6 +30,10 @@ using Clock = std::chrono::steady_clock;
 // The signal the launcher received (0: none), set by its handler, read by the loop.
 std::atomic<int> g_signal{0};
 void on_signal(int sig) { g_signal.store(sig); }
+// SIGUSR1 to the launcher: passed on to every worker, whose flight recorder writes its records
+// (Note [Flight recorder] in distributed/flight_recorder.h); nothing stops.
+std::atomic<bool> g_usr1{false};
+void on_usr1(int) { g_usr1.store(true); }
 
 struct Worker {
   int rank = 0, local_rank = 0;
@@ -33,7 +44,12 @@ struct Worker {
   std::string tail;
 };
 
+// kReapedElsewhere: the worker ended but its status was taken by another waiter (a ptrace
+// reader of its stacks that met its exit).
+constexpr int kReapedElsewhere = -1;
+
 std::string exit_text(int status) {
+  if (status == kReapedElsewhere) return "an exit status the launcher could not read";
   if (WIFEXITED(status)) return "exit status " + std::to_string(WEXITSTATUS(status));
   if (WIFSIGNALED(status)) return std::string("signal ") + strsignal(WTERMSIG(status));
   return "status " + std::to_string(status);
@@ -62,6 +78,98 @@ bool failed(int status) { return !(WIFEXITED(status) && WEXITSTATUS(status) == 0
   execv(argv[0], argv.data());
   std::fprintf(stderr, "cannot start worker %s: %s\n", o.command[0].c_str(), std::strerror(errno));
   _exit(127);
+}
+
+// What the launcher sees of a worker's process: how it ended, or whether it is stopped.
+std::string fate_of(const Worker& w) {
+  if (!w.running) return exit_text(w.status);
+  std::ifstream stat("/proc/" + std::to_string(w.pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');  // the state follows the command name in parentheses
+  const char state = paren != std::string::npos && paren + 2 < text.size() ? text[paren + 2] : '?';
+  if (state == 'T' || state == 't') return "stopped (SIGSTOP, or a debugger), still alive";
+  return "running";
+}
+
+std::string read_text(const std::filesystem::path& p) {
+  std::ifstream f(p);
+  std::stringstream s;
+  s << f.rdbuf();
+  return s.str();
+}
+
+// Note [The launcher's analysis]
+// When a worker fails, the launcher reads every local worker's flight ring (mapped files in
+// its RINGTAPE_FLIGHT_DIR: Note [Flight recorder] in distributed/flight_recorder.h) before it
+// stops the others, so a stopped or killed rank's records are there as it left them and the
+// survivors' show where they waited. Then the stacks of every worker still alive
+// (Note [Stacks of a stuck rank] in distributed/stack_dump.h): appended to the rank's
+// logs/rank-K.log, and its main thread's place quoted in the analysis. It writes the records
+// to <run dir>/logs/flight-rank-K.json (what `ringtape analyze` reads later), with what it saw
+// of each process, adds the records other nodes' ranks wrote there (a run directory on a
+// shared file system), and prints the analysis (Note [Where ranks diverge] in
+// distributed/flight_analysis.h) before it exits.
+void report_flight(const LocalLaunchOptions& o, const std::vector<Worker>& workers, const Worker& failed,
+                   const std::filesystem::path& dir) {
+  namespace fs = std::filesystem;
+  using flight::RankRecords;
+  std::vector<RankRecords> ranks;
+  std::string run_dir;
+  const std::string why = "by the launcher when rank " + std::to_string(failed.rank) + " failed";
+  for (const Worker& w : workers) {
+    const fs::path ring = dir / flight::mapped_name(w.rank);
+    if (fs::exists(dir / flight::run_dir_name(w.rank))) run_dir = read_text(dir / flight::run_dir_name(w.rank));
+    if (!fs::exists(ring)) continue;
+    try {
+      RankRecords r = flight::read_mapped(ring.string());
+      r.fate = fate_of(w);
+      r.reason = why;
+      r.written = std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+      ranks.push_back(std::move(r));
+    } catch (const std::exception& e) {
+      std::fprintf(o.console, "ringtape launcher: rank %d's flight records: %s\n", w.rank, e.what());
+    }
+  }
+  if (ranks.empty()) return;  // --trace-buffer 0, or no rank got as far as its communicators
+  for (RankRecords& r : ranks)
+    for (const Worker& w : workers)
+      if (w.rank == r.rank && w.running) {
+        const ProcessStacks stacks = read_stacks(w.pid);
+        r.main_thread = main_thread_where(stacks);
+        if (run_dir.empty()) continue;
+        std::ofstream log(fs::path(run_dir) / "logs" / ("rank-" + std::to_string(w.rank) + ".log"), std::ios::app);
+        log << "\n---- rank " << w.rank << "'s threads (pid " << w.pid << ", " << fate_of(w) << "), read " << why
+            << " ----\n" << stacks_text(stacks) << "----\n";
+      }
+  std::string where = "the run directory is not known yet: not written";
+  if (!run_dir.empty()) {
+    std::vector<int> mine;
+    for (const RankRecords& r : ranks) {
+      mine.push_back(r.rank);
+      const fs::path file = fs::path(run_dir) / "logs" / flight::dump_name(r.rank);
+      std::error_code ec;
+      fs::create_directories(file.parent_path(), ec);
+      std::ofstream(file.string() + ".tmp", std::ios::trunc) << flight::to_json(r);
+      fs::rename(file.string() + ".tmp", file, ec);
+    }
+    where = (fs::path(run_dir) / "logs" / "flight-rank-K.json").string() + "; ringtape analyze " + run_dir;
+    std::vector<std::string> problems;
+    try {
+      for (RankRecords& r : flight::read_run_dir(run_dir, problems))
+        if (std::find(mine.begin(), mine.end(), r.rank) == mine.end()) ranks.push_back(std::move(r));  // other nodes'
+    } catch (const std::exception&) {
+    }
+  }
+  std::string text = flight::analyze(ranks, o.nproc_per_node * o.nnodes);
+  std::string indented;
+  for (size_t at = 0; at < text.size();) {
+    const size_t nl = text.find('\n', at);
+    indented += "  " + text.substr(at, nl - at) + "\n";
+    at = nl == std::string::npos ? text.size() : nl + 1;
+  }
+  std::fprintf(o.console, "ringtape launcher: where the ranks' collectives diverge (flight records: %s):\n%s",
+               where.c_str(), indented.c_str());
+  std::fflush(o.console);
 }
 
 void check_options(const LocalLaunchOptions& o) {
@@ -105,12 +213,19 @@ int run_local_launcher(const LocalLaunchOptions& o) {
   std::fflush(nullptr);
 
   g_signal.store(0);
-  struct sigaction sa{}, old_int{}, old_term{};
+  struct sigaction sa{}, old_int{}, old_term{}, old_usr1{};
   sa.sa_handler = on_signal;
   sigemptyset(&sa.sa_mask);
   sigaction(SIGINT, &sa, &old_int);
   sigaction(SIGTERM, &sa, &old_term);
+  g_usr1.store(false);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, &old_usr1);
 
+  // The workers' flight rings (Note [The launcher's analysis]), removed when they have ended.
+  std::string flight_dir = (std::filesystem::temp_directory_path() / "ringtape-flight-XXXXXX").string();
+  RT_CHECK(mkdtemp(flight_dir.data()) != nullptr, "launcher: cannot make a directory for the flight records (",
+           flight_dir, "): ", std::strerror(errno), "; set TMPDIR to a writable directory");
   std::vector<Worker> workers(size_t(o.nproc_per_node));
   const pid_t self = getpid();
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
@@ -121,7 +236,7 @@ int run_local_launcher(const LocalLaunchOptions& o) {
         {"MASTER_ADDR", o.master_addr},          {"MASTER_PORT", std::to_string(port)},
         {"RANK", std::to_string(w.rank)},        {"WORLD_SIZE", std::to_string(world)},
         {"LOCAL_RANK", std::to_string(lr)},      {"LOCAL_WORLD_SIZE", std::to_string(o.nproc_per_node)},
-        {"GROUP_RANK", std::to_string(o.node_rank)}};
+        {"GROUP_RANK", std::to_string(o.node_rank)},  {"RINGTAPE_FLIGHT_DIR", flight_dir}};
     int fds[2] = {-1, -1};
     const bool console = w.rank == 0;
     if (!console) RT_CHECK(pipe2(fds, O_CLOEXEC) == 0, "launcher: pipe: ", std::strerror(errno));
@@ -163,6 +278,9 @@ int run_local_launcher(const LocalLaunchOptions& o) {
       while ((k = read(w.out, buf, sizeof buf)) > 0) w.tail.append(buf, size_t(k));
       if (w.tail.size() > kTailBytes) w.tail.erase(0, w.tail.size() - kTailBytes);
     }
+    if (g_usr1.exchange(false))
+      for (Worker& w : workers)
+        if (w.running) kill(w.pid, SIGUSR1);  // the worker only: its group may hold helpers
     if (const int sig = g_signal.exchange(0); sig != 0) {
       if (!forwarded) std::fprintf(o.console, "ringtape launcher: %s: stopping the workers\n", strsignal(sig));
       forwarded = sig;
@@ -174,7 +292,12 @@ int run_local_launcher(const LocalLaunchOptions& o) {
       Worker& w = workers[i];
       if (!w.running) continue;
       siginfo_t info{};
-      if (waitid(P_PID, w.pid, &info, WEXITED | WNOWAIT | WNOHANG) == 0 && info.si_pid != 0) {
+      const int rc = waitid(P_PID, w.pid, &info, WEXITED | WNOWAIT | WNOHANG);
+      if (rc != 0 && errno == ECHILD) {  // reaped already: reading its stacks met its exit
+        kill(-w.pid, SIGKILL);
+        w.status = kReapedElsewhere;
+        w.running = false;
+      } else if (rc == 0 && info.si_pid != 0) {
         kill(-w.pid, SIGKILL);  // what it left behind; the group id cannot be reused yet (zombie)
         waitpid(w.pid, &w.status, 0);
         w.running = false;
@@ -182,6 +305,11 @@ int run_local_launcher(const LocalLaunchOptions& o) {
           first_failed = int(i);
           std::fprintf(o.console, "ringtape launcher: rank %d failed (%s); stopping the other workers\n", w.rank,
                        exit_text(w.status).c_str());
+          // A rank that stopped on SIGINT/SIGTERM (train/interrupt.h: every rank stops together,
+          // Note [Stopping together] in train/trainer.cc) ended in order: nothing to analyse.
+          const bool stopped_in_order = WIFEXITED(w.status) && (WEXITSTATUS(w.status) == 128 + SIGTERM ||
+                                                                WEXITSTATUS(w.status) == 128 + SIGINT);
+          if (!stopped_in_order) report_flight(o, workers, w, flight_dir);  // before the others move on
           signal_all(SIGTERM);
           kill_at = Clock::now() + o.grace;
         }
@@ -196,8 +324,11 @@ int run_local_launcher(const LocalLaunchOptions& o) {
   }
   for (Worker& w : workers)
     if (w.out >= 0) close(w.out);
+  std::error_code ec;
+  std::filesystem::remove_all(flight_dir, ec);
   sigaction(SIGINT, &old_int, nullptr);
   sigaction(SIGTERM, &old_term, nullptr);
+  sigaction(SIGUSR1, &old_usr1, nullptr);
 
   if (forwarded) return 128 + forwarded;
   if (first_failed < 0) return 0;
@@ -208,6 +339,7 @@ int run_local_launcher(const LocalLaunchOptions& o) {
     std::fprintf(o.console, "; its last lines:\n%s\n", last_lines(f.tail, 20).c_str());
   else
     std::fprintf(o.console, "%s\n", f.rank == 0 ? " (its output is above)" : " (no output)");
+  if (f.status == kReapedElsewhere) return 1;
   return WIFEXITED(f.status) ? WEXITSTATUS(f.status) : 128 + WTERMSIG(f.status);
 }
 

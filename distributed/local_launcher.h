@@ -10,7 +10,12 @@
 //     after `grace`, and the launcher exits non-zero naming the first failed rank and its
 //     last lines;
 //   - nothing outlives the launcher: every worker leads its own process group, which is
-//     killed when the worker ends, and dies with the launcher (PR_SET_PDEATHSIG).
+//     killed when the worker ends, and dies with the launcher (PR_SET_PDEATHSIG);
+//   - the workers' flight records live in files it maps (RINGTAPE_FLIGHT_DIR, a temporary
+//     directory it removes at the end): when a worker fails it reads them all, writes them to
+//     the run's logs/ and prints where the ranks' collectives diverge
+//     (Note [The launcher's analysis] in local_launcher.cc); SIGUSR1 to it reaches every worker
+//     (each writes its records, nothing stops).
 #pragma once
 
 #include <chrono>

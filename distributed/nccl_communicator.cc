@@ -13,6 +13,7 @@
 
 #include "distributed/allreduce_algos.h"
 #include "distributed/communicator_liveness.h"
+#include "distributed/flight_recorder.h"
 #include "distributed/nccl_check.h"
 #include "distributed/reduce_kernel_cuda.h"
 #include "engine/stream.h"
@@ -98,6 +99,7 @@ struct NcclCommunicator::Impl {
     EventPtr done;
     std::shared_ptr<State> state;
     std::vector<Tensor> keep;  // alive until the stream has passed the call
+    uint64_t flight = 0;       // its flight record (Note [Flight recorder] in distributed/flight_recorder.h)
   };
 
   void enqueue(const Call& c, std::vector<Tensor>& keep);
@@ -300,11 +302,13 @@ void NcclCommunicator::Impl::abort(const std::string& why) {
     }
   };
   while (!inflight.empty() && completed(inflight.front().done.get())) {
+    flight::ended(inflight.front().flight, true);
     inflight.front().state->finish("");
     inflight.pop_front();
   }
   if (!aborting.exchange(true)) NCCL_WARN(ncclCommAbort(comm));
   broken = inflight.empty() ? why : describe(inflight.front(), why);
+  if (!inflight.empty()) flight::ended(inflight.front().flight, false);
   for (size_t i = 0; i < inflight.size(); ++i)
     inflight[i].state->finish(i == 0 ? broken : inflight[i].what + " not run: " + broken);
   // Note [Tensors of aborted calls]
@@ -340,6 +344,7 @@ void NcclCommunicator::Impl::watchdog() {
       // Release what completed, in order.
       bool released = false;
       while (!inflight.empty() && cuda::event_query(inflight.front().done.get())) {
+        flight::ended(inflight.front().flight, true);
         inflight.front().state->finish("");
         inflight.pop_front();
         released = true;
@@ -578,6 +583,11 @@ Work NcclCommunicator::run(Call call) {
     throw;
   }
   cuda::event_record(e.done.get(), m.stream.handle());
+  // Started: queued on the communication stream (Note [Flight recorder]). A captured call is
+  // recorded once, when captured, as ended there: its replays run inside graphs watched whole.
+  flight::started(call.flight);
+  if (captured) flight::ended(call.flight, true);
+  e.flight = call.flight;
   if (captured) return Work(std::make_shared<NcclWork>(state, e.done, &m.aborting, nullptr, nullptr, true));
   Work w(std::make_shared<NcclWork>(state, e.done, &m.aborting, timed ? ready : nullptr, started));
   {

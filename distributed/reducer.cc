@@ -1,10 +1,13 @@
 #include "distributed/reducer.h"
 
 #include <algorithm>
+#include <cstdio>
 #include <memory>
 #include <sstream>
 
 #include "base/error.h"
+#include "distributed/fault.h"
+#include "distributed/flight_recorder.h"
 #include "engine/stream.h"
 #include "kernels/cuda/runtime.h"
 
@@ -198,6 +201,18 @@ void Reducer::launch(size_t b) {
   timeline_.buckets[b].launched = now();
   // A bucket completed with zeros at the end of backward (find_unused) was ready then.
   if (timeline_.buckets[b].ready < 0) timeline_.buckets[b].ready = timeline_.buckets[b].launched;
+  const flight::Purpose purpose("gradients", int(b));  // Note [Flight recorder] in distributed/flight_recorder.h
+  const Fault& fault = injected_fault();  // a test's (distributed/fault.h)
+  if (fault.kind != Fault::Kind::none && fault.rank == comm_.rank() && fault.bucket == int(b) &&
+      fault.step == flight::current_step()) {
+    const bool skip = fault.kind == Fault::Kind::skip_bucket;
+    std::fprintf(stderr, "RINGTAPE_FAULT: rank %d %s bucket %zu's all-reduce at step %lld\n", comm_.rank(),
+                 skip ? "skips" : "issues a barrier for", b, static_cast<long long>(fault.step));
+    bk.work = skip ? Work() : comm_.barrier(opts_.timeout);
+    bk.launched = true;
+    ++collectives_;
+    return;
+  }
   if (bk.staging.defined()) {
     bk.staging.copy_(bk.flat);  // rounded on the compute stream, before the collective's event
     bk.work = comm_.all_reduce(bk.staging, ReduceOp::avg, opts_.algo, opts_.timeout);

@@ -4,6 +4,7 @@
 #include <cstdio>
 #include <map>
 
+#include "distributed/flight_recorder.h"
 #include "distributed/gloo_communicator.h"
 #include "distributed/nccl_communicator.h"
 #include "distributed/sync_batch_norm.h"
@@ -22,6 +23,7 @@ dist::Millis timeout_of(const ParallelConfig& cfg) { return dist::Millis(int64_t
 
 DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const ParallelConfig& cfg)
     : env_(env), cfg_(cfg), device_(device) {
+  dist::flight::configure(env_.rank, env_.world_size, cfg_.trace_buffer);  // before any collective
   store_ = dist::connect_store(env_, timeout_of(cfg_));
   dist::CommOptions o;
   o.timeout = timeout_of(cfg_);
@@ -48,6 +50,7 @@ DataParallel::DataParallel(const dist::LaunchEnv& env, Device device, const Para
     // communicator (keys under its own prefix: its own NCCL communicator and stream, or Gloo
     // context and queue) orders each kind by itself, the same on every rank.
     o.prefix = "rt-sync-bn";
+    o.name = o.purpose = "sync_bn";
     if (device_.is_cuda())
       sync_comm_ = std::make_unique<dist::NcclCommunicator>(*store_.store, env_.rank, env_.world_size, device_.index, o);
     else
@@ -78,6 +81,7 @@ std::string DataParallel::agree(const std::string& key, const std::string& rank0
 }
 
 void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const std::string& run_dir) {
+  dist::flight::set_run_dir(run_dir);
   std::vector<Tensor> state;
   std::vector<dist::Reducer::Param> params;
   for (const auto& [name, t] : model.named_parameters()) {
@@ -228,7 +232,10 @@ void DataParallel::write_timeline(const dist::StepTimeline& t) {
 
 // Rank 0's running statistics for every rank's evaluation: each rank's were updated from its
 // own shards, and the single-process evaluation this must equal has one set.
-void DataParallel::before_evaluation(nn::Module&) { dist::broadcast_from_rank0(*comm_, buffers_, timeout_of(cfg_)); }
+void DataParallel::before_evaluation(nn::Module&) {
+  const dist::flight::Purpose purpose("evaluation");
+  dist::broadcast_from_rank0(*comm_, buffers_, timeout_of(cfg_));
+}
 
 // The sampler (data/sampler.h) gives rank r positions r, r + W, ... of the padded order;
 // positions at or past test_size are the padding, the last of each rank's list.
@@ -248,6 +255,7 @@ void DataParallel::sum_eval_counts(EvalCounts& c) {
   // f64 holds every count exactly (< 2^53).
   std::vector<double> v = {c.loss_sum, double(c.n), double(c.top1), double(c.top5), double(c.nonfinite),
                            double(c.skipped)};
+  const dist::flight::Purpose purpose("evaluation");
   sum_over_ranks(v);
   c.loss_sum = v[0];
   c.n = int64_t(v[1]);

@@ -178,6 +178,7 @@ struct ParallelConfig {
   bool comm_timeline = false;         // rank 0 writes each step's bucket timeline to <output-dir>/timeline.jsonl
   bool sync_bn = false;               // batch-norm statistics over every rank's batch (distributed/sync_batch_norm.h)
   DType grad_reduce_dtype = DType::f32;  // what the gradient all-reduce carries (Note [Reduce dtype])
+  int64_t trace_buffer = 2000;        // collectives the flight recorder keeps (Note [Flight recorder]); 0: off
 
   bool operator==(const ParallelConfig&) const = default;
 };

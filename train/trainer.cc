@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include "base/usage_error.h"
+#include "distributed/flight_recorder.h"
 #include "engine/profiler.h"
 #include "profile/session.h"
 #include "train/data_parallel.h"
@@ -295,6 +296,7 @@ bool Trainer::train_epoch() {
     {
       const prof::RangeScope step(prof::EventKind::step, "step " + std::to_string(p_.step + 1));
       prof::set_step(p_.step);
+      dist::flight::set_step(p_.step);
       o = step_.run(*data_.feed, p_);
     }
     profile_.end_step(p_.step);

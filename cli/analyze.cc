@@ -1,0 +1,51 @@
+#include "cli/analyze.h"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "base/error.h"
+#include "base/usage_error.h"
+#include "distributed/flight_analysis.h"
+
+namespace rt::cli {
+
+int analyze_command(const std::vector<std::string>& args) {
+  const char* usage = "usage: ringtape analyze RUN_DIR  (a data-parallel run's directory, holding logs/)";
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf(
+          "%s\nMerges the ranks' flight records (logs/flight-rank-K.json) and prints, per communicator, the "
+          "first collective where the ranks diverge.\n",
+          usage);
+      return 0;
+    }
+  if (args.size() != 1 || args[0].empty() || args[0][0] == '-')
+    throw UsageError(std::string("ringtape analyze takes one run directory; ") + usage);
+  std::vector<std::string> problems;
+  std::vector<dist::flight::RankRecords> ranks;
+  try {
+    ranks = dist::flight::read_run_dir(args[0], problems);
+  } catch (const Error& e) {
+    throw UsageError(e.what());
+  }
+  for (const std::string& p : problems) std::fprintf(stderr, "ringtape analyze: skipped %s\n", p.c_str());
+  if (ranks.empty()) {
+    std::printf(
+        "%s/logs holds no flight record (logs/flight-rank-K.json): a rank writes one when a collective "
+        "fails, on SIGUSR1 and at a fatal signal, the launcher when a rank fails; --trace-buffer 0 writes "
+        "none\n",
+        args[0].c_str());
+    return 1;
+  }
+  int world = 0;
+  for (const auto& r : ranks) {
+    world = std::max(world, r.world);
+    const std::string who = r.fate.empty() ? "pid " + std::to_string(r.pid) : r.fate;
+    std::printf("rank %d (%s): %zu collectives recorded, written: %s\n", r.rank, who.c_str(), r.records.size(),
+                r.reason.c_str());
+  }
+  std::printf("%s", dist::flight::analyze(ranks, world).c_str());
+  return 0;
+}
+
+}  // namespace rt::cli

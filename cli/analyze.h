@@ -1,0 +1,17 @@
+// `ringtape analyze RUN_DIR`: the ranks' flight records of a data-parallel run
+// (<RUN_DIR>/logs/flight-rank-K.json, Note [Flight recorder] in distributed/flight_recorder.h)
+// merged: for each communicator, the first collective where the ranks diverge
+// (Note [Where ranks diverge] in distributed/flight_analysis.h). The launcher prints the same
+// when a rank fails; this prints it afterwards, from the files.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace rt::cli {
+
+// Prints the analysis; returns 0, or 1 when the run directory holds no flight record. Throws
+// UsageError on a bad command line or a directory that is not a data-parallel run's.
+int analyze_command(const std::vector<std::string>& args);
+
+}  // namespace rt::cli
