@@ -105,13 +105,20 @@ std::string diverge(const std::string& comm, const std::vector<RankView>& views)
         const Record& odd = *vs.front()->by_seq.at(s);
         out += " rank" + std::string(who.size() > 1 ? "s " : " ") + rank_list(who) + " issued " +
                call_text(odd, false) + ";";
-        // The odd call is the others' next one: the odd ranks skipped this one.
+        // The odd call is the others' next one (or a later bucket of the same step: buckets
+        // launch in order, and the others may not have issued it yet): the odd ranks skipped
+        // this one.
         const auto next = most->second.front()->by_seq.find(s + 1);
+        const std::string them = who.size() > 1 ? "their" : "its";
+        const std::string odd_ranks = "; rank" + std::string(who.size() > 1 ? "s " : " ") + rank_list(who);
         if (next != most->second.front()->by_seq.end() && signature(*next->second) == sig &&
             next->second->bucket == odd.bucket && next->second->purpose == odd.purpose)
-          skipped += "; rank" + std::string(who.size() > 1 ? "s " : " ") + rank_list(who) + " skipped " +
-                     call_text(common) + ": " + (who.size() > 1 ? "their" : "its") + " #" + std::to_string(s) +
+          skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
                      " is the others' #" + std::to_string(s + 1);
+        else if (odd.purpose == "gradients" && common.purpose == "gradients" && odd.step == common.step &&
+                 odd.bucket > common.bucket)
+          skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
+                     " is bucket " + std::to_string(odd.bucket) + "'s of the same step";
       }
       std::vector<int> others;
       for (const RankView* v : most->second) others.push_back(v->ranks->rank);

@@ -16,6 +16,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "distributed/flight_analysis.h"
 #include "distributed/stack_dump.h"
@@ -153,12 +154,28 @@ void report_flight(const LocalLaunchOptions& o, const std::vector<Worker>& worke
       fs::rename(file.string() + ".tmp", file, ec);
     }
     where = (fs::path(run_dir) / "logs" / "flight-rank-K.json").string() + "; ringtape analyze " + run_dir;
-    std::vector<std::string> problems;
-    try {
-      for (RankRecords& r : flight::read_run_dir(run_dir, problems))
-        if (std::find(mine.begin(), mine.end(), r.rank) == mine.end()) ranks.push_back(std::move(r));  // other nodes'
-    } catch (const std::exception&) {
-    }
+    // Other nodes' ranks: their launchers write their files when their ranks fail, which follows
+    // this failure within moments (a lost peer is seen at once): wait for them a little.
+    const int world = o.nproc_per_node * o.nnodes;
+    const double now_unix =
+        std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(o.nnodes > 1 ? 5 : 0);
+    std::vector<RankRecords> others;
+    do {
+      others.clear();
+      std::vector<std::string> problems;
+      try {
+        for (RankRecords& r : flight::read_run_dir(run_dir, problems))
+          if (std::find(mine.begin(), mine.end(), r.rank) == mine.end()) others.push_back(std::move(r));
+      } catch (const std::exception&) {
+      }
+      // A file from before this failure (a SIGUSR1's) does not count as the rank's report yet.
+      int fresh = 0;
+      for (const RankRecords& r : others) fresh += r.written >= now_unix - 30 ? 1 : 0;
+      if (int(mine.size()) + fresh >= world) break;
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    } while (std::chrono::steady_clock::now() < until);
+    for (RankRecords& r : others) ranks.push_back(std::move(r));
   }
   std::string text = flight::analyze(ranks, o.nproc_per_node * o.nnodes);
   std::string indented;

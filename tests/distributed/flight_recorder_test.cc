@@ -196,6 +196,12 @@ TEST_CASE("the analysis names ranks that issued different collectives, and a ski
   rs[1].records[1] = call(1, "all_reduce", 30, waiting, "gradients", 2);
   a = analyze(rs, 3);
   CHECK(has(a, "rank 1 skipped all_reduce #1 (gradients, bucket 1, step 5, f32 x 20, 80 B): its #1 is the others' #2"));
+
+  // The others have not issued #2 yet (they stopped first): a later bucket of the same step.
+  for (RankRecords* r : {&rs[0], &rs[2]}) r->records.resize(2);
+  a = analyze(rs, 3);
+  CHECK(has(a, "rank 1 skipped all_reduce #1 (gradients, bucket 1, step 5, f32 x 20, 80 B): its #1 is bucket 2's of "
+               "the same step"));
 }
 
 TEST_CASE("the analysis names a call some ranks did not complete, then the next divergence") {

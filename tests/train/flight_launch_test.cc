@@ -19,6 +19,7 @@
 #include <thread>
 #include <vector>
 
+#include "distributed/net_util.h"
 #include "tests/train/process_util.h"
 
 namespace rt {
@@ -91,6 +92,32 @@ TEST_CASE("a rank that skips a bucket's all-reduce is named with the collective 
   CHECK(has(later.output, "collectives recorded, written: by the launcher when rank 0 failed"));
   CHECK(fs::exists(dir / "run" / "logs" / "flight-rank-0.json"));
   CHECK(fs::exists(dir / "run" / "logs" / "flight-rank-1.json"));
+}
+
+TEST_CASE("two nodes: node 0's launcher merges node 1's records into its analysis") {
+  // Two launchers of one process each on 127.0.0.1 (Note [The launcher's analysis]): rank 1,
+  // on node 1, skips a bucket; node 0's launcher sees only its own ring and reads rank 1's
+  // records from the run directory node 1's launcher writes them to.
+  const fs::path dir = tmpdir("nodes");
+  const std::string port = std::to_string(dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get()));
+  std::vector<pid_t> pids;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int node = 0; node < 2; ++node)
+    pids.push_back(start(tiny_cpu_run(dir / "run", {"--nnodes", "2", "--node-rank", std::to_string(node),
+                                                    "--nproc-per-node", "1", "--master-addr", "127.0.0.1",
+                                                    "--master-port", port, "--timeout", "4", "--bucket-cap-mb",
+                                                    "0.001"}),
+                         dir / ("node" + std::to_string(node) + ".txt"), {{"RINGTAPE_FAULT", "skip-bucket:1:2:0"}}));
+  const Run n0 = finish(pids[0], dir / "node0.txt", t0, 90s), n1 = finish(pids[1], dir / "node1.txt", t0, 90s);
+  INFO(n0.output);
+  INFO(n1.output);
+  CHECK(n0.status != 0);
+  CHECK(n1.status != 0);
+  for (const Run* n : {&n0, &n1}) {
+    const std::string a = analysis(n->output);
+    CHECK(has(a, "rank 1 skipped all_reduce #"));
+    CHECK_FALSE(has(a, "no flight records from"));
+  }
 }
 
 TEST_CASE("ranks that issue different collectives are named with both") {
