@@ -28,6 +28,7 @@ int analyze_command(const std::vector<std::string>& args) {
   } catch (const Error& e) {
     throw UsageError(e.what());
   }
+  dist::flight::keep_one_run(ranks, problems);
   for (const std::string& p : problems) std::fprintf(stderr, "ringtape analyze: skipped %s\n", p.c_str());
   if (ranks.empty()) {
     std::printf(

@@ -221,6 +221,28 @@ std::vector<RankRecords> read_run_dir(const std::string& run_dir, std::vector<st
   return out;
 }
 
+void keep_one_run(std::vector<RankRecords>& ranks, std::vector<std::string>& problems, double window_s) {
+  if (ranks.empty()) return;
+  const RankRecords* newest = &ranks[0];
+  for (const RankRecords& r : ranks)
+    if (r.written > newest->written) newest = &r;
+  const int world = newest->world;
+  const double since = newest->written - window_s;
+  std::vector<RankRecords> kept;
+  for (RankRecords& r : ranks) {
+    if (r.world != world)
+      problems.push_back("rank " + std::to_string(r.rank) + "'s records: a world of " + std::to_string(r.world) +
+                         ", the newest records' is " + std::to_string(world) + " (an earlier run's file?)");
+    else if (r.written < since)
+      problems.push_back("rank " + std::to_string(r.rank) + "'s records: written " +
+                         std::to_string(int64_t(newest->written - r.written)) +
+                         " s before the newest (an earlier run's file?)");
+    else
+      kept.push_back(std::move(r));
+  }
+  ranks = std::move(kept);
+}
+
 std::string rank_list(std::vector<int> ranks) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());

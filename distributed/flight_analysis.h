@@ -32,6 +32,12 @@ std::string analyze(const std::vector<RankRecords>& ranks, int world);
 // (the analysis goes on without it). Throws rt::Error when run_dir has no logs/ directory.
 std::vector<RankRecords> read_run_dir(const std::string& run_dir, std::vector<std::string>& problems);
 
+// Keeps the records of one run: a directory resumed after a failure may still hold an earlier
+// run's files (another world size, or written long before the newest). Drops those of another
+// world size than the newest file's, and those written more than `window_s` before it, each
+// named in `problems`.
+void keep_one_run(std::vector<RankRecords>& ranks, std::vector<std::string>& problems, double window_s = 600);
+
 // "0-2, 5": a sorted rank list in ranges.
 std::string rank_list(std::vector<int> ranks);
 

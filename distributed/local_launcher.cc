@@ -176,6 +176,9 @@ void report_flight(const LocalLaunchOptions& o, const std::vector<Worker>& worke
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     } while (std::chrono::steady_clock::now() < until);
     for (RankRecords& r : others) ranks.push_back(std::move(r));
+    std::vector<std::string> stale;
+    flight::keep_one_run(ranks, stale);  // an earlier run's files in a resumed directory
+    for (const std::string& p : stale) std::fprintf(o.console, "ringtape launcher: left out %s\n", p.c_str());
   }
   std::string text = flight::analyze(ranks, o.nproc_per_node * o.nnodes);
   std::string indented;

@@ -108,8 +108,9 @@ class AdamW final : public Optimizer {
     }
     const auto s = static_cast<cudaStream_t>(stream.handle());
     for (int k = 0; k < 2; ++k) {
-      const std::vector<cuda::AdamWTensor>& l = lists[k];
-      write_sets(k, cuda::adamw_scalar_sets(l, hyper()), cuda::adamw_scalar_sets(l, hyper(), candidates()), s);
+      const std::vector<double> all = cuda::adamw_scalar_sets(lists[k], hyper(), candidates());
+      // The first candidate: the sets of the counts the host holds.
+      write_sets(k, std::vector<double>(all.begin(), all.begin() + std::ptrdiff_t(all.size()) / candidates()), all, s);
     }
   }
 

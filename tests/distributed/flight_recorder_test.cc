@@ -245,6 +245,25 @@ TEST_CASE("the analysis says when the ranks agree, names ranks without records, 
   CHECK(rank_list({5, 0, 2, 1, 7, 6}) == "0-2, 5-7");
 }
 
+TEST_CASE("an earlier run's records in the same directory are left out, and named") {
+  // This run: ranks 0 and 1 of 2, written 10 s apart; an earlier 2-rank run's rank 0 (700 s
+  // before) and a 4-rank run's rank 3.
+  std::vector<RankRecords> rs = {rank(0, 2, {}), rank(1, 2, {}), rank(3, 4, {}), rank(0, 2, {})};
+  rs[0].written = 900.0;
+  rs[1].written = 1590.0;
+  rs[2].written = 1000.0;
+  rs[3].written = 1600.0;
+  std::vector<std::string> problems;
+  keep_one_run(rs, problems);
+  REQUIRE(rs.size() == 2);
+  CHECK(rs[0].rank == 1);
+  CHECK(rs[1].rank == 0);
+  CHECK(rs[1].written == 1600.0);
+  REQUIRE(problems.size() == 2);
+  CHECK(has(problems[0], "rank 0's records: written 700 s before the newest"));
+  CHECK(has(problems[1], "rank 3's records: a world of 4, the newest records' is 2"));
+}
+
 TEST_CASE("RINGTAPE_FAULT's forms, and the malformed ones named") {
   CHECK(parse_fault("").kind == Fault::Kind::none);
   const Fault f = parse_fault("skip-bucket:1:3:0");
