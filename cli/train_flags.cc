@@ -14,6 +14,7 @@
 #include "base/error.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
+#include "train/straggler.h"
 
 namespace rt::cli {
 
@@ -452,6 +453,13 @@ std::vector<FlagRow> distributed_rows() {
                       "(ringtape analyze RUN_DIR)",
                       {}, within(0, 1 << 20, "in [0, 1048576] (collectives; 0 = off)")),
                  [](const FlagValue& v, TrainConfig& c) { c.parallel.trace_buffer = v.integer(); }),
+      train_only(flag("straggler-threshold", FlagType::number, as_typed(ParallelConfig{}.straggler_threshold),
+                      Topic::distributed,
+                      "a rank whose step (less its wait for the others) is longer than the ranks' median by more "
+                      "than this fraction in " + std::to_string(train::kStragglerWindows) +
+                          " consecutive --print-freq windows is named in the log with its slow phase",
+                      {}, Range{0, 100, true, "in (0, 100] (a fraction: 0.2 = 20%)"}),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.straggler_threshold = v.number(); }),
       train_only(flag("comm-timeline", FlagType::boolean, "false", Topic::distributed,
                       "rank 0 writes every step's gradient buckets (bytes; when ready, launched, completed) and phase "
                       "times to <output-dir>/timeline.jsonl, the input of bench/dp_scaling_model.py"),

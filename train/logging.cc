@@ -214,6 +214,49 @@ void TrainLog::overlap(const OverlapStats& o) {
   metrics_->write(m);
 }
 
+void TrainLog::phases(const Progress& p, const std::vector<PhaseTimes>& by_rank, double threshold) {
+  if (!metrics_) return;
+  if (!stragglers_) stragglers_ = std::make_unique<StragglerMonitor>(int(by_rank.size()), threshold);
+  for (const std::string& line : stragglers_->observe(by_rank)) {
+    end_line();
+    std::printf("step %ld: %s\n", p.step, line.c_str());
+    std::fflush(stdout);
+    json::Value m = json::Value::object();
+    m.set("type", "straggler");
+    m.set("epoch", p.epoch);
+    m.set("step", p.step);
+    m.set("message", line);
+    metrics_->write(m);
+  }
+  if (!tensorboard_) return;
+  for (size_t r = 0; r < by_rank.size(); ++r) {
+    const PhaseTimes& t = by_rank[r];
+    if (t.steps == 0) continue;
+    const std::string tag = "ranks/rank_" + std::to_string(r) + "/";
+    for (int k = 0; k < kPhases; ++k)
+      tensorboard_->scalar(tag + phase_name(Phase(k)) + "_ms", p.step, 1e3 * t[Phase(k)] / double(t.steps));
+    tensorboard_->scalar(tag + "busy_ms", p.step, 1e3 * t.busy() / double(t.steps));
+  }
+}
+
+void TrainLog::rank_table() {
+  if (!metrics_ || !stragglers_) return;
+  const std::string table = stragglers_->table();
+  if (table.empty()) return;
+  std::printf("%s", table.c_str());
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "ranks");
+  const std::vector<PhaseTimes>& totals = stragglers_->totals();
+  m.set("steps", totals[0].steps);
+  for (int k = 0; k < kPhases; ++k) {
+    json::Value ms = json::Value::array();
+    for (const PhaseTimes& t : totals) ms.push_back(t.steps > 0 ? 1e3 * t[Phase(k)] / double(t.steps) : 0.0);
+    m.set(std::string(phase_name(Phase(k))) + "_ms", std::move(ms));
+  }
+  metrics_->write(m);
+}
+
 void print_eval(const std::string& model, const std::string& dataset, const EvalResult& e, double seconds) {
   std::printf("eval %s on %s: loss %s  top-1 %.2f%%  top-5 %.2f%%  (%ld images%s, %.1f img/s)\n", model.c_str(),
               dataset.c_str(), fmt_loss(e.loss).c_str(), e.top1, e.top5, e.n, nonfinite_note(e.nonfinite).c_str(),

@@ -11,12 +11,14 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "train/checkpoint.h"
 #include "train/evaluate.h"
 #include "train/metrics.h"
 #include "train/precision.h"
 #include "train/progress_bar.h"
+#include "train/straggler.h"
 #include "train/tensorboard.h"
 
 namespace rt::train {
@@ -73,6 +75,12 @@ class TrainLog {
   // behind backward (last), also a metrics.jsonl record of type "overlap".
   void parallel(const std::string& describe, int world, int64_t batch, int64_t accum_steps);
   void overlap(const OverlapStats& o);
+  // Data parallel, at every log line: each rank's phase times over the window ending at `p`
+  // (index = rank): stragglers named (Note [Stragglers] in train/straggler.h; records of type
+  // "straggler") and, with --tensorboard, scalars per rank. `threshold`: --straggler-threshold.
+  void phases(const Progress& p, const std::vector<PhaseTimes>& by_rank, double threshold);
+  // The per-rank table of phase times over the run (and a record of type "ranks"); after done().
+  void rank_table();
   // Ends the bar's line, so that what prints next (an interrupt's message) has its own.
   void end_line();
 
@@ -91,6 +99,7 @@ class TrainLog {
   int64_t epochs_ = 1, steps_per_epoch_ = 0, epoch_step0_ = 0, epoch_samples0_ = 0;
   Clock::time_point t_epoch_;
   double last_loss_ = NAN;
+  std::unique_ptr<StragglerMonitor> stragglers_;  // the logging rank's, data parallel
 };
 
 // `ringtape eval`'s line: "eval MODEL on DATASET: loss ... (N images, R img/s)".

@@ -1,5 +1,7 @@
 #include "train/step.h"
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <limits>
@@ -13,6 +15,7 @@
 #include "engine/nn/layers.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
+#include "distributed/fault.h"
 #include "train/step_graph.h"
 
 namespace rt::train {
@@ -154,7 +157,19 @@ TrainStep::~TrainStep() {
 }
 
 StepOutcome TrainStep::run(data::DeviceFeeder& feed, const Progress& p) {
-  if (!graphed_) return run_eager(feed, p);
+  // The phases' times (Note [Stragglers] in train/straggler.h): what the named phases did not
+  // take of the step is "other".
+  const auto t0 = std::chrono::steady_clock::now();
+  const double named = phases_.total();
+  dist::inject_step_fault(par_.rank(), p.step + 1);  // tests only: RINGTAPE_FAULT=kill:RANK:STEP
+  const StepOutcome out = graphed_ ? run_on_graph_stream(feed, p) : run_eager(feed, p);
+  const double all = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  phases_[Phase::other] += std::max(0.0, all - (phases_.total() - named));
+  if (out.complete) ++phases_.steps;
+  return out;
+}
+
+StepOutcome TrainStep::run_on_graph_stream(data::DeviceFeeder& feed, const Progress& p) {
   Graphed& g = *graphed_;
   const Stream caller = Stream::current(g.stream.device());
   g.entered.record(caller);
@@ -206,6 +221,7 @@ StepOutcome TrainStep::run_graphed(data::DeviceFeeder& feed, const Progress& p) 
   std::optional<data::DeviceBatch> b;
   {
     const prof::RangeScope phase(EventKind::phase, "data");
+    const PhaseScope timed(phases_, Phase::data, par_.rank());
     b = feed.next();
   }
   if (!b) {
@@ -273,6 +289,7 @@ StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
     std::optional<data::DeviceBatch> b;
     {
       const prof::RangeScope phase(EventKind::phase, "data");
+      const PhaseScope timed(phases_, Phase::data, par_.rank());
       b = feed.next();
     }
     if (!b) {  // the end of the epoch: a partial accumulation is dropped, like drop_last
@@ -285,6 +302,7 @@ StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
     std::optional<double> l;
     {
       const prof::RangeScope phase(EventKind::phase, "forward");
+      const PhaseScope timed(phases_, Phase::forward, par_.rank());
       const MemoryTagScope tag(MemoryTag::activations);  // what the allocator attributes (engine/memory_tag.h)
       loss = loss_of(*b);
       l = losses_.add(loss, accum_);  // nullopt: it stays on the device
@@ -298,6 +316,7 @@ StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
     if (accum_ > 1) loss = mul(loss, 1.0 / double(accum_));
     const bool last = micro + 1 == accum_;
     const prof::RangeScope phase(EventKind::phase, "backward");
+    const PhaseScope timed(phases_, Phase::backward, par_.rank());
     const MemoryTagScope tag(MemoryTag::gradients);
     par_.before_backward(last);
     mp_.backward(loss);  // the gradients sum over the micro-batches
@@ -308,7 +327,11 @@ StepOutcome TrainStep::run_eager(data::DeviceFeeder& feed, const Progress& p) {
   out.complete = stepped_ = true;
   std::optional<TrainState> after;  // --skip-nonfinite: the state this step made, if it stands
   if (skip_why.empty()) {
-    par_.before_optimizer_step();
+    {
+      const PhaseScope timed(phases_, Phase::comm, par_.rank());
+      par_.before_optimizer_step();
+    }
+    const PhaseScope timed(phases_, Phase::optimizer, par_.rank());
     std::string mine = nonfinite_gradients();
     if (mine.empty()) mp_.step(opt_, options_.clip_grad_norm);
     opt_.zero_grad();

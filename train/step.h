@@ -19,6 +19,7 @@
 #include "train/nonfinite.h"
 #include "train/parallel_context.h"
 #include "train/precision.h"
+#include "train/straggler.h"
 #include "train/train_config.h"
 
 namespace rt::train {
@@ -56,7 +57,12 @@ class TrainStep {
   // The sum of the losses of the steps that stood since the last reset (reads the device).
   // A NaN/Inf kept on the device stops training here, naming steps first_step..p.step.
   double window_loss(int64_t first_step, const Progress& p) const;
-  void reset_window() { losses_.reset_window(); }
+  // The phases' times of the steps since the last reset (Note [Stragglers] in train/straggler.h).
+  const PhaseTimes& window_phases() const { return phases_; }
+  void reset_window() {
+    losses_.reset_window();
+    phases_ = PhaseTimes{};
+  }
 
  private:
   // Why the step must be skipped ("" = it stands so far): a NaN/Inf loss (an error without
@@ -71,6 +77,7 @@ class TrainStep {
   // The micro-batch's loss after random erasing and mixup/cutmix of its images (in place
   // in `b`; Note [Batch augmentation order], step.cc).
   Tensor loss_of(data::DeviceBatch& b);
+  StepOutcome run_on_graph_stream(data::DeviceFeeder& feed, const Progress& p);
   StepOutcome run_eager(data::DeviceFeeder& feed, const Progress& p);
   // --cuda-graphs on CUDA (Note [The training step as a CUDA graph], step.cc).
   StepOutcome run_graphed(data::DeviceFeeder& feed, const Progress& p);
@@ -88,6 +95,7 @@ class TrainStep {
   bool skip_nonfinite_;
   bool loss_on_device_;  // CUDA without --skip-nonfinite (Note [Loss on the device])
   LossMeter losses_;
+  PhaseTimes phases_;  // this window's (Note [Stragglers])
   bool stepped_ = false;  // a step has run in this process (for the cause of a NaN loss)
   bool core_stepped_ = false;  // step_core's update stood (fp16: false when the host saw its gradients overflow)
   std::optional<TrainState> good_;  // --skip-nonfinite: the state after the last step that stood

@@ -179,6 +179,7 @@ struct ParallelConfig {
   bool sync_bn = false;               // batch-norm statistics over every rank's batch (distributed/sync_batch_norm.h)
   DType grad_reduce_dtype = DType::f32;  // what the gradient all-reduce carries (Note [Reduce dtype])
   int64_t trace_buffer = 2000;        // collectives the flight recorder keeps (Note [Flight recorder]); 0: off
+  double straggler_threshold = 0.2;   // a rank this much busier than the median is slow (Note [Stragglers])
 
   bool operator==(const ParallelConfig&) const = default;
 };

@@ -280,6 +280,7 @@ int Trainer::run() {
   log_.done(p_.step, skipped_steps_, weights_.string());
   par_.finish();  // first: on CUDA the last steps' timelines are read there (Note [Two clocks])
   log_.overlap(par_.overlap());
+  log_.rank_table();  // Note [Stragglers] in train/straggler.h
   return 0;
 }
 
@@ -343,13 +344,19 @@ bool Trainer::end_epoch() {
 void Trainer::log_window() {
   window_.loss_sum = step_.window_loss(window_.first_step, p_);
   if (par_.world_size() > 1) {
-    // The loss, then one slot per rank for its signal (Note [Stopping together]).
-    std::vector<double> sum(size_t(1 + par_.world_size()), 0.0);
+    // The loss, then one slot per rank for its signal (Note [Stopping together]), then each
+    // rank's phase times (Note [Stragglers] in train/straggler.h): an all-gather in the sum.
+    const size_t world = size_t(par_.world_size()), rank = size_t(par_.rank()), P = PhaseTimes::kPacked;
+    std::vector<double> sum(1 + world + world * P, 0.0);
     sum[0] = window_.loss_sum;
-    sum[size_t(1 + par_.rank())] = interrupt_.signal();
+    sum[1 + rank] = interrupt_.signal();
+    step_.window_phases().pack(&sum[1 + world + rank * P]);
     par_.sum_over_ranks(sum);
     window_.loss_sum = sum[0] / double(par_.world_size());
-    note_signals(std::vector<double>(sum.begin() + 1, sum.end()));
+    note_signals(std::vector<double>(sum.begin() + 1, sum.begin() + 1 + std::ptrdiff_t(world)));
+    std::vector<PhaseTimes> by_rank;
+    for (size_t r = 0; r < world; ++r) by_rank.push_back(PhaseTimes::unpack(&sum[1 + world + r * P]));
+    log_.phases(p_, by_rank, cfg_.parallel.straggler_threshold);
   }
   if (mp_.loss_scaling()) {  // counted on the device (a replayed step decides there)
     const int64_t skips = mp_.overflow_skips();
