@@ -2,6 +2,7 @@
 #include "cli/train_command.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <optional>
@@ -43,8 +44,28 @@ int launch_workers(const train::ParallelConfig& pc, const std::vector<std::strin
   o.node_rank = pc.node_rank;
   o.master_addr = pc.master_addr;
   o.master_port = pc.master_port;
+  o.max_restarts = pc.max_restarts;
+  o.rdzv_timeout = std::chrono::seconds(int64_t(std::ceil(pc.rdzv_timeout_s)));
   o.command = {self_executable(), "train"};
-  for (const std::string& a : without_flags(train_flags(), kLauncher, args)) o.command.push_back(a);
+  const std::vector<std::string> worker_args = without_flags(train_flags(), kLauncher, args);
+  for (const std::string& a : worker_args) o.command.push_back(a);
+  // A restarted round (Note [Elastic restarts] in distributed/local_launcher.cc): the same
+  // flags in the run's directory, resumed from its checkpoint.
+  std::vector<Flag> placed;
+  for (Flag f : train_flags())
+    if (f.name == "resume" || f.name == "output-dir") {
+      f.roles = kLauncher;
+      placed.push_back(f);
+    }
+  o.restart_command = [command = o.command, placed, worker_args](const std::string& run_dir,
+                                                                  const std::string& checkpoint) {
+    if (run_dir.empty()) return command;  // the workers never got as far as their directory
+    std::vector<std::string> c = {command[0], "train"};
+    for (const std::string& a : without_flags(placed, kLauncher, worker_args)) c.push_back(a);
+    c.insert(c.end(), {"--output-dir", run_dir});
+    if (!checkpoint.empty()) c.insert(c.end(), {"--resume", checkpoint});
+    return c;
+  };
   return dist::run_local_launcher(o);
 }
 
@@ -74,7 +95,7 @@ int run_train(const Flags& flags, const std::vector<std::string>& args) {
                      "the flag");
   const dist::LaunchEnv env = dist::launch_env_from_process();
   const train::ParallelConfig& pc = cfg.parallel;
-  if (pc.nproc_per_node > 1 || pc.nnodes > 1) {
+  if (pc.nproc_per_node > 1 || pc.nnodes > 1 || pc.max_restarts > 0) {  // one process restarted: a launcher too
     // Note [Who starts the ranks]
     // --nproc-per-node/--nnodes make this process the launcher. A process that another
     // launcher already made one rank of several (torchrun's RANK and WORLD_SIZE; srun's
@@ -83,10 +104,12 @@ int run_train(const Flags& flags, const std::vector<std::string>& args) {
     if (env.source != "default" && env.world_size > 1)
       throw UsageError(
           "--nproc-per-node " + std::to_string(pc.nproc_per_node) + " / --nnodes " + std::to_string(pc.nnodes) +
+          (pc.max_restarts > 0 ? " / --max-restarts " + std::to_string(pc.max_restarts) : std::string()) +
           " make ringtape start the ranks, but this process already is " + env.describe() +
           ": the launcher that set " +
           (env.source == "slurm" ? "SLURM_PROCID and SLURM_NTASKS (srun, or an sbatch script)" : "RANK and WORLD_SIZE") +
-          " starts the ranks. Drop --nproc-per-node and --nnodes, or unset those variables to let ringtape launch");
+          " starts the ranks. Drop --nproc-per-node, --nnodes and --max-restarts, or unset those variables to let "
+          "ringtape launch");
     if (env.source != "default")
       std::printf("%s describes one process: --nproc-per-node %d starts the ranks\n", env.describe().c_str(),
                   pc.nproc_per_node);

@@ -426,6 +426,16 @@ std::vector<FlagRow> distributed_rows() {
                       "rank 0's rendezvous port (0 = a free one; needed with --nnodes > 1)", {},
                       within(0, 65535, "in [0, 65535] (0 = a free port)"), kLauncher),
                  [](const FlagValue& v, TrainConfig& c) { c.parallel.master_port = int(v.integer()); }),
+      train_only(flag("max-restarts", FlagType::integer, "0", Topic::distributed,
+                      "when a rank fails, stop the others and start every rank again from the run's last "
+                      "checkpoint, at most this many times (torchrun's flag; every node's launcher takes part)",
+                      {}, within(0, 1000, "in [0, 1000] (restarts)"), kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.max_restarts = int(v.integer()); }),
+      train_only(flag("rdzv-timeout", FlagType::number, "600", Topic::distributed,
+                      "with --nnodes > 1 and --max-restarts: seconds each node's launcher waits for the others to "
+                      "join a round; a node that does not come ends the job, named",
+                      {}, Range{0, 1e7, true, "in (0, 10000000] seconds"}, kLauncher),
+                 [](const FlagValue& v, TrainConfig& c) { c.parallel.rdzv_timeout_s = v.number(); }),
       train_only(flag("allreduce", FlagType::string, "library", Topic::distributed,
                       "gradient all-reduce: the backend's own, or ringtape's ring or tree", {"library", "ring", "tree"},
                       {}, kSameOnEveryRank),

@@ -467,13 +467,13 @@ int64_t current_step() { return g_step.load(std::memory_order_relaxed); }
 std::string run_dir_name(int rank) { return "rank-" + std::to_string(rank) + ".run_dir"; }
 std::string dump_name(int rank) { return "flight-rank-" + std::to_string(rank) + ".json"; }
 
-void set_run_dir(const std::string& run_dir) {
-  if (!g_rec.header) return;
-  const int rank = g_rec.header->rank;
-  {
+void set_run_dir(int rank, const std::string& run_dir) {
+  if (g_rec.header) {
     std::lock_guard<std::mutex> lock(g_rec.mu);
     g_rec.dump_path = (fs::path(run_dir) / "logs" / dump_name(rank)).string();
   }
+  // Also with the recorder off: the launcher restarts a run in its directory
+  // (Note [Elastic restarts] in distributed/local_launcher.cc).
   const char* dir = std::getenv("RINGTAPE_FLIGHT_DIR");
   if (!dir || !*dir) return;
   std::ofstream f(fs::path(dir) / run_dir_name(rank), std::ios::trunc);

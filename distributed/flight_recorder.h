@@ -102,8 +102,8 @@ void ended(uint64_t id, bool ok);
 void set_step(int64_t step);
 int64_t current_step();  // the last set_step(), -1 before (recorded or not)
 // The run's directory, once known: dump() writes <run_dir>/logs/flight-rank-K.json, and the
-// launcher finds it in RINGTAPE_FLIGHT_DIR/rank-K.run_dir.
-void set_run_dir(const std::string& run_dir);
+// launcher finds it in RINGTAPE_FLIGHT_DIR/rank-K.run_dir (written with the recorder off too).
+void set_run_dir(int rank, const std::string& run_dir);
 std::string run_dir_name(int rank);  // "rank-K.run_dir"
 std::string dump_name(int rank);     // "flight-rank-K.json"
 // Writes the records as JSON to the dump path (atomically: a temporary file renamed); returns

@@ -149,12 +149,20 @@ LaunchEnv from_slurm(const EnvMap& env) {
 }  // namespace
 
 LaunchEnv parse_launch_env(const EnvMap& env) {
-  if (env.count("RANK") || env.count("WORLD_SIZE")) return from_torchrun(env);
-  if (env.count("SLURM_PROCID")) return from_slurm(env);
-  LaunchEnv e;  // one process; MASTER_* still choose where its store listens
-  e.master_addr = get(env, "MASTER_ADDR").value_or(e.master_addr);
-  e.master_port = get_int(env, "MASTER_PORT").value_or(0);
-  validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"});
+  LaunchEnv e;
+  if (env.count("RANK") || env.count("WORLD_SIZE")) {
+    e = from_torchrun(env);
+  } else if (env.count("SLURM_PROCID")) {
+    e = from_slurm(env);
+  } else {  // one process; MASTER_* still choose where its store listens
+    e.master_addr = get(env, "MASTER_ADDR").value_or(e.master_addr);
+    e.master_port = get_int(env, "MASTER_PORT").value_or(0);
+    validate(e, {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"});
+  }
+  // Note [Elastic restarts] in distributed/local_launcher.cc
+  e.restart_round = get_int(env, "RINGTAPE_RESTART_ROUND").value_or(0);
+  RT_CHECK(e.restart_round >= 0, "RINGTAPE_RESTART_ROUND=", e.restart_round, " (the launcher's restart count) is >= 0");
+  e.restart_cause = get(env, "RINGTAPE_RESTART_CAUSE").value_or("");
   return e;
 }
 

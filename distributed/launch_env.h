@@ -24,6 +24,10 @@ struct LaunchEnv {
   int local_world_size = 1;
   std::string source = "default";  // "torchrun", "slurm" or "default" (one process)
   std::string store_note;  // why master_port is not MASTER_PORT (Note [torchrun's agent store]), or ""
+  // ringtape's launcher restarted the job this many times, the last time because of
+  // `restart_cause` (RINGTAPE_RESTART_ROUND, RINGTAPE_RESTART_CAUSE; 0 and "" otherwise).
+  int restart_round = 0;
+  std::string restart_cause;
 
   // "rank 1 of 4 (local 1 of 2), master 10.0.0.1:29500, from torchrun", for logs.
   std::string describe() const;

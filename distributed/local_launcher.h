@@ -11,6 +11,8 @@
 //     last lines;
 //   - nothing outlives the launcher: every worker leads its own process group, which is
 //     killed when the worker ends, and dies with the launcher (PR_SET_PDEATHSIG);
+//   - with max_restarts, a failed job is started again from its last checkpoint
+//     (Note [Elastic restarts] in local_launcher.cc);
 //   - the workers' flight records live in files it maps (RINGTAPE_FLIGHT_DIR, a temporary
 //     directory it removes at the end): when a worker fails it reads them all, writes them to
 //     the run's logs/ and prints where the ranks' collectives diverge
@@ -20,6 +22,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,13 @@ struct LocalLaunchOptions {
   int master_port = 0;  // 0: a free port on this machine (single node only)
   std::chrono::seconds grace{30};  // SIGTERM to SIGKILL for the survivors of a failure
   std::vector<std::string> command;  // the worker: argv[0] (a path) and its arguments
+  // Note [Elastic restarts] in local_launcher.cc: a failed job starts again at most this often,
+  // and nodes wait this long for each other's launchers in a round.
+  int max_restarts = 0;
+  std::chrono::seconds rdzv_timeout{600};
+  // The workers' command of a restarted round: the run in `run_dir` ("" = not known) resumed
+  // from `checkpoint` ("" = none saved: from the start). Null: `command` again.
+  std::function<std::vector<std::string>(const std::string& run_dir, const std::string& checkpoint)> restart_command;
   std::FILE* console = stderr;       // where the launcher's own lines go
 };
 

@@ -81,7 +81,7 @@ std::string DataParallel::agree(const std::string& key, const std::string& rank0
 }
 
 void DataParallel::attach(nn::Module& model, nn::ComputeCopies* copies, const std::string& run_dir) {
-  dist::flight::set_run_dir(run_dir);
+  dist::flight::set_run_dir(env_.rank, run_dir);
   std::vector<Tensor> state;
   std::vector<dist::Reducer::Param> params;
   for (const auto& [name, t] : model.named_parameters()) {

@@ -64,6 +64,8 @@ class DataParallel final : public ParallelContext {
     comm_->check_healthy();
     if (sync_comm_) sync_comm_->check_healthy();
   }
+  int restart_round() const override { return env_.restart_round; }
+  std::string restart_cause() const override { return env_.restart_cause; }
   OverlapStats overlap() const override { return overlap_; }
   void finish() override;
 

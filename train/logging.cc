@@ -239,6 +239,22 @@ void TrainLog::phases(const Progress& p, const std::vector<PhaseTimes>& by_rank,
   }
 }
 
+void TrainLog::restart(const Progress& p, int round, const std::string& cause, const std::string& checkpoint) {
+  if (!metrics_) return;
+  std::printf("restart %d by the launcher (%s): %s\n", round, cause.empty() ? "cause unknown" : cause.c_str(),
+              checkpoint.empty() ? "from the start (no checkpoint was saved)"
+                                 : ("from " + checkpoint + ", step " + std::to_string(p.step)).c_str());
+  std::fflush(stdout);
+  json::Value m = json::Value::object();
+  m.set("type", "restart");
+  m.set("round", int64_t(round));
+  m.set("cause", cause);
+  m.set("epoch", p.epoch);
+  m.set("step", p.step);
+  m.set("checkpoint", checkpoint);
+  metrics_->write(m);
+}
+
 void TrainLog::rank_table() {
   if (!metrics_ || !stragglers_) return;
   const std::string table = stragglers_->table();

@@ -75,6 +75,9 @@ class TrainLog {
   // behind backward (last), also a metrics.jsonl record of type "overlap".
   void parallel(const std::string& describe, int world, int64_t batch, int64_t accum_steps);
   void overlap(const OverlapStats& o);
+  // The launcher restarted the job (round `round`, because of `cause`), which resumed from
+  // `checkpoint` ("" = from the start) at `p`: a line and a record of type "restart".
+  void restart(const Progress& p, int round, const std::string& cause, const std::string& checkpoint);
   // Data parallel, at every log line: each rank's phase times over the window ending at `p`
   // (index = rank): stragglers named (Note [Stragglers] in train/straggler.h; records of type
   // "straggler") and, with --tensorboard, scalars per rank. `threshold`: --straggler-threshold.

@@ -100,6 +100,11 @@ class ParallelContext {
   // gradients); before a checkpoint (Note [No checkpoint after a failure], trainer.cc).
   virtual void check_healthy() = 0;
 
+  // How often ringtape's launcher restarted this job, and why the last time
+  // (Note [Elastic restarts] in distributed/local_launcher.cc); 0 and "" for a first start.
+  virtual int restart_round() const { return 0; }
+  virtual std::string restart_cause() const { return ""; }
+
   virtual OverlapStats overlap() const = 0;
   // The last meeting of the ranks: the run ended, or every rank stopped at the same step for a
   // signal (Note [Stopping together], trainer.cc); also checks they hold the same weights.

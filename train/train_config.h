@@ -170,6 +170,8 @@ struct ParallelConfig {
   int node_rank = 0;                  // this machine's index among them
   std::string master_addr = "127.0.0.1";  // where rank 0 hosts the rendezvous store
   int master_port = 0;                // 0 = a free port (one machine only)
+  int max_restarts = 0;               // the launcher restarts a failed job this often (Note [Elastic restarts])
+  double rdzv_timeout_s = 600;        // how long nodes' launchers wait for each other in a round
   dist::AllReduceAlgo allreduce = dist::AllReduceAlgo::library;
   // The gradient buckets' size in MiB: the reducer's (its first bucket is smaller).
   double bucket_cap_mb = double(dist::ReducerOptions{}.bucket_bytes) / double(1 << 20);

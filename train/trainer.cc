@@ -78,6 +78,20 @@ fs::path run_dir(const TrainConfig& cfg, ParallelContext& par, OutputDirLock& lo
   return dir;
 }
 
+// metrics.jsonl, without the records this run writes again (Note [Metrics of a resumed run]
+// in train/metrics.h): the logging rank moves them to logs/metrics-replaced.jsonl.
+std::string metrics_file(const fs::path& dir, const Progress& p, const ParallelContext& par) {
+  const fs::path path = dir / "metrics.jsonl";
+  if (!par.is_logging_rank() || !fs::exists(path)) return path.string();
+  fs::create_directories(dir / "logs");
+  const fs::path replaced = dir / "logs" / "metrics-replaced.jsonl";
+  const int64_t moved = set_aside_redone_records(path.string(), replaced.string(), p.epoch, p.step);
+  if (moved > 0)
+    std::printf("%s: %ld record(s) of the steps after step %ld (this run logs them again) moved to %s\n",
+                path.c_str(), long(moved), long(p.step), replaced.c_str());
+  return path.string();
+}
+
 // The logging rank's progress bar and TensorBoard events. The bar's terminal is the one
 // stdout was before the rank log made it a pipe (data parallel).
 LiveOutputs live_outputs(const TrainConfig& cfg, const ParallelContext& par, const fs::path& dir, const RankLog* log) {
@@ -226,7 +240,7 @@ Trainer::Trainer(const TrainConfig& cfg, ParallelContext& par, RankLog* log)
                       ema_.average.get())),
       attached_(attach(par, model_, mp_, flags_, cfg.same_on_every_rank_flags, dir_)),
       max_steps_(cfg.loop.max_steps > 0 ? cfg.loop.max_steps : cfg.loop.epochs * data_.steps_per_epoch),
-      log_((dir_ / "metrics.jsonl").string(), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
+      log_(metrics_file(dir_, p_, par), par.is_logging_rank(), p_.step, max_steps_, cfg.loop.skip_nonfinite,
            live_),
       step_(model_, *opt_, mp_, par, cfg.loop, cfg.label_smoothing, s_.device, step_options(cfg)),
       window_(p_.step + 1),
@@ -240,6 +254,7 @@ int Trainer::run() {
              dir_.string());
   if (par_.is_data_parallel())
     log_.parallel(par_.describe(), par_.world_size(), cfg_.loader.batch_size, cfg_.loop.accum_steps);
+  if (par_.restart_round() > 0) log_.restart(p_, par_.restart_round(), par_.restart_cause(), cfg_.output.resume);
   while (p_.step < max_steps_ && p_.epoch < cfg_.loop.epochs) {
     if (!train_epoch()) break;
     const bool epoch_done = p_.batch + cfg_.loop.accum_steps > data_.batches_per_epoch;

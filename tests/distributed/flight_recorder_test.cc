@@ -86,7 +86,7 @@ TEST_CASE("the recorder keeps the last collectives in a mapped ring, writes them
   // Without the run's directory dump() writes nothing; with it, logs/flight-rank-3.json.
   CHECK(dump("test").empty());
   const fs::path run = fresh("run");
-  set_run_dir(run.string());
+  set_run_dir(3, run.string());
   std::ifstream pointer(dir / run_dir_name(3));
   std::string where;
   std::getline(pointer, where);

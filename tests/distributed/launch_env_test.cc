@@ -27,6 +27,16 @@ TEST_CASE("launch env: nothing set is one process") {
   CHECK(e.master_addr == "127.0.0.1");
   CHECK(e.master_port == 0);  // a free port, for the one process's own store
   CHECK(parse_launch_env({{"MASTER_PORT", "29600"}}).master_port == 29600);
+  CHECK(e.restart_round == 0);
+  CHECK(e.restart_cause.empty());
+}
+
+TEST_CASE("launch env: the launcher's restart round and cause, under any launcher") {
+  const LaunchEnv e = parse_launch_env({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"MASTER_ADDR", "h"}, {"MASTER_PORT", "29500"},
+                                        {"RINGTAPE_RESTART_ROUND", "2"}, {"RINGTAPE_RESTART_CAUSE", "rank 1 failed"}});
+  CHECK(e.restart_round == 2);
+  CHECK(e.restart_cause == "rank 1 failed");
+  CHECK(parse_launch_env({{"RINGTAPE_RESTART_ROUND", "1"}}).restart_round == 1);
 }
 
 TEST_CASE("launch env: torchrun's variables") {

@@ -155,7 +155,7 @@ TEST_CASE("--nproc-per-node in a process another launcher made one rank of sever
   CHECK(r.status == 2);
   CHECK(r.seconds < 10);
   CHECK(r.output.find("but this process already is rank 0 of 2") != std::string::npos);
-  CHECK(r.output.find("Drop --nproc-per-node and --nnodes") != std::string::npos);
+  CHECK(r.output.find("Drop --nproc-per-node, --nnodes and --max-restarts") != std::string::npos);
   // Slurm's variables (an sbatch script with --ntasks 2) say the same.
   const pid_t q = start(tiny_cpu_run(dir / "run2", {"--nproc-per-node", "2", "--timeout", "20"}), dir / "out2.txt",
                         {{"SLURM_PROCID", "0"}, {"SLURM_NTASKS", "2"}, {"SLURM_LOCALID", "0"},

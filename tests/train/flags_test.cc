@@ -194,7 +194,8 @@ TEST_CASE("roles from the rows: the trajectory, the flags compared across ranks,
     CHECK(trajectory.count(k) == 0);
   CHECK(same.count("threads") == 0);  // a rank's CPU math is its own computation
   for (const char* k : {"bucket-cap-mb", "allreduce", "find-unused-parameters", "model", "lr"}) CHECK(same.count(k) == 1);
-  CHECK(launcher == std::set<std::string>{"master-addr", "master-port", "nnodes", "node-rank", "nproc-per-node"});
+  CHECK(launcher == std::set<std::string>{"master-addr", "master-port", "max-restarts", "nnodes", "node-rank",
+                                         "nproc-per-node", "rdzv-timeout"});
   // What the launcher passes on to its workers: "--f v", "--f=v"; other flags and values stay.
   CHECK(cli::without_flags(cli::train_flags(), cli::kLauncher,
                            {"--nproc-per-node", "4", "--lr", "0.1", "--master-port=123", "--nnodes", "1",
