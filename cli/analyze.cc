@@ -2,10 +2,12 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstdlib>
 
 #include "base/error.h"
 #include "base/usage_error.h"
 #include "distributed/flight_analysis.h"
+#include "distributed/stack_dump.h"
 
 namespace rt::cli {
 
@@ -46,6 +48,26 @@ int analyze_command(const std::vector<std::string>& args) {
                 r.reason.c_str());
   }
   std::printf("%s", dist::flight::analyze(ranks, world).c_str());
+  return 0;
+}
+
+int stacks_command(const std::vector<std::string>& args) {
+  const char* usage = "usage: ringtape stacks PID  (a running process this user may trace)";
+  for (const std::string& a : args)
+    if (a == "--help" || a == "-h") {
+      std::printf("%s\nPrints where the main thread is, then every thread's stack (function, file:line).\n", usage);
+      return 0;
+    }
+  char* end = nullptr;
+  const long pid = args.size() == 1 ? std::strtol(args[0].c_str(), &end, 10) : 0;
+  if (args.size() != 1 || !end || *end != '\0' || pid <= 0)
+    throw UsageError(std::string("ringtape stacks takes one process id; ") + usage);
+  const dist::ProcessStacks s = dist::read_stacks(pid_t(pid));
+  if (!s.error.empty()) {
+    std::fprintf(stderr, "ringtape stacks: process %ld: %s\n", pid, s.error.c_str());
+    return 1;
+  }
+  std::printf("%s", dist::stacks_report(s).c_str());
   return 0;
 }
 

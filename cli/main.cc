@@ -34,7 +34,8 @@ const char* kUsage =
     "  doctor  can this machine train, on how many GPUs? (versions, links, ports, Gloo; exit 1 if not)\n"
     "  plot    draw runs' metrics.jsonl (loss, accuracy, learning rate, images/s) as an SVG\n"
     "  pack    write an image folder as WebDataset tar shards (for --dataset webdataset)\n"
-    "  analyze where the ranks of a failed data-parallel run diverged (its flight records)\n\n"
+    "  analyze where the ranks of a failed data-parallel run diverged (its flight records)\n"
+    "  stacks  every thread's stack of a running process (e.g. a rank that seems stuck)\n\n"
     "`ringtape <command> --help` lists a command's flags with their defaults.";
 
 int cmd_info() {
@@ -78,6 +79,7 @@ int main(int argc, char** argv) {
     if (cmd == "plot") return rt::cli::plot_command(args);
     if (cmd == "pack") return rt::cli::pack_command(args);
     if (cmd == "analyze") return rt::cli::analyze_command(args);
+    if (cmd == "stacks") return rt::cli::stacks_command(args);
     if (cmd == "train" || cmd == "eval") {
       rt::cli::Flags flags(cmd == "train" ? rt::cli::train_flags() : rt::cli::eval_flags());
       for (const auto& a : args)

@@ -21,6 +21,7 @@ namespace {
 
 constexpr uint8_t kGoodbye = 'B';
 constexpr uint8_t kHeartbeat = 'H';
+constexpr uint8_t kStacksPlease = 'S';  // Note [Stacks of a rank without ringtape's launcher]
 constexpr auto kHeartbeatEvery = std::chrono::milliseconds(500);  // Note [Silent peers]
 constexpr char kMagic[4] = {'R', 'T', 'L', 'V'};
 
@@ -154,6 +155,7 @@ bool PeerLiveness::poll_peers(int timeout_ms) {
     const ssize_t k = ::recv(fds[i].fd, buf, sizeof buf, MSG_DONTWAIT);
     if (k > 0) {
       who[i]->last_heard = Clock::now();
+      if (std::memchr(buf, kStacksPlease, size_t(k))) stacks_asked_by_.push_back(who[i]->rank);
       if (std::memchr(buf, kGoodbye, size_t(k))) who[i]->open = false;  // an orderly shutdown
       continue;
     }
@@ -173,6 +175,17 @@ void PeerLiveness::on_loss(std::function<void()> f) {
     already = !lost_.empty();
   }
   if (already) notify_loss();
+}
+
+void PeerLiveness::ask_for_stacks() {
+  std::lock_guard<std::mutex> lock(mu_);
+  for (Peer& p : peers_)
+    if (p.open) (void)::send(p.fd.get(), &kStacksPlease, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+}
+
+void PeerLiveness::on_stacks_request(std::function<void(int)> f) {
+  std::lock_guard<std::mutex> lock(mu_);
+  on_stacks_ = std::move(f);
 }
 
 void PeerLiveness::notify_loss() {
@@ -204,10 +217,17 @@ void PeerLiveness::loop() {
     if (rc < 0 && errno != EINTR) return;
     if (fds[0].revents) return;  // the destructor
     bool newly_lost;
+    std::vector<int> asked;
+    std::function<void(int)> answer;
     {
       std::lock_guard<std::mutex> lock(mu_);
       newly_lost = poll_peers(0);
+      asked.swap(stacks_asked_by_);
+      answer = on_stacks_;
     }
+    // A request is answered here, on this thread (the rank's main thread may be the stuck one).
+    for (int from : asked)
+      if (answer) answer(from);
     if (newly_lost) notify_loss();
   }
 }

@@ -61,6 +61,12 @@ class PeerLiveness {
   // (Note [Aborting waits on a lost peer] in gloo_communicator.cc). Must not call back into
   // this object.
   void on_loss(std::function<void()> f);
+  // Asks every open peer for its stacks (a call timed out here); each peer's thread calls its
+  // on_stacks_request callback once it reads the request
+  // (Note [Stacks of a rank without ringtape's launcher] in distributed/stack_dump.h).
+  void ask_for_stacks();
+  // `f(from)`: peer `from` asked. Called from the liveness thread; must not call back into this object.
+  void on_stacks_request(std::function<void(int from)> f);
 
  private:
   struct Peer {
@@ -80,6 +86,8 @@ class PeerLiveness {
   std::vector<Peer> peers_;
   std::vector<Loss> lost_;
   std::function<void()> on_loss_;  // guarded by mu_
+  std::function<void(int)> on_stacks_;  // guarded by mu_
+  std::vector<int> stacks_asked_by_;    // guarded by mu_: requests read, not yet answered
   net::Fd wake_;  // eventfd: the destructor's signal to the thread
   std::thread thread_;
 };

@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "base/error.h"
+#include "distributed/stack_dump.h"
 #include "engine/io/json.h"
 
 namespace rt::dist::flight {
@@ -491,7 +492,7 @@ RankRecords snapshot(const std::string& reason) {
   return r;
 }
 
-std::string dump(const std::string& reason) noexcept {
+std::string dump(const std::string& reason, const std::string& main_thread) noexcept {
   try {
     std::string path;
     {
@@ -499,7 +500,9 @@ std::string dump(const std::string& reason) noexcept {
       path = g_rec.dump_path;
     }
     if (!g_rec.header || path.empty()) return "";
-    const std::string text = to_json(snapshot(reason));
+    RankRecords r = snapshot(reason);
+    r.main_thread = main_thread;
+    const std::string text = to_json(r);
     fs::create_directories(fs::path(path).parent_path());
     const std::string tmp = path + ".tmp";
     {
@@ -513,6 +516,24 @@ std::string dump(const std::string& reason) noexcept {
   } catch (const std::exception& e) {
     std::fprintf(stderr, "flight recorder: cannot write its records: %s\n", e.what());
     return "";
+  }
+}
+
+void answer_stacks_request(int from) noexcept {
+  static std::atomic<bool> answered{false};
+  const char* launcher = std::getenv("RINGTAPE_FLIGHT_DIR");
+  if ((launcher && *launcher) || answered.exchange(true)) return;
+  try {
+    const std::string why = "when rank " + std::to_string(from) + "'s collective timed out";
+    const OwnStacks s = read_own_stacks(fs::read_symlink("/proc/self/exe").string());
+    const int rank = g_rec.header ? int(g_rec.header->rank) : -1;
+    std::fprintf(stderr, "\n---- rank %d's threads (pid %d), read %s ----\n%s----\n", rank, int(::getpid()),
+                 why.c_str(), s.error.empty() ? s.text.c_str() : ("not read: " + s.error + "\n").c_str());
+    std::fflush(stderr);
+    const std::string path = dump("asked " + why, s.main_thread);
+    if (!path.empty()) std::fprintf(stderr, "flight recorder: wrote %s\n", path.c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "flight recorder: cannot answer rank %d's request for stacks: %s\n", from, e.what());
   }
 }
 

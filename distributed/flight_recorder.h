@@ -108,7 +108,12 @@ std::string run_dir_name(int rank);  // "rank-K.run_dir"
 std::string dump_name(int rank);     // "flight-rank-K.json"
 // Writes the records as JSON to the dump path (atomically: a temporary file renamed); returns
 // the path, or "" when off, without a path or on an I/O error (said on stderr). Never throws.
-std::string dump(const std::string& reason) noexcept;
+// `main_thread`: where this rank's main thread is, when known (distributed/stack_dump.h).
+std::string dump(const std::string& reason, const std::string& main_thread = "") noexcept;
+// Rank `from`'s collective timed out and it asked for this rank's stacks: written to stderr (the
+// rank log) with the records, once per process, unless ringtape's launcher reads them
+// (Note [Stacks of a rank without ringtape's launcher] in distributed/stack_dump.h). Never throws.
+void answer_stacks_request(int from) noexcept;
 // This process's records now (tests, the analysis of a run in one process).
 RankRecords snapshot(const std::string& reason);
 

@@ -263,6 +263,7 @@ GlooCommunicator::Impl::Impl(GlooCommunicator& self, Store& store)
   auto aborter = std::make_shared<WaitAborter>();
   transport = std::make_unique<GlooP2P>(ctx, aborter);
   liveness->on_loss([aborter] { aborter->peer_lost(); });
+  liveness->on_stacks_request([](int from) { flight::answer_stacks_request(from); });
   queue = std::make_unique<WorkQueue>([this](const std::string& what, Millis timeout, Clock::duration ran,
                                              std::exception_ptr e) { return describe(what, timeout, ran, e); });
 }
@@ -284,6 +285,8 @@ std::string GlooCommunicator::Impl::describe(const std::string& what, Millis tim
   // An I/O error (not a timeout) is most often a peer that died: give the liveness links a
   // moment to see its other sockets close.
   const bool timeout_hit = timed_out(cause, ran, timeout);
+  // Note [Stacks of a rank without ringtape's launcher] in distributed/stack_dump.h
+  if (timeout_hit) liveness->ask_for_stacks();
   const std::string lost = liveness->describe_lost(timeout_hit ? Millis(0) : Millis(250));
   std::string why;
   if (!lost.empty()) {

@@ -42,6 +42,7 @@ struct Worker {
   pid_t pid = -1;
   int out = -1;  // read end of its output pipe; -1 for the worker writing to the console
   bool running = false;
+  bool stacks_read = false;  // the launcher traced it (Note [Threads a reader leaves traced] in stack_dump.cc)
   int status = 0;  // waitpid status once ended
   std::string tail;
 };
@@ -111,7 +112,7 @@ std::string read_text(const std::filesystem::path& p) {
 // of each process, adds the records other nodes' ranks wrote there (a run directory on a
 // shared file system), and prints the analysis (Note [Where ranks diverge] in
 // distributed/flight_analysis.h) before it exits.
-void report_flight(const LocalLaunchOptions& o, const std::vector<Worker>& workers, const Worker& failed,
+void report_flight(const LocalLaunchOptions& o, std::vector<Worker>& workers, const Worker& failed,
                    const std::filesystem::path& dir) {
   namespace fs = std::filesystem;
   using flight::RankRecords;
@@ -134,8 +135,9 @@ void report_flight(const LocalLaunchOptions& o, const std::vector<Worker>& worke
   }
   if (ranks.empty()) return;  // --trace-buffer 0, or no rank got as far as its communicators
   for (RankRecords& r : ranks)
-    for (const Worker& w : workers)
+    for (Worker& w : workers)
       if (w.rank == r.rank && w.running) {
+        w.stacks_read = true;
         const ProcessStacks stacks = read_stacks(w.pid);
         r.main_thread = main_thread_where(stacks);
         if (run_dir.empty()) continue;
@@ -321,6 +323,7 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
     for (size_t i = 0; i < workers.size(); ++i) {
       Worker& w = workers[i];
       if (!w.running) continue;
+      if (w.stacks_read) release_threads(w.pid);
       siginfo_t info{};
       const int rc = waitid(P_PID, w.pid, &info, WEXITED | WNOWAIT | WNOHANG);
       if (rc != 0 && errno == ECHILD) {  // reaped already: reading its stacks met its exit

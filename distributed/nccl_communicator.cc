@@ -182,6 +182,7 @@ NcclCommunicator::Impl::Impl(NcclCommunicator& self, Store& store, int dev)
     : rank(self.rank()), world(self.world_size()), device(dev), opts(self.options()) {
   const auto deadline = Clock::now() + opts.timeout;
   liveness = std::make_unique<PeerLiveness>(store, opts.prefix, rank, world, listen_host(opts), opts.timeout);
+  liveness->on_stacks_request([](int from) { flight::answer_stacks_request(from); });
   DeviceGuard guard(device);
   ncclUniqueId id;
   const std::string key = opts.prefix + "/nccl/id";
@@ -375,6 +376,7 @@ void NcclCommunicator::Impl::watchdog() {
       // call ends by its own deadline, and the next round aborts.
       std::unique_lock<std::mutex> issuing(issue_mu, std::try_to_lock);
       if (!issuing.owns_lock()) continue;
+      if (lost.empty()) liveness->ask_for_stacks();  // Note [Stacks of a rank without ringtape's launcher]
       if (!lost.empty()) abort("lost " + lost);
       else if (const std::string silent = liveness->describe_silent(); !silent.empty())
         abort(detail::cat("timed out (timeout ", net::seconds(head.timeout), "); not taking part: ", silent));

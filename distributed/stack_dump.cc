@@ -2,9 +2,20 @@
 
 #include <cxxabi.h>
 #include <elfutils/libdwfl.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/ptrace.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <chrono>
 
 #include <cstdlib>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <memory>
 #include <sstream>
@@ -76,6 +87,27 @@ bool own_code(const StackFrame& f) {
 
 }  // namespace
 
+void release_threads(pid_t pid) {
+  // Note [Threads a reader leaves traced]
+  // libdw attaches to each thread as it walks it and detaches at dwfl_end, but a thread that
+  // exits while attached (the process was ending as its stacks were read) stays this process's
+  // tracee: its zombie waits for the tracer to reap it, and until then the kernel never
+  // reports the whole process as ended to its parent (the launcher then waited for a rank that
+  // had died, forever: 1 run in 20 of tests/train/restart_launch_test). So every thread still
+  // listed is detached (ESRCH where it is not ours) and reaped where it ended (ECHILD where it
+  // is not ours).
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc/" + std::to_string(pid) + "/task", ec)) {
+    const pid_t tid = pid_t(std::atoi(e.path().filename().c_str()));
+    if (tid <= 0) continue;
+    (void)::ptrace(PTRACE_DETACH, tid, nullptr, nullptr);
+    if (tid != pid) {
+      int status = 0;
+      (void)::waitpid(tid, &status, __WALL | WNOHANG);
+    }
+  }
+}
+
 ProcessStacks read_stacks(pid_t pid, int max_frames) {
   ProcessStacks out;
   static const Dwfl_Callbacks callbacks = {dwfl_linux_proc_find_elf, dwfl_standard_find_debuginfo, nullptr, nullptr};
@@ -99,6 +131,7 @@ ProcessStacks read_stacks(pid_t pid, int max_frames) {
       out.error = std::string("cannot walk the threads: ") + dwfl_errmsg(-1);
   }
   dwfl_end(dwfl);  // detaches; a thread stopped before stays stopped
+  release_threads(pid);
   for (size_t i = 0; i < out.threads.size(); ++i)
     if (out.threads[i].tid == pid && i > 0) std::swap(out.threads[0], out.threads[i]);
   return out;
@@ -117,6 +150,73 @@ std::string stacks_text(const ProcessStacks& s) {
     }
   }
   return o.str();
+}
+
+std::string stacks_report(const ProcessStacks& s) {
+  return "main thread: " + main_thread_where(s) + "\n" + stacks_text(s);
+}
+
+OwnStacks read_own_stacks(const std::string& program, int limit_ms) {
+  OwnStacks out;
+  int output[2] = {-1, -1}, go[2] = {-1, -1};
+  if (::pipe2(output, O_CLOEXEC) != 0 || ::pipe2(go, O_CLOEXEC) != 0) {
+    out.error = std::string("pipe: ") + std::strerror(errno);
+    for (int fd : {output[0], output[1], go[0], go[1]})
+      if (fd >= 0) ::close(fd);
+    return out;
+  }
+  const std::string self = std::to_string(::getpid());
+  const pid_t child = ::fork();
+  if (child == 0) {  // only async-signal-safe calls until exec: the parent has other threads
+    ::dup2(output[1], STDOUT_FILENO);
+    ::dup2(output[1], STDERR_FILENO);
+    char byte;
+    if (::read(go[0], &byte, 1) != 1) ::_exit(126);  // the parent gave up
+    ::execl(program.c_str(), program.c_str(), "stacks", self.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  ::close(output[1]);
+  ::close(go[0]);
+  if (child < 0) {
+    out.error = std::string("fork: ") + std::strerror(errno);
+    ::close(output[0]);
+    ::close(go[1]);
+    return out;
+  }
+  (void)::prctl(PR_SET_PTRACER, child, 0, 0, 0);  // EINVAL without Yama: then nothing is needed
+  const char byte = 1;
+  (void)!::write(go[1], &byte, 1);
+  ::close(go[1]);
+  std::string text;
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(limit_ms);
+  for (;;) {
+    const int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now())
+                             .count());
+    if (left <= 0) {
+      out.error = "the stack reader took longer than " + std::to_string(limit_ms) + " ms";
+      ::kill(child, SIGKILL);
+      break;
+    }
+    pollfd p{output[0], POLLIN, 0};
+    if (::poll(&p, 1, left) <= 0) continue;
+    char buf[8192];
+    const ssize_t k = ::read(output[0], buf, sizeof buf);
+    if (k > 0) text.append(buf, size_t(k));
+    if (k == 0 || (k < 0 && errno != EINTR && errno != EAGAIN)) break;
+  }
+  ::close(output[0]);
+  int status = 0;
+  ::waitpid(child, &status, 0);
+  (void)::prctl(PR_SET_PTRACER, 0, 0, 0, 0);
+  const std::string head = "main thread: ";
+  if (text.rfind(head, 0) == 0) {
+    const size_t nl = text.find('\n');
+    out.main_thread = text.substr(head.size(), nl - head.size());
+    out.text = nl == std::string::npos ? "" : text.substr(nl + 1);
+  } else if (out.error.empty()) {
+    out.error = "the stack reader (" + program + " stacks " + self + ") said: " + text;
+  }
+  return out;
 }
 
 std::string main_thread_where(const ProcessStacks& s) {

@@ -20,6 +20,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "distributed/communicator.h"
@@ -67,6 +68,7 @@ class DataParallel final : public ParallelContext {
   int restart_round() const override { return env_.restart_round; }
   std::string restart_cause() const override { return env_.restart_cause; }
   OverlapStats overlap() const override { return overlap_; }
+  PhaseTimes take_device_phases() override { return std::exchange(device_phases_, PhaseTimes{}); }
   void finish() override;
 
  private:
@@ -80,6 +82,7 @@ class DataParallel final : public ParallelContext {
   nn::NamedTensors params_;       // the model's parameters (Note [Same weights at the end])
   std::vector<Tensor> buffers_;  // the model's buffers (batch-norm running statistics)
   OverlapStats overlap_;
+  PhaseTimes device_phases_;  // from the device's timelines since take_device_phases() (Note [Stragglers])
 
   void account(const dist::StepTimeline& t);
   void write_timeline(const dist::StepTimeline& t);

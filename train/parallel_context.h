@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "train/straggler.h"
+
 namespace rt {
 class Stream;
 }
@@ -104,6 +106,10 @@ class ParallelContext {
   // (Note [Elastic restarts] in distributed/local_launcher.cc); 0 and "" for a first start.
   virtual int restart_round() const { return 0; }
   virtual std::string restart_cause() const { return ""; }
+
+  // The device's phase times of the steps whose timelines arrived since the last call (steps 0
+  // where there are none: CPU processes, captured steps; Note [Stragglers] in train/straggler.h).
+  virtual PhaseTimes take_device_phases() { return {}; }
 
   virtual OverlapStats overlap() const = 0;
   // The last meeting of the ranks: the run ended, or every rank stopped at the same step for a

@@ -59,6 +59,18 @@ PhaseScope::~PhaseScope() {
   times_[phase_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
 }
 
+PhaseTimes with_device_clock(const PhaseTimes& host, const PhaseTimes& device) {
+  if (device.steps == 0 || host.steps == 0) return host;
+  const double scale = double(host.steps) / double(device.steps);
+  PhaseTimes t;
+  t.steps = host.steps;
+  t[Phase::data] = host[Phase::data];
+  t[Phase::forward] = std::max(0.0, device[Phase::forward] * scale - host[Phase::data]);
+  t[Phase::backward] = device[Phase::backward] * scale;
+  t[Phase::comm] = device[Phase::comm] * scale;
+  return t;
+}
+
 double median(std::vector<double> v) {
   if (v.empty()) return 0;
   std::sort(v.begin(), v.end());
@@ -78,23 +90,31 @@ std::vector<double> per_step_ms(const std::vector<PhaseTimes>& by_rank, const Ph
   return v;
 }
 
+// The median of `v` without its element `r`: what rank r is compared with (with two ranks, the other one).
+double median_of_others(const std::vector<double>& v, int r) {
+  std::vector<double> others;
+  for (size_t q = 0; q < v.size(); ++q)
+    if (int(q) != r) others.push_back(v[q]);
+  return median(others);
+}
+
 std::string fmt(const char* f, double a, double b = 0, double c = 0) {
   char buf[128];
   std::snprintf(buf, sizeof buf, f, a, b, c);
   return buf;
 }
 
-// "rank R is X% slower than the median over the last S steps: PHASE A ms vs B ms per step".
+// "rank R is X% slower than the other ranks' median over the last S steps: PHASE A ms vs B ms per step".
 std::string slow_line(int r, const std::vector<PhaseTimes>& sums) {
   const std::vector<double> busy = per_step_ms(sums, nullptr);
-  const double med = median(busy);
+  const double med = median_of_others(busy, r);
   Phase worst = Phase::data;
   double worst_gap = -1, mine = 0, theirs = 0;
   for (int k = 0; k < kPhases; ++k) {
     const Phase p = Phase(k);
     if (p == Phase::comm) continue;  // the fast ranks' wait, not a cause
     const std::vector<double> ms = per_step_ms(sums, &p);
-    const double m = median(ms), gap = ms[size_t(r)] - m;
+    const double m = median_of_others(ms, r), gap = ms[size_t(r)] - m;
     if (gap > worst_gap) {
       worst_gap = gap;
       worst = p;
@@ -103,7 +123,7 @@ std::string slow_line(int r, const std::vector<PhaseTimes>& sums) {
     }
   }
   return "rank " + std::to_string(r) + " is " + fmt("%.0f", 100.0 * (busy[size_t(r)] / med - 1.0)) +
-         "% slower than the median over the last " + std::to_string(sums[size_t(r)].steps) +
+         "% slower than the other ranks' median over the last " + std::to_string(sums[size_t(r)].steps) +
          " steps: " + phase_name(worst) + fmt(" %.1f ms vs %.1f ms per step", mine, theirs) +
          fmt(" (busy %.1f ms vs %.1f ms)", busy[size_t(r)], med);
 }
@@ -126,10 +146,10 @@ std::vector<std::string> StragglerMonitor::observe(const std::vector<PhaseTimes>
   std::vector<std::string> lines;
   if (world_ < 2) return lines;
   const std::vector<double> busy = per_step_ms(by_rank, nullptr);
-  const double med = median(busy);
   for (int r = 0; r < world_; ++r) {
     int& streak = streak_[size_t(r)];
     std::vector<PhaseTimes>& sums = in_streak_[size_t(r)];
+    const double med = median_of_others(busy, r);
     if (med > 0 && busy[size_t(r)] > (1.0 + threshold_) * med) {
       if (streak == 0) sums.assign(size_t(world_), PhaseTimes{});
       ++streak;
@@ -137,9 +157,9 @@ std::vector<std::string> StragglerMonitor::observe(const std::vector<PhaseTimes>
       if (streak % kStragglerWindows == 0) lines.push_back(slow_line(r, sums));
     } else {
       if (streak >= kStragglerWindows)
-        lines.push_back("rank " + std::to_string(r) + " is no longer slower than the median by more than " +
-                        fmt("%.0f", 100.0 * threshold_) + "% (it was for " + std::to_string(sums[size_t(r)].steps) +
-                        " steps)");
+        lines.push_back(
+            "rank " + std::to_string(r) + " is no longer slower than the other ranks' median by more than " +
+            fmt("%.0f", 100.0 * threshold_) + "% (it was for " + std::to_string(sums[size_t(r)].steps) + " steps)");
       streak = 0;
     }
   }
@@ -149,20 +169,20 @@ std::vector<std::string> StragglerMonitor::observe(const std::vector<PhaseTimes>
 std::string StragglerMonitor::table() const {
   if (totals_.empty() || totals_[0].steps == 0) return "";
   const std::vector<double> busy = per_step_ms(totals_, nullptr);
-  const double med = median(busy);
   std::string out = "per-rank step time (ms per step over " + std::to_string(totals_[0].steps) + " steps):\n";
   out += "  rank";
   for (int k = 0; k < kPhases; ++k) {
     const std::string name = phase_name(Phase(k));
     out += std::string(10 - name.size(), ' ') + name;
   }
-  out += "      busy  vs median\n";
+  out += "      busy  vs others\n";
   for (int r = 0; r < world_; ++r) {
     out += fmt("  %4.0f", r);
     for (int k = 0; k < kPhases; ++k) {
       const Phase p = Phase(k);
       out += fmt(" %9.1f", per_step_ms(totals_, &p)[size_t(r)]);
     }
+    const double med = median_of_others(busy, r);
     out += fmt(" %9.1f  %+8.0f%%\n", busy[size_t(r)], med > 0 ? 100.0 * (busy[size_t(r)] / med - 1.0) : 0.0);
   }
   return out;

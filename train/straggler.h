@@ -10,16 +10,22 @@
 // checks). Every --print-freq steps the ranks' sums travel in the all-reduce the log line
 // already makes (Note [Logged loss] in train/trainer.cc: each rank fills its own slots, so the
 // sum is an all-gather), and rank 0 compares each rank's busy time (its step less comm: the
-// wait is where a fast rank spends the slow one's extra time) with the median over the ranks.
-// A rank busier than the median by more than --straggler-threshold in kStragglerWindows
-// consecutive windows is named in the log with the phase that differs most from that phase's
-// median, over those windows:
-//   rank 2 is 34% slower than the median over the last 30 steps: data 41.0 ms vs 3.0 ms per step
+// wait is where a fast rank spends the slow one's extra time) with the median of the other
+// ranks' (with two ranks, the other one's). A rank busier than that by more than
+// --straggler-threshold in kStragglerWindows consecutive windows is named in the log with the
+// phase that differs most from the other ranks' median of that phase, over those windows:
+//   rank 2 is 34% slower than the other ranks' median over the last 30 steps: data 41.0 ms vs 3.0 ms per step
 // It is named again every kStragglerWindows windows while it stays slow, and once more when
 // it no longer is. At the end rank 0 prints a per-rank table (metrics.jsonl: "ranks"), and with
 // --tensorboard every window's phases per rank are scalars (ranks/rank_K/<phase>_ms).
-// On CUDA the host clock measures the work the host queued, not the device's (forward,
-// backward and optimizer are then launch times; data and comm are still the host's waits).
+// On CUDA the host only queues work, so its clock says little; where the reducer has the
+// device's timeline of a step (Note [Two clocks] in distributed/reducer.h: eager steps, not
+// replayed CUDA graphs) the window's forward, backward and comm are the device's instead
+// (with_device_clock): backward from its start to its end, comm from there to the averaged
+// gradients, and forward what the device ran between two steps' gradient waits (the update and
+// the next forward, an evaluation or a checkpoint when one fell in between) less the host's wait
+// for data, during which the device was idle; optimizer and other are then 0. Data stays the
+// host's wait for the loader.
 #pragma once
 
 #include <array>
@@ -85,6 +91,10 @@ class StragglerMonitor {
   std::vector<std::vector<PhaseTimes>> in_streak_;  // [rank][rank]: every rank's sums over rank's streak
   std::vector<PhaseTimes> totals_;                  // per rank, the whole run
 };
+
+// `host`'s data phase with `device`'s forward, backward and comm (Note [Stragglers]), scaled to
+// `host`'s steps (the device's timelines come a step or more late); `host` when `device` has no step.
+PhaseTimes with_device_clock(const PhaseTimes& host, const PhaseTimes& device);
 
 // The median of `v` (the mean of the middle two for an even count); 0 when empty.
 double median(std::vector<double> v);

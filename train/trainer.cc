@@ -365,7 +365,7 @@ void Trainer::log_window() {
     std::vector<double> sum(1 + world + world * P, 0.0);
     sum[0] = window_.loss_sum;
     sum[1 + rank] = interrupt_.signal();
-    step_.window_phases().pack(&sum[1 + world + rank * P]);
+    with_device_clock(step_.window_phases(), par_.take_device_phases()).pack(&sum[1 + world + rank * P]);
     par_.sum_over_ranks(sum);
     window_.loss_sum = sum[0] / double(par_.world_size());
     note_signals(std::vector<double>(sum.begin() + 1, sum.begin() + 1 + std::ptrdiff_t(world)));

@@ -197,5 +197,46 @@ TEST_CASE("SIGUSR1 to the launcher: every rank writes its records and training g
   CHECK_FALSE(fs::exists(off / "run" / "logs" / "flight-rank-0.json"));
 }
 
+TEST_CASE("ranks started without ringtape's launcher: the stuck rank writes its stacks when the other times out") {
+  // Two ranks started by hand with torchrun's variables
+  // (Note [Stacks of a rank without ringtape's launcher] in distributed/stack_dump.h). Rank 1
+  // sleeps 60 s in its first step's data phase (alive, its liveness thread running); rank 0
+  // times out in the gradient all-reduce after 3 s and asks rank 1 for its stacks, which rank 1
+  // writes to its log with its records.
+  const fs::path dir = tmpdir("torchrun");
+  const int port = dist::net::local_port(dist::net::listen_tcp("127.0.0.1", 0).get());
+  const auto t0 = std::chrono::steady_clock::now();
+  std::vector<pid_t> pids;
+  for (int rank = 0; rank < 2; ++rank) {
+    auto env = test::torchrun_env(port, rank, 2);
+    env.emplace_back("RINGTAPE_FAULT", "slow:1:data:60000");
+    pids.push_back(start(tiny_cpu_run(dir / "run", {"--timeout", "3", "--threads", "1"}),
+                         dir / ("rank" + std::to_string(rank) + ".txt"), env));
+  }
+  const Run r0 = finish(pids[0], dir / "rank0.txt", t0, 90s);
+  INFO(r0.output);
+  CHECK(r0.status != 0);
+  CHECK(has(r0.output, "timed out (timeout 3.0 s)"));
+  // Rank 1 answers within moments of rank 0's timeout; then it is stopped here.
+  const fs::path json1 = dir / "run" / "logs" / "flight-rank-1.json";
+  while (!fs::exists(json1) && std::chrono::steady_clock::now() - t0 < 60s) std::this_thread::sleep_for(50ms);
+  kill(-pids[1], SIGKILL);
+  const Run r1 = finish(pids[1], dir / "rank1.txt", t0, 90s);
+  INFO(r1.output);
+  const std::string log1 = test::read_file(dir / "run" / "logs" / "rank-1.log");
+  CHECK(has(log1, "---- rank 1's threads (pid "));
+  CHECK(has(log1, "read when rank 0's collective timed out ----"));
+  CHECK(has(log1, "rt::dist::inject_phase_delay(int, char const*)"));  // the sleep
+  CHECK(has(log1, "rt::train::TrainStep::run_eager(rt::data::DeviceFeeder&, rt::train::Progress const&) at "
+                  "train/step.cc:"));
+  const std::string records = test::read_file(json1);
+  CHECK(has(records, "\"reason\":\"asked when rank 0's collective timed out\""));
+  CHECK(has(records, "\"main_thread\":\"train/step.cc:"));  // the innermost frame in ringtape's own code
+  // `ringtape analyze` quotes the stuck rank's main thread.
+  const Run later = ringtape({"analyze", (dir / "run").string()}, dir / "analyze.txt");
+  INFO(later.output);
+  CHECK(has(later.output, "rank 1's main thread is in train/step.cc:"));
+}
+
 }  // namespace
 }  // namespace rt

@@ -3,7 +3,8 @@
 // ended: the watchdog saw its event, or its abort), not Gloo's thread. Two processes on
 // --device cuda, one skipping a bucket's all-reduce (RINGTAPE_FAULT): the launcher names the
 // skipped collective. Runs where there are GPUs and under --config=cuda-emu (the NCCL fake);
-// elsewhere it prints SKIPPED.
+// elsewhere it prints SKIPPED. Also a killed rank restarted (--max-restarts) and a slow rank
+// named (Note [Stragglers] in train/straggler.h, on the device's clock) on NCCL.
 #include <doctest/doctest.h>
 
 #include <chrono>
@@ -41,6 +42,49 @@ TEST_CASE("on NCCL, a rank that skips a bucket's all-reduce is named with the co
   CHECK(has(r.output, "rank 1 skipped all_reduce #"));
   CHECK(has(r.output, "(gradients, bucket 0, step 2, f32 x "));
   CHECK(fs::exists(dir / "run" / "logs" / "flight-rank-1.json"));
+}
+
+TEST_CASE("on NCCL, a killed rank: --max-restarts 1 resumes every rank from the checkpoint") {
+  // The NCCL path of Note [Elastic restarts] in distributed/local_launcher.cc: the survivor's
+  // communicator aborts on the lost peer, no checkpoint is saved after it, the job resumes.
+  std::string why;
+  if (cuda::device_count(&why) < 1) {
+    std::printf("SKIPPED: no CUDA device (%s): restarts on NCCL\n", why.c_str());
+    return;
+  }
+  const fs::path dir = test::fresh_dir("flight_nccl_test_", "restart");
+  const std::vector<std::string> args =
+      test::tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--timeout", "20", "--device", "cuda", "--precision",
+                                       "fp32", "--checkpoint-every", "3", "--max-restarts", "1"});
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = test::start(args, dir / "out.txt", {{"RINGTAPE_FAULT", "kill:1:5"}});
+  const test::Run r = test::finish(pid, dir / "out.txt", t0, 300s);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "ringtape launcher: rank 1 failed (signal Killed)"));
+  CHECK(has(r.output, "ringtape launcher: restart 1 of at most 1 (rank 1 failed (signal Killed)): resuming from "));
+  CHECK(has(r.output, "checkpoint.safetensors at epoch 0, batch 3, step 3"));
+  CHECK(has(r.output, "done: 6 steps"));
+}
+
+TEST_CASE("on NCCL, a rank slowed in its data phase is named, on the device's clock") {
+  std::string why;
+  if (cuda::device_count(&why) < 1) {
+    std::printf("SKIPPED: no CUDA device (%s): stragglers on NCCL\n", why.c_str());
+    return;
+  }
+  const fs::path dir = test::fresh_dir("flight_nccl_test_", "slow");
+  const std::vector<std::string> args =
+      test::tiny_cpu_run(dir / "run", {"--nproc-per-node", "2", "--timeout", "60", "--device", "cuda", "--precision",
+                                       "fp32", "--epochs", "3", "--print-freq", "2"});
+  const auto t0 = std::chrono::steady_clock::now();
+  const pid_t pid = test::start(args, dir / "out.txt", {{"RINGTAPE_FAULT", "slow:1:data:300"}});
+  const test::Run r = test::finish(pid, dir / "out.txt", t0, 300s);
+  INFO(r.output);
+  CHECK(r.status == 0);
+  CHECK(has(r.output, "step 6: rank 1 is "));
+  CHECK(has(r.output, "% slower than the other ranks' median over the last 6 steps: data "));
+  CHECK(has(r.output, "per-rank step time (ms per step over 18 steps):"));
 }
 
 }  // namespace

@@ -31,7 +31,7 @@ TEST_CASE("a rank slowed in its data phase is named with that phase; the table a
   REQUIRE(r.status == 0);
   // 12 steps, windows of 2: named after the third window (step 6), again after the sixth (step 12).
   CHECK(has(r.output, "step 6: rank 1 is "));
-  CHECK(has(r.output, "% slower than the median over the last 6 steps: data "));
+  CHECK(has(r.output, "% slower than the other ranks' median over the last 6 steps: data "));
   CHECK(has(r.output, "step 12: rank 1 is "));
   CHECK_FALSE(has(r.output, ": rank 0 is "));
   CHECK(has(r.output, "per-rank step time (ms per step over 12 steps):"));
