@@ -117,7 +117,7 @@ Heap make_heap() {
   h.shadow = static_cast<uint8_t*>(reserve(total));
   const size_t cells = total >> kGranuleShift;
   h.writer = static_cast<std::atomic<uint64_t>*>(reserve(cells * sizeof(uint64_t)));
-  h.reader = static_cast<std::atomic<uint64_t>*>(reserve(cells * sizeof(uint64_t)));
+  h.reader = static_cast<std::atomic<uint64_t>*>(reserve(cells * kReaders * sizeof(uint64_t)));
   return h;
 }
 

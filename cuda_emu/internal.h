@@ -24,10 +24,11 @@ namespace rt::emu {
 // (MAP_NORESERVE: pages exist only once touched), device d at base + d * span. Whether an
 // address is device memory, and whose, is then arithmetic, which every load and store of a
 // kernel asks (memcheck.cc). Beside it lie two shadows: one state byte per byte (Shadow),
-// and per 64-byte granule the last writing and the last reading operation (stream, sequence
-// number) for the cross-stream hazard check.
+// and per 64-byte granule the last writing operation and the reading ones (stream, sequence
+// number) for the cross-stream hazard check (Note [Readers per stream] in memcheck.cc).
 enum Shadow : uint8_t { kNoAccess = 0, kUninit = 1, kInit = 2, kFreed = 3 };
 constexpr int kGranuleShift = 6;
+constexpr int kReaders = 4;  // reading operations kept per granule
 
 struct Heap {
   uintptr_t base = 0;
@@ -39,7 +40,7 @@ struct Heap {
   size_t total = 0;  // span * ndev
   uint8_t* shadow = nullptr;                  // [total]
   std::atomic<uint64_t>* writer = nullptr;    // [total >> kGranuleShift]
-  std::atomic<uint64_t>* reader = nullptr;
+  std::atomic<uint64_t>* reader = nullptr;    // [total >> kGranuleShift][kReaders]
   bool contains(uintptr_t a) const { return a - base < total; }
   int device_of(uintptr_t a) const { return contains(a) ? int((a - base) >> span_shift) : -1; }
 };

@@ -70,6 +70,35 @@ std::string thread_name(const BlockCtx& b, uint32_t linear) {
   return fmt("thread (%u,%u,%u)", linear % d.x, linear / d.x % d.y, linear / (d.x * d.y));
 }
 
+// Whether the operation with clock `c` is ordered after the access `packed` (0: none).
+inline bool covers(const Clock& c, uint64_t packed) {
+  return packed == 0 || c.at(access_uid(packed)) >= access_seq(packed);
+}
+
+// Note [Readers per stream]
+// A write must be ordered after every read of its bytes since the last write, not only after
+// the last one: streams A and B read a buffer, then C, ordered after B's read by an event but
+// not after A's, writes it. With one reader kept per granule (the last: B's) that write passed;
+// A's kernel may still have been reading. So each granule keeps up to kReaders reads: a stream's
+// later read replaces its earlier one (what is ordered after the later is after the earlier),
+// as does a read ordered after the one kept (vector clocks are transitive); a write, ordered
+// after all of them or reported, empties the list. Only kReaders streams reading one granule
+// at once, none ordered after another, overflow it: the newest then replaces the slot of its
+// stream's number modulo kReaders, and a hazard with the read dropped can go unseen.
+void note_read(std::atomic<uint64_t>* slots, uint64_t me, const Clock& c) {
+  int free = -1;
+  for (int k = 0; k < kReaders; ++k) {
+    const uint64_t r = slots[k].load(std::memory_order_relaxed);
+    if (r == me) return;
+    if (r != 0 && access_uid(r) == access_uid(me)) {  // this stream's earlier read
+      slots[k].store(me, std::memory_order_relaxed);
+      return;
+    }
+    if (free < 0 && covers(c, r)) free = k;  // empty, or a read this one is ordered after
+  }
+  slots[free >= 0 ? free : int(access_uid(me) % kReaders)].store(me, std::memory_order_relaxed);
+}
+
 // The hazard check of one access (or range) against the operation's clock.
 // Returns "" when ordered, else what it conflicts with.
 std::string hazard(const Op& op, uintptr_t a, size_t n, bool write, bool mark_access) {
@@ -78,15 +107,20 @@ std::string hazard(const Op& op, uintptr_t a, size_t n, bool write, bool mark_ac
   const size_t g0 = (a - h.base) >> kGranuleShift, g1 = (a + n - 1 - h.base) >> kGranuleShift;
   for (size_t g = g0; g <= g1; ++g) {
     const uint64_t w = h.writer[g].load(std::memory_order_relaxed);
-    if (w && w != me && op.clock.at(access_uid(w)) < access_seq(w))
-      return fmt("last written by %s", op_name(w).c_str());
+    if (w && w != me && !covers(op.clock, w)) return fmt("last written by %s", op_name(w).c_str());
+    std::atomic<uint64_t>* slots = h.reader + g * kReaders;
     if (write) {
-      const uint64_t r = h.reader[g].load(std::memory_order_relaxed);
-      if (r && r != me && op.clock.at(access_uid(r)) < access_seq(r))
-        return fmt("last read by %s, which may still be reading it", op_name(r).c_str());
-      if (mark_access && w != me) h.writer[g].store(me, std::memory_order_relaxed);
-    } else if (mark_access && h.reader[g].load(std::memory_order_relaxed) != me) {
-      h.reader[g].store(me, std::memory_order_relaxed);
+      for (int k = 0; k < kReaders; ++k) {
+        const uint64_t r = slots[k].load(std::memory_order_relaxed);
+        if (r != me && !covers(op.clock, r))
+          return fmt("last read by %s, which may still be reading it", op_name(r).c_str());
+      }
+      if (!mark_access) continue;
+      if (w != me) h.writer[g].store(me, std::memory_order_relaxed);
+      for (int k = 0; k < kReaders; ++k)
+        if (slots[k].load(std::memory_order_relaxed) != 0) slots[k].store(0, std::memory_order_relaxed);
+    } else if (mark_access) {
+      note_read(slots, me, op.clock);
     }
   }
   return "";
@@ -227,9 +261,17 @@ inline bool fast_ok(const BlockCtx& b, uintptr_t a, size_t n, bool write) {
   }
   const size_t g = off >> kGranuleShift;  // aligned n <= 16 never crosses a granule
   const uint64_t w = h.writer[g].load(std::memory_order_relaxed);
-  const uint64_t r = h.reader[g].load(std::memory_order_relaxed);
-  if (write) return w == b.me && (r == 0 || r == b.me || b.clock->at(access_uid(r)) >= access_seq(r));
-  return r == b.me && (w == 0 || w == b.me || b.clock->at(access_uid(w)) >= access_seq(w));
+  const std::atomic<uint64_t>* slots = h.reader + g * kReaders;  // Note [Readers per stream]
+  if (write) {
+    if (w != b.me) return false;
+    for (int k = 0; k < kReaders; ++k)
+      if (const uint64_t r = slots[k].load(std::memory_order_relaxed); r != 0 && r != b.me && !covers(*b.clock, r))
+        return false;
+    return true;
+  }
+  bool read_before = false;
+  for (int k = 0; k < kReaders; ++k) read_before |= slots[k].load(std::memory_order_relaxed) == b.me;
+  return read_before && (w == 0 || w == b.me || covers(*b.clock, w));
 }
 
 void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {

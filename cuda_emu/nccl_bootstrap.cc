@@ -155,6 +155,10 @@ void root_main(Fd listener, IdLayout id) {
   for (const Joiner& j : joined) table[size_t(j.info.rank)] = j.info;
   const Reply r{0, uint32_t(table.size() * sizeof(PeerInfo))};
   const auto send_deadline = Clock::now() + peer_timeout();
+  // This process's own ranks last: one that fails its init on the table (check_devices) may end
+  // the process, and this thread with it, before the other processes had theirs (they then saw
+  // a closed root instead of the reason: nccl_fault_test's duplicate-GPU case, 1 CI run).
+  std::stable_partition(joined.begin(), joined.end(), [](const Joiner& j) { return j.info.pid != int32_t(getpid()); });
   for (Joiner& j : joined) {
     try {
       send_all(j.fd.get(), &r, sizeof r, send_deadline, never, "a rank");

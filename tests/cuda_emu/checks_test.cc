@@ -200,6 +200,42 @@ TEST_CASE("work on two streams: an event orders them; without it the hazard name
   cudaStreamDestroy(b);
 }
 
+TEST_CASE("a write ordered after one stream's read but not another's is a hazard (Note [Readers per stream])") {
+  // Streams a and b read y; b's read runs later (after a slow kernel on d it waits for); c
+  // waits for b only and then writes y. One reader kept per granule (b's, the last) let the
+  // write pass while a's read was not ordered before it.
+  cudaStream_t a, b, c, d;
+  for (cudaStream_t* s : {&a, &b, &c, &d}) REQUIRE(cudaStreamCreateWithFlags(s, cudaStreamNonBlocking) == cudaSuccess);
+  cudaEvent_t slow_done, b_read;
+  REQUIRE(cudaEventCreate(&slow_done) == cudaSuccess);
+  REQUIRE(cudaEventCreate(&b_read) == cudaSuccess);
+  Buf x(iota(4096)), y(iota(4096)), z1(4096), z2(4096);
+  unsigned* counter = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&counter), sizeof(unsigned)) == cudaSuccess);
+  REQUIRE(cudaMemset(counter, 0, sizeof(unsigned)) == cudaSuccess);
+  REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+  auto read_twice_then_write = [&](bool c_waits_for_a) {
+    rt::emu_test::scale(y.p, 4096, z1.p, 256, a);       // a reads y
+    rt::emu_test::count(int64_t(1) << 18, counter, d);  // d: slow
+    REQUIRE(cudaEventRecord(slow_done, d) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(b, slow_done, 0) == cudaSuccess);
+    rt::emu_test::scale(y.p, 4096, z2.p, 256, b);       // b reads y, after a has
+    REQUIRE(cudaEventRecord(b_read, b) == cudaSuccess);
+    REQUIRE(cudaStreamWaitEvent(c, b_read, 0) == cudaSuccess);
+    cudaEvent_t a_read;
+    REQUIRE(cudaEventCreate(&a_read) == cudaSuccess);
+    REQUIRE(cudaEventRecord(a_read, a) == cudaSuccess);
+    if (c_waits_for_a) REQUIRE(cudaStreamWaitEvent(c, a_read, 0) == cudaSuccess);
+    launch_planted([&] { rt::emu_test::scale(x.p, 4096, y.p, 256, c); });  // c writes y
+    cudaEventDestroy(a_read);
+  };
+  read_twice_then_write(true);
+  expect_clean();
+  read_twice_then_write(false);
+  expect_fault({"cross-stream hazard", "last read by 'scale_kernel'", "which may still be reading it"});
+  cudaFree(counter);
+}
+
 TEST_CASE("each device has its own memory limit (RINGTAPE_EMU_MEMORY, 256M here): beyond it, out of memory") {
   size_t free0 = 0, total = 0;
   REQUIRE(cudaMemGetInfo(&free0, &total) == cudaSuccess);
