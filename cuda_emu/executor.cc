@@ -15,11 +15,23 @@
 // retired (Note [Worker ownership]).
 //
 // Note [Thread order]
-// Between two barriers the threads of a block run one after the other, each until it waits,
-// in an order drawn anew for every epoch from RINGTAPE_EMU_SEED (default 1), the launch
-// number and the block; a kernel whose result depends on that order (a missing barrier)
-// gives different results under different seeds, beside the race check that reports it
-// directly (memcheck.cc).
+// A GPU may run the threads of a block in any order and interleave them at any instruction;
+// a kernel whose result depends on one order (a missing barrier, a non-atomic update of
+// global memory by several threads) is wrong. RINGTAPE_EMU_SCHEDULE chooses how the emulator
+// orders them, RINGTAPE_EMU_SEED (default 1) seeds the draws:
+//   shuffle     (the default) between two barriers the threads run one after the other, each
+//               until it waits, in an order drawn anew for every epoch from the seed, the
+//               launch number and the block;
+//   reverse     the same, in reverse thread order every epoch (the last thread first);
+//   interleave  every thread is switched out before each of its global or shared memory
+//               accesses, and the threads resume in thread order: each access of one thread
+//               waits for the same access of every other (lanes interleaved per access, as
+//               lock-step warps would be), so a read-modify-write of one location by several
+//               threads loses updates;
+//   random      before each global or shared access a thread is switched out with probability
+//               1/4 (seeded per block), and the threads resume in the epoch's shuffled order.
+// A fault's report names the schedule and seed that reproduce it (block_where). Beside these,
+// the race check reports unordered shared-memory accesses directly (memcheck.cc).
 //
 // Note [Fibers under ThreadSanitizer]
 // Under --config=cuda-emu-tsan each runner is a TSan fiber, and every switch releases and
@@ -101,6 +113,35 @@ uint64_t env_seed() {
   }();
   return seed;
 }
+
+}  // namespace
+
+Schedule env_schedule() {
+  static const Schedule s = [] {
+    const char* v = std::getenv("RINGTAPE_EMU_SCHEDULE");
+    const std::string name = v ? v : "";
+    if (name.empty() || name == "shuffle") return Schedule::shuffle;
+    if (name == "reverse") return Schedule::reverse;
+    if (name == "interleave") return Schedule::interleave;
+    if (name == "random") return Schedule::random;
+    std::fprintf(stderr, "cuda-emu: RINGTAPE_EMU_SCHEDULE='%s' is not a schedule: use shuffle (the default), reverse, "
+                 "interleave or random (Note [Thread order])\n", v);
+    std::_Exit(2);
+  }();
+  return s;
+}
+
+const char* schedule_name(Schedule s) {
+  switch (s) {
+    case Schedule::shuffle: return "shuffle";
+    case Schedule::reverse: return "reverse";
+    case Schedule::interleave: return "interleave";
+    case Schedule::random: return "random";
+  }
+  return "?";
+}
+
+namespace {
 
 uint64_t splitmix(uint64_t& x) {
   uint64_t z = (x += 0x9e3779b97f4a7c15ull);
@@ -343,9 +384,11 @@ std::string dims(dim3 d) { return dims(uint3{d.x, d.y, d.z}); }
 
 std::string block_where(const BlockCtx& b) {
   const KernelLaunch& L = *b.launch;
+  const char* schedule = schedule_name(env_schedule());
   return "  in kernel " + std::string(L.site.kernel) + " launched at " + L.site.file + ":" + std::to_string(L.site.line) +
          " on cuda:" + std::to_string(b.op->device) + " (grid " + dims(L.grid) + ", block " + dims(L.block) +
-         ")\n  block " + dims(b.idx);
+         ")\n  thread order: RINGTAPE_EMU_SCHEDULE=" + schedule + " RINGTAPE_EMU_SEED=" + std::to_string(env_seed()) +
+         " (Note [Thread order] in cuda_emu/executor.cc)\n  block " + dims(b.idx);
 }
 
 std::string site(const std::source_location& w) {
@@ -505,6 +548,12 @@ void check_exit_against_warp(BlockCtx& b, ThreadCtx& th) {
 
 // ---- the scheduler of one block ------------------------------------------------------------------
 void shuffle_order(std::vector<uint32_t>& order, const BlockCtx& b, uint64_t linear_block) {
+  const Schedule s = env_schedule();
+  if (s == Schedule::interleave || s == Schedule::reverse) {  // Note [Thread order]
+    const uint32_t n = uint32_t(order.size());
+    for (uint32_t t = 0; t < n; ++t) order[t] = s == Schedule::reverse ? n - 1 - t : t;
+    return;
+  }
   uint64_t x = env_seed() * 0x2545F4914F6CDD1Dull ^ (b.launch->id << 20) ^ (linear_block << 1) ^ (uint64_t(b.epoch) << 44);
   for (size_t i = order.size(); i > 1; --i) std::swap(order[i - 1], order[splitmix(x) % i]);
 }
@@ -591,6 +640,7 @@ void run_block(Job& job, uint64_t linear_block) {
     th.warp_epoch = 0;
   }
   b.threads = &w.threads;
+  b.preempt_draws = env_seed() * 0x9E3779B97F4A7C15ull ^ (L.id << 24) ^ linear_block;
   w.order.resize(b.nthreads);
   for (uint32_t t = 0; t < b.nthreads; ++t) w.order[t] = t;
   shuffle_order(w.order, b, linear_block);
@@ -737,6 +787,15 @@ uint3 thread_idx() noexcept { return self("threadIdx").idx; }
 uint3 block_idx() noexcept { return self("blockIdx").block->idx; }
 dim3 block_dim() noexcept { return self("blockDim").block->launch->block; }
 dim3 grid_dim() noexcept { return self("gridDim").block->launch->grid; }
+
+void preemption_point(ThreadCtx& th) {
+  BlockCtx& b = *th.block;
+  if (b.nthreads == 1) return;
+  if (env_schedule() == Schedule::random && splitmix(b.preempt_draws) % 4 != 0) return;
+  th.state = TState::ready;  // the scheduler resumes it in its turn (Note [Thread order])
+  yield(th);
+  th.state = TState::running;
+}
 
 void sync_block(const std::source_location& where) {
   ThreadCtx& th = self("__syncthreads");

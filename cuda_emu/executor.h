@@ -81,7 +81,21 @@ struct BlockCtx {
   size_t smem_used = 0;  // dynamic part + static arrays declared so far
   std::vector<std::pair<const void*, size_t>> sites;  // static array -> offset
   bool faulted = false;
+  uint64_t preempt_draws = 0;  // RINGTAPE_EMU_SCHEDULE=random's state (Note [Thread order])
   BlockPerf* perf = nullptr;  // the kernel lab's logs, when the launch is recorded (perf.h)
 };
+
+// Note [Thread order] in executor.cc.
+enum class Schedule : uint8_t { shuffle, reverse, interleave, random };
+Schedule env_schedule();
+const char* schedule_name(Schedule s);
+// Whether threads are switched out at memory accesses (interleave, random); read once.
+inline bool preempts_at_accesses() {
+  static const bool p = env_schedule() == Schedule::interleave || env_schedule() == Schedule::random;
+  return p;
+}
+// Before a global or shared access of `th`: switches to the block's next thread where the
+// schedule says so.
+void preemption_point(ThreadCtx& th);
 
 }  // namespace rt::emu

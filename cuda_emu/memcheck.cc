@@ -275,6 +275,9 @@ inline bool fast_ok(const BlockCtx& b, uintptr_t a, size_t n, bool write) {
 }
 
 void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
+  // Note [Thread order] in executor.cc: another thread may go first (not at the thread's own stack).
+  if (preempts_at_accesses()) [[unlikely]]
+    if (g_heap->contains(a) || a - uintptr_t(t.block->smem) < kStaticSmemLimit) preemption_point(t);
   if (t.block->perf) [[unlikely]] perf_access(t, a, n, write, atomic, pc);  // Note [Kernel lab] in perf.cc
   if (!atomic && fast_ok(*t.block, a, n, write)) return;
   if (g_heap->contains(a)) return check_global(t, a, n, write, atomic, pc);

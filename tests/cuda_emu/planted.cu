@@ -85,6 +85,13 @@ __global__ void count_kernel(int64_t n, unsigned* counter) {
   if (blockIdx.x * int64_t(blockDim.x) + threadIdx.x < n) atomicAdd(counter, 1u);
 }
 
+__global__ void count_racy_kernel(int64_t n, unsigned* counter) {
+  if (blockIdx.x * int64_t(blockDim.x) + threadIdx.x < n) {
+    const unsigned seen = *counter;  // the bug: another thread may write between these two
+    *counter = seen + 1;
+  }
+}
+
 __global__ void mul_add_rn_kernel(const float* a, const float* b, const float* c, int n, float* y) {
   const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
   if (i < n) y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]);
@@ -135,6 +142,11 @@ void shared_read(int written, int read_slot, float* y, cudaStream_t s) {
 
 void count(int64_t n, unsigned* counter, cudaStream_t s) {
   RT_LAUNCH(int((n + 255) / 256), 256, 0, s, count_kernel)(n, counter);
+  CUDA_CHECK_LAUNCH();
+}
+
+void count_racy(int64_t n, unsigned* counter, cudaStream_t s) {
+  RT_LAUNCH(int((n + 255) / 256), 256, 0, s, count_racy_kernel)(n, counter);
   CUDA_CHECK_LAUNCH();
 }
 

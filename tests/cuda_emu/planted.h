@@ -28,6 +28,9 @@ void pack_copy(const float* x, int64_t packs, int offset_floats, float* y, cudaS
 void shared_read(int written, int read_slot, float* y, cudaStream_t s);
 // An atomicAdd of 1 per thread into *counter over `n` threads.
 void count(int64_t n, unsigned* counter, cudaStream_t s);
+// The planted bug of count(): each of `n` threads adds 1 to *counter with a plain load and
+// store (a lost update whenever two threads interleave between them).
+void count_racy(int64_t n, unsigned* counter, cudaStream_t s);
 // y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]): two roundings, never one fused multiply-add.
 void mul_add_rn(const float* a, const float* b, const float* c, int n, float* y, cudaStream_t s);
 
