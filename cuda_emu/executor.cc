@@ -45,6 +45,15 @@
 // in TSan's own thread-local storage, and crashed there (gcc 12's libtsan, elementwise and
 // optim tests); a heap address of our own is what TSan's annotations are meant for.
 //
+// Note [Barrier instances]
+// Every live thread of a block must arrive at the same barrier instruction, not only at the
+// same source line: a helper with a __syncthreads (a block-wide sum) inlined into two branches
+// is one line but two barriers, on a GPU (where nvcc inlines device functions) as here, and
+// threads split between them never meet. A thread at a barrier carries the address it called
+// sync_block from, which differs between inlined copies. A helper that g++ does not inline (its
+// one barrier then serves both branches) is not told apart, though nvcc may have inlined it:
+// tests/cuda_emu/planted.cu forces the inlining of its planted helper.
+//
 // Note [Warp operations]
 // Shuffles, votes and __syncwarp wait until every lane of their mask is at a warp operation
 // with the same mask; the last lane to arrive computes every lane's result. A mask that
@@ -578,6 +587,14 @@ bool release_or_fault(BlockCtx& b) {
                         " (a __syncthreads in a branch that not every thread of the block takes)");
         return false;
       }
+      if (t.barrier != first.barrier) {  // Note [Barrier instances]
+        block_fault(b, cudaErrorIllegalInstruction,
+                    "barrier divergence: threads " + std::to_string(first.linear) + " and " + std::to_string(t.linear) +
+                        " wait at two copies of the __syncthreads at " + site(t.where) +
+                        " (a helper with a barrier, inlined into branches that not every thread of the block takes: "
+                        "two barriers on a GPU, which never meet)");
+        return false;
+      }
     }
     perf_epoch_end(b);  // no memory instruction spans a barrier (Note [Warp-level requests])
     ++b.epoch;
@@ -800,6 +817,7 @@ void preemption_point(ThreadCtx& th) {
 void sync_block(const std::source_location& where) {
   ThreadCtx& th = self("__syncthreads");
   th.where = where;
+  th.barrier = uintptr_t(__builtin_return_address(0));  // Note [Barrier instances]
   th.state = TState::barrier;
   yield(th);
 }

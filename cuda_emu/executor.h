@@ -48,6 +48,7 @@ struct ThreadCtx {
   size_t wbytes = 0;
   alignas(16) unsigned char win[16] = {}, wout[16] = {};
   uint16_t warp_epoch = 0;  // warp-level synchronisations passed
+  uintptr_t barrier = 0;    // the barrier instruction it waits at (Note [Barrier instances] in executor.cc)
 };
 
 // Per byte of the shared arena (memcheck.cc, Note [Shared-memory races]).

@@ -95,6 +95,17 @@ TEST_CASE("a __syncthreads in a branch, and one after an early return, are barri
   CHECK(y.get()[0] == doctest::Approx(64.0 * 65 / 2));
 }
 
+TEST_CASE("a helper with barriers inlined into two branches is barrier divergence (Note [Barrier instances])") {
+  // Every thread reaches the same source lines; the line check alone passed this kernel.
+  Buf x(iota(64)), y(2);
+  rt::emu_test::helper_sum(x.p, 64, y.p, 64, false, nullptr);  // called once, by every thread
+  expect_clean();
+  CHECK(y.get()[0] == doctest::Approx(64.0 * 65 / 2));
+  launch_planted([&] { rt::emu_test::helper_sum(x.p, 64, y.p, 64, true, nullptr); });
+  expect_fault({"barrier divergence", "wait at two copies of the __syncthreads at tests/cuda_emu/planted.cu:",
+                "helper_sum_kernel<true>"});
+}
+
 TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its source line") {
   const int64_t n = 1000;  // 192 threads: the loop's tail covers the last elements
   Buf x(iota(n)), y(n);

@@ -21,6 +21,38 @@ __global__ void block_sum_kernel(const float* x, int n, float* y) {
   if (t == 0) y[0] = smem[0];
 }
 
+// The block's sum of v by a shared-memory tree, its barriers inside (like a block_sum helper),
+// inlined wherever it is called (nvcc inlines device functions; Note [Barrier instances]).
+__device__ __attribute__((always_inline)) inline float tree_sum(float* smem, float v) {
+  const int t = int(threadIdx.x);
+  smem[t] = v;
+  for (int w = int(blockDim.x) / 2; w > 0; w >>= 1) {
+    __syncthreads();
+    if (t < w) smem[t] += smem[t + w];
+  }
+  __syncthreads();
+  const float total = smem[0];
+  __syncthreads();
+  return total;
+}
+
+template <bool kInBranches>
+__global__ void helper_sum_kernel(const float* x, int n, float* y) {
+  RT_SHARED(float, smem, [1024]);
+  const int t = int(threadIdx.x);
+  const float v = t < n ? x[t] : 0.0f;
+  if (!kInBranches) {
+    const float s = tree_sum(smem, v);
+    if (t == 0) y[0] = s;
+  } else if (t % 2 == 0) {  // the bug: the even threads meet at one copy of the helper's barriers, the odd at another
+    const float s = tree_sum(smem, v);
+    if (t == 0) y[0] = s;
+  } else {
+    const float s = tree_sum(smem, 2.0f * v) * 0.5f;
+    if (t == 1) y[1] = s;
+  }
+}
+
 __global__ void block_sum_branch_kernel(const float* x, int n, float* y) {
   RT_SHARED(float, smem, [1024]);
   const int t = int(threadIdx.x);
@@ -102,6 +134,12 @@ __global__ void mul_add_rn_kernel(const float* a, const float* b, const float* c
 void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s) {
   if (missing_barrier) RT_LAUNCH(1, threads, 0, s, block_sum_kernel<true>)(x, n, y);
   else RT_LAUNCH(1, threads, 0, s, block_sum_kernel<false>)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void helper_sum(const float* x, int n, float* y, int threads, bool in_branches, cudaStream_t s) {
+  if (in_branches) RT_LAUNCH(1, threads, 0, s, helper_sum_kernel<true>)(x, n, y);
+  else RT_LAUNCH(1, threads, 0, s, helper_sum_kernel<false>)(x, n, y);
   CUDA_CHECK_LAUNCH();
 }
 

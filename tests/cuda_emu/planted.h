@@ -14,6 +14,9 @@ namespace rt::emu_test {
 void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s);
 // The same with the barrier inside `if (threadIdx.x < threads / 2)`.
 void block_sum_barrier_in_branch(const float* x, int n, float* y, int threads, cudaStream_t s);
+// y[0] = sum of x[0:n] by a helper with barriers (inlined); `in_branches` calls it from two
+// branches (even and odd threads), a copy each: two barriers on a GPU.
+void helper_sum(const float* x, int n, float* y, int threads, bool in_branches, cudaStream_t s);
 // Threads past n return before the block's barrier.
 void block_sum_early_return(const float* x, int n, float* y, int threads, cudaStream_t s);
 // y[i] = x[i] + x[i + 1] over a grid-stride loop; `overread` lets the last element read x[n].
