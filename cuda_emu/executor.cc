@@ -537,6 +537,14 @@ bool try_resolve_warp(BlockCtx& b, ThreadCtx& th) {
     ++o->warp_epoch;
     --b.warp_waiting;
   }
+  // Note [Warp order] in memcheck.cc: every lane of the mask is ordered after what every other
+  // did before this operation.
+  for (uint32_t l = 0; l < 32; ++l) {
+    if (!((mask >> l) & 1u)) continue;
+    ThreadCtx* o = lane_thread(b, th.warp, l);
+    for (uint32_t k = 0; k < 32; ++k)
+      if ((mask >> k) & 1u) o->synced_with[k] = lane_thread(b, th.warp, k)->warp_epoch;
+  }
   return true;
 }
 
@@ -655,6 +663,7 @@ void run_block(Job& job, uint64_t linear_block) {
     th.state = TState::fresh;
     th.runner = nullptr;
     th.warp_epoch = 0;
+    std::fill(std::begin(th.synced_with), std::end(th.synced_with), 0u);
   }
   b.threads = &w.threads;
   b.preempt_draws = env_seed() * 0x9E3779B97F4A7C15ull ^ (L.id << 24) ^ linear_block;

@@ -47,7 +47,10 @@ struct ThreadCtx {
   int warg = 0, wwidth = 32;
   size_t wbytes = 0;
   alignas(16) unsigned char win[16] = {}, wout[16] = {};
-  uint16_t warp_epoch = 0;  // warp-level synchronisations passed
+  // Note [Warp order] in memcheck.cc: the warp-level synchronisations this lane took part in,
+  // and for each lane of its warp that lane's count at the last one they took part in together.
+  uint32_t warp_epoch = 0;
+  uint32_t synced_with[32] = {};
   uintptr_t barrier = 0;    // the barrier instruction it waits at (Note [Barrier instances] in executor.cc)
 };
 
@@ -57,7 +60,7 @@ struct SmemCell {
   uint32_t w_epoch;  // barrier epoch of the last write (0: none)
   uint32_t r_epoch;  // ... of the last read
   uint16_t w_tid, r_tid;  // who (r_tid 0xFFFF: several readers in r_epoch)
-  uint16_t w_wep, r_wep;  // the thread's warp epoch at the access
+  uint32_t w_wep, r_wep;  // the thread's warp_epoch at the access (Note [Warp order])
 };
 
 struct BlockPerf;

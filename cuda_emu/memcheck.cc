@@ -25,9 +25,19 @@
 // Per byte of the arena the last write and the last read(s), with the barrier epoch they
 // happened in. Two accesses to a byte by different threads of the block in the same epoch
 // (between the same two __syncthreads), at least one a write, race: their order is not
-// defined on a GPU. Lanes of one warp are ordered by a warp-level operation between the
-// accesses (__syncwarp, a shuffle). Atomics do not race with each other and are not
-// recorded.
+// defined on a GPU. Lanes of one warp are ordered only as Note [Warp order] says. Atomics do
+// not race with each other and are not recorded.
+//
+// Note [Warp order]
+// Since Volta the lanes of a warp do not run in lock-step: two lanes' accesses are ordered only
+// by a warp-level synchronisation both took part in (a __syncwarp, shuffle or vote whose mask
+// names both) after the first access and before the second, or by a __syncthreads. Each lane
+// counts the warp-level operations it took part in (warp_epoch), an access records its lane's
+// count, and each lane keeps, per lane of its warp, that lane's count at their last operation
+// together (synced_with). Lane B's access is ordered after lane A's recorded at count k when
+// B.synced_with[A] > k: they met after A's access, and B is past it. (This replaced a heuristic
+// that took any difference between the two lanes' own counts for an order: a lane that had
+// passed a __syncwarp of its own before writing looked ordered with a lane that never met it.)
 #include <atomic>
 #include <cstdarg>
 #include <cinttypes>
@@ -181,7 +191,7 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
     fault(cudaErrorMisalignedAddress, fmt("misaligned %zu-byte shared-memory %s at offset %zu", n, verb(write), off), pc);
   const uint16_t me = uint16_t(t.linear);
   auto ordered = [&](uint16_t tid, uint16_t wep) {
-    return tid == me || (tid != kManyReaders && tid / 32 == t.warp && wep != t.warp_epoch);
+    return tid == me || (tid != kManyReaders && tid / 32 == t.warp && t.synced_with[tid % 32] > wep);
   };
   auto race = [&](const char* kind, uint16_t other) {
     fault(cudaErrorLaunchFailure,

@@ -106,6 +106,16 @@ TEST_CASE("a helper with barriers inlined into two branches is barrier divergenc
                 "helper_sum_kernel<true>"});
 }
 
+TEST_CASE("lanes of a warp are ordered only by a warp operation both take part in (Note [Warp order])") {
+  Buf y(1);
+  rt::emu_test::warp_handoff(y.p, true, nullptr);
+  expect_clean();
+  CHECK(y.get()[0] == 1.0f);
+  // Lane 0 passed a __syncwarp of its own: the count heuristic took that for an order.
+  launch_planted([&] { rt::emu_test::warp_handoff(y.p, false, nullptr); });
+  expect_fault({"shared-memory race", "warp_handoff_kernel<false>", "thread (0,0,0)", "thread (1,0,0)"});
+}
+
 TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its source line") {
   const int64_t n = 1000;  // 192 threads: the loop's tail covers the last elements
   Buf x(iota(n)), y(n);

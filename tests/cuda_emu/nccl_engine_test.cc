@@ -165,8 +165,16 @@ int abort_after_block_stream(int) {
   comm.check_healthy();  // all well so far: no throw
   if (rank == world - 1) raise(SIGKILL);
   Work w = comm.all_reduce(x);
-  w.block_stream(Stream::current(Device::cuda(dev)));  // returns: the call has not failed yet
-  Tensor after = mul(x, 2.0);  // "the optimizer step", queued behind the call
+  // Mostly returns (the call has not failed yet); when the watchdog saw the lost peer first (a
+  // slower thread order: 1 run of CI's under RINGTAPE_EMU_SCHEDULE=random) the call has failed,
+  // naming it. Either way check_healthy() must fail below.
+  try {
+    w.block_stream(Stream::current(Device::cuda(dev)));
+    Tensor after = mul(x, 2.0);  // "the optimizer step", queued behind the call
+  } catch (const Error& e) {
+    RT_CHECK(std::string(e.what()).find("rank " + std::to_string(world - 1)) != std::string::npos, "rank ", rank,
+             ": the failed call does not name the lost rank: ", e.what());
+  }
   std::string msg;
   try {
     comm.check_healthy();

@@ -53,6 +53,22 @@ __global__ void helper_sum_kernel(const float* x, int n, float* y) {
   }
 }
 
+// Lane 0 hands a value to lane 1 through shared memory; it passed a __syncwarp of its own
+// (mask 1) before writing. Only a __syncwarp naming both lanes orders the handoff.
+template <bool kSynced>
+__global__ void warp_handoff_kernel(float* y) {
+  RT_SHARED(float, smem, [32]);
+  const int lane = int(threadIdx.x);
+  smem[lane] = 0.0f;
+  __syncthreads();
+  if (lane == 0) {
+    __syncwarp(1u);
+    smem[0] = 1.0f;
+  }
+  if (kSynced) __syncwarp();  // the planted bug leaves it out: lanes are not in lock-step since Volta
+  if (lane == 1) y[0] = smem[0];
+}
+
 __global__ void block_sum_branch_kernel(const float* x, int n, float* y) {
   RT_SHARED(float, smem, [1024]);
   const int t = int(threadIdx.x);
@@ -134,6 +150,12 @@ __global__ void mul_add_rn_kernel(const float* a, const float* b, const float* c
 void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s) {
   if (missing_barrier) RT_LAUNCH(1, threads, 0, s, block_sum_kernel<true>)(x, n, y);
   else RT_LAUNCH(1, threads, 0, s, block_sum_kernel<false>)(x, n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
+void warp_handoff(float* y, bool synced, cudaStream_t s) {
+  if (synced) RT_LAUNCH(1, 32, 0, s, warp_handoff_kernel<true>)(y);
+  else RT_LAUNCH(1, 32, 0, s, warp_handoff_kernel<false>)(y);
   CUDA_CHECK_LAUNCH();
 }
 

@@ -17,6 +17,9 @@ void block_sum_barrier_in_branch(const float* x, int n, float* y, int threads, c
 // y[0] = sum of x[0:n] by a helper with barriers (inlined); `in_branches` calls it from two
 // branches (even and odd threads), a copy each: two barriers on a GPU.
 void helper_sum(const float* x, int n, float* y, int threads, bool in_branches, cudaStream_t s);
+// One warp: lane 0 writes a shared value (after a __syncwarp of its own) that lane 1 reads into
+// y[0]; `synced` puts a __syncwarp of the whole warp between the two.
+void warp_handoff(float* y, bool synced, cudaStream_t s);
 // Threads past n return before the block's barrier.
 void block_sum_early_return(const float* x, int n, float* y, int threads, cudaStream_t s);
 // y[i] = x[i] + x[i + 1] over a grid-stride loop; `overread` lets the last element read x[n].
