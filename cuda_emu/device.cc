@@ -36,6 +36,13 @@ namespace rt::emu {
 namespace {
 
 constexpr size_t kAlign = 256;  // cudaMalloc's alignment
+// Note [Red zones]
+// A GPU faults on an access past a block only where no other block lies; here every access
+// outside a block faults (the shadow says kNoAccess), but a request of an exact multiple of
+// kAlign left no slack, and the next block began where it ended: an overrun read or wrote that
+// block, unseen. So every block is followed by kRedZone bytes that are never handed out (nor
+// counted as used): an overrun of up to kRedZone bytes past any block faults, whatever its size.
+constexpr size_t kRedZone = 256;
 constexpr size_t kGiB = size_t(1) << 30;
 
 [[noreturn]] void bad_env(const char* name, const char* value, const char* want) {
@@ -263,13 +270,14 @@ void* device_alloc(int device, size_t bytes) {
   {
     std::lock_guard<std::mutex> g(dh.mu);
     if (dh.used + len > h.limit) return nullptr;
+    const size_t taken = len + kRedZone;  // Note [Red zones]
     auto it = dh.free_ranges.begin();
-    while (it != dh.free_ranges.end() && it->second < len) ++it;
+    while (it != dh.free_ranges.end() && it->second < taken) ++it;
     if (it == dh.free_ranges.end()) return nullptr;
     off = it->first;
-    const size_t rest = it->second - len;
+    const size_t rest = it->second - taken;
     dh.free_ranges.erase(it);
-    if (rest) dh.free_ranges[off + len] = rest;
+    if (rest) dh.free_ranges[off + taken] = rest;
     dh.allocated[off] = len;
     dh.used += len;
   }
@@ -297,10 +305,10 @@ cudaError_t device_free(const void* ptr) {
     len = it->second;
     dh.allocated.erase(it);
     dh.used -= len;
-    // Merge with the free neighbours.
-    size_t lo = off, n = len;
+    // Merge with the free neighbours; the red zone goes back with the block (Note [Red zones]).
+    size_t lo = off, n = len + kRedZone;
     auto next = dh.free_ranges.lower_bound(off);
-    if (next != dh.free_ranges.end() && next->first == off + len) {
+    if (next != dh.free_ranges.end() && next->first == off + n) {
       n += next->second;
       next = dh.free_ranges.erase(next);
     }

@@ -127,6 +127,17 @@ TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its so
                 "planted.cu:"});
 }
 
+TEST_CASE("an overrun of a block of an exact multiple of 256 bytes faults in its red zone (Note [Red zones])") {
+  // 1024 floats: no slack after the block, and (before red zones) the next cudaMalloc's block
+  // began where it ended, written: the read of x[n] read the neighbour's first float, unseen.
+  const int64_t n = 1024;
+  Buf x(iota(n)), neighbour(iota(n)), y(n);
+  rt::emu_test::pair_sum(x.p, n, y.p, false, nullptr);
+  expect_clean();
+  launch_planted([&] { rt::emu_test::pair_sum(x.p, n, y.p, true, nullptr); });
+  expect_fault({"out-of-bounds read of 4 bytes", "past the end of the 4096-byte block", "pair_sum_kernel"});
+}
+
 TEST_CASE("reading never-written device memory is reported") {
   Buf x(256), y(256);  // x never written
   launch_planted([&] { rt::emu_test::scale(x.p, 256, y.p, 64, nullptr); });
