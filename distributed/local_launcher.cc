@@ -242,6 +242,11 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
                    const std::string& cause, const std::string& flight_dir, LauncherRounds* rounds) {
   const int world = o.nproc_per_node * o.nnodes;
   std::vector<Worker> workers(size_t(o.nproc_per_node));
+  for (int lr = 0; lr < o.nproc_per_node; ++lr) {  // the last round's rings (Note [Elastic restarts])
+    const int rank = o.node_rank * o.nproc_per_node + lr;
+    std::error_code ec;
+    std::filesystem::remove(std::filesystem::path(flight_dir) / flight::mapped_name(rank), ec);
+  }
   const pid_t self = getpid();
   for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     Worker& w = workers[size_t(lr)];
@@ -407,9 +412,11 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
 // by hand; --checkpoint-every bounds the steps redone. Rank 0 logs the restart ("restart R by
 // the launcher (cause): from <checkpoint>, step S"; a metrics.jsonl record of type "restart")
 // and moves the records of the redone steps out of metrics.jsonl
-// (Note [Metrics of a resumed run] in train/metrics.h). A failed rank's partial work is not saved: a checkpoint is never
-// written once the ranks' communication failed (Note [No checkpoint after a failure] in
-// train/trainer.cc).
+// (Note [Metrics of a resumed run] in train/metrics.h). A failed rank's partial work is not
+// saved: a checkpoint is never written once the ranks' communication failed
+// (Note [No checkpoint after a failure] in train/trainer.cc). Each round starts without the
+// last round's flight rings: a rank that fails before it maps its own would otherwise be
+// analysed from its predecessor's records.
 // Several nodes: the launchers agree on rounds through a store node 0's launcher hosts
 // (distributed/launcher_rounds.h). A launcher whose worker fails asks every node for the next
 // round; the others, polling the store, stop their workers at once (not at their collective

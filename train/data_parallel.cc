@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <map>
 
 #include "distributed/flight_recorder.h"
@@ -182,7 +183,7 @@ void DataParallel::before_optimizer_step() {
 // One step's timeline, once known (on CUDA a step or more later: Note [Two clocks] in
 // distributed/reducer.h): into the overlap figure and --comm-timeline's file.
 void DataParallel::account(const dist::StepTimeline& t) {
-  if (std::string(t.clock) == "device") {  // Note [Stragglers] in train/straggler.h
+  if (std::strcmp(t.clock, "device") == 0) {  // Note [Stragglers] in train/straggler.h
     device_phases_[Phase::backward] += t.backward_end;
     if (t.wait_end >= t.backward_end) device_phases_[Phase::comm] += t.wait_end - t.backward_end;
     if (t.since_previous >= 0) device_phases_[Phase::forward] += t.since_previous;
