@@ -50,9 +50,13 @@
 // same source line: a helper with a __syncthreads (a block-wide sum) inlined into two branches
 // is one line but two barriers, on a GPU (where nvcc inlines device functions) as here, and
 // threads split between them never meet. A thread at a barrier carries the address it called
-// sync_block from, which differs between inlined copies. A helper that g++ does not inline (its
-// one barrier then serves both branches) is not told apart, though nvcc may have inlined it:
-// tests/cuda_emu/planted.cu forces the inlining of its planted helper.
+// sync_block from, which differs between inlined copies. g++ also copies code that nvcc would
+// not copy past a barrier (jump threading, tail duplication: a barrier after `if (t == 0)` and
+// before `if (t < 16)` becomes one copy for thread 0 and one for the others): two addresses
+// are one barrier when their source lines and the call sites they were inlined at (the debug
+// information's inline chain, inline_chain) are the same. A helper that g++ does not inline
+// (its one barrier then serves both branches) is not told apart, though nvcc may have inlined
+// it: tests/cuda_emu/planted.cu forces the inlining of its planted helper.
 //
 // Note [Warp operations]
 // Shuffles, votes and __syncwarp wait until every lane of their mask is at a warp operation
@@ -202,7 +206,8 @@ struct Worker {
 // streams). A worker whose block faulted is retired instead: the faulted threads' frames are
 // never unwound (Note [Fibers]), so what they own stays where they left it. Its stacks are
 // kept, and scanned as roots under LeakSanitizer, so that memory is held rather than leaked.
-// A fault costs one worker (about 1 MiB touched); a fault ends its device's context anyway
+// A fault costs one worker (about 1 MiB touched, one mapping once its guard pages are lifted);
+// a fault ends its device's context anyway
 // (sticky errors).
 struct Workers {
   std::mutex mu;
@@ -246,6 +251,9 @@ void retire_worker(Worker& w, const std::vector<int>& busy) {
 #else
   (void)busy;
 #endif
+  // Its guard pages go (the stacks are never run again): each was a mapping of its own, and a
+  // process may hold only vm.max_map_count (65530) of them, which 30 retired workers reached.
+  mprotect(w.stacks, (kGuardBytes + kStackBytes) * kMaxThreadsPerBlock, PROT_READ | PROT_WRITE);
   std::lock_guard<std::mutex> g(workers().mu);
   workers().retired.push_back(&w);
   if (tls_worker.w == &w) tls_worker.w = nullptr;
@@ -576,6 +584,14 @@ void shuffle_order(std::vector<uint32_t>& order, const BlockCtx& b, uint64_t lin
 }
 
 // Nobody is ready: a barrier releases, or the block is stuck.
+// Two barrier instructions are one barrier of the source (Note [Barrier instances]) when the
+// compiler copied it (jump threading, tail duplication: the same line inlined at the same call
+// sites), two when a helper was inlined at two call sites.
+bool same_barrier(uintptr_t a, uintptr_t b) {
+  const std::vector<std::string> ca = inline_chain(reinterpret_cast<const void*>(a));
+  return !ca.empty() && ca == inline_chain(reinterpret_cast<const void*>(b));
+}
+
 bool release_or_fault(BlockCtx& b) {
   std::vector<ThreadCtx>& ts = *b.threads;
   std::vector<uint32_t> at_barrier, at_warp, exited;
@@ -595,7 +611,7 @@ bool release_or_fault(BlockCtx& b) {
                         " (a __syncthreads in a branch that not every thread of the block takes)");
         return false;
       }
-      if (t.barrier != first.barrier) {  // Note [Barrier instances]
+      if (t.barrier != first.barrier && !same_barrier(t.barrier, first.barrier)) {  // Note [Barrier instances]
         block_fault(b, cudaErrorIllegalInstruction,
                     "barrier divergence: threads " + std::to_string(first.linear) + " and " + std::to_string(t.linear) +
                         " wait at two copies of the __syncthreads at " + site(t.where) +
@@ -639,6 +655,7 @@ void run_block(Job& job, uint64_t linear_block) {
   b.launch = &L;
   b.device = job.op->device;
   b.me = pack_access(job.op->stream_uid, job.op->seq);
+  b.race_self = race_tag(L.id, linear_block, job.nblocks);
   b.clock = &job.op->clock;
   b.idx = uint3{uint32_t(linear_block % L.grid.x), uint32_t(linear_block / L.grid.x % L.grid.y),
                 uint32_t(linear_block / (uint64_t(L.grid.x) * L.grid.y))};

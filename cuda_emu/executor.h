@@ -56,11 +56,15 @@ struct ThreadCtx {
 
 // Per byte of the shared arena (memcheck.cc, Note [Shared-memory races]).
 struct SmemCell {
-  uint32_t gen;      // the block it belongs to; another value: never written in this block
-  uint32_t w_epoch;  // barrier epoch of the last write (0: none)
-  uint32_t r_epoch;  // ... of the last read
-  uint16_t w_tid, r_tid;  // who (r_tid 0xFFFF: several readers in r_epoch)
-  uint32_t w_wep, r_wep;  // the thread's warp_epoch at the access (Note [Warp order])
+  uint32_t gen = 0;           // the block it belongs to; another value: never written in this block
+  uint32_t w_epoch = 0;       // barrier epoch of the last write (0: none)
+  uint32_t r_epoch = 0;       // ... of the last read
+  uint32_t a_epoch = 0;       // ... of the last atomic
+  uint16_t w_tid = 0, r_tid = 0, a_tid = 0;  // who (r_tid, a_tid 0xFFFF: several threads in that epoch)
+  uint32_t w_wep = 0, r_wep = 0, a_wep = 0;  // the thread's warp_epoch at the access (Note [Warp order])
+  const void* w_pc = nullptr;  // the accesses' instructions, for reports
+  const void* r_pc = nullptr;
+  const void* a_pc = nullptr;
 };
 
 struct BlockPerf;
@@ -70,6 +74,7 @@ struct BlockCtx {
   const KernelLaunch* launch = nullptr;
   int device = 0;              // op's, and for the access checks' fast path:
   uint64_t me = 0;             // pack_access(op's stream, op's seq)
+  uint64_t race_self = 0;      // race_tag(launch, block): Note [Races between blocks] in memcheck.cc; 0: unchecked
   const Clock* clock = nullptr;  // op's
   uint3 idx{};
   uint32_t nthreads = 0;
@@ -88,6 +93,10 @@ struct BlockCtx {
   uint64_t preempt_draws = 0;  // RINGTAPE_EMU_SCHEDULE=random's state (Note [Thread order])
   BlockPerf* perf = nullptr;  // the kernel lab's logs, when the launch is recorded (perf.h)
 };
+
+// Note [Races between blocks] in memcheck.cc: the tag of block `linear` of launch `id`, or 0
+// when the launch's blocks are not checked (one block, or more than the tag holds).
+uint64_t race_tag(uint64_t launch_id, uint64_t linear_block, uint64_t nblocks);
 
 // Note [Thread order] in executor.cc.
 enum class Schedule : uint8_t { shuffle, reverse, interleave, random };

@@ -30,6 +30,16 @@ enum Shadow : uint8_t { kNoAccess = 0, kUninit = 1, kInit = 2, kFreed = 3 };
 constexpr int kGranuleShift = 6;
 constexpr int kReaders = 4;  // reading operations kept per granule
 
+// Per 4-byte word of device memory, the last write and the last read(s) of the launch that
+// made them, for the race check between blocks (Note [Races between blocks] in memcheck.cc).
+struct RaceRecord {
+  std::atomic<uint64_t> tag;  // launch, block, thread, bytes of the word, atomic, several blocks
+  std::atomic<uint64_t> pc;   // the access's instruction
+};
+struct RaceCell {
+  RaceRecord w, r;
+};
+
 struct Heap {
   uintptr_t base = 0;
   size_t span = 0;   // bytes per device: its memory limit rounded up to a power of two
@@ -41,6 +51,7 @@ struct Heap {
   uint8_t* shadow = nullptr;                  // [total]
   std::atomic<uint64_t>* writer = nullptr;    // [total >> kGranuleShift]
   std::atomic<uint64_t>* reader = nullptr;    // [total >> kGranuleShift][kReaders]
+  RaceCell* race = nullptr;                   // [total >> 2]; null under a sanitizer's variant
   bool contains(uintptr_t a) const { return a - base < total; }
   int device_of(uintptr_t a) const { return contains(a) ? int((a - base) >> span_shift) : -1; }
 };
@@ -85,6 +96,9 @@ cudaError_t take_last_error();  // and clears it
 cudaError_t sticky_error(int device);
 void set_sticky(int device, cudaError_t e, const std::string& report);
 std::string symbolize(const void* pc);  // "file:line (function)" where line tables allow
+// The source lines of the instruction before `pc` (a return address), innermost first, then
+// each call site it was inlined at; empty without debug information. Cached per address.
+std::vector<std::string> inline_chain(const void* pc);
 // The demangled name of the function at `fn` ("void rt::cuda::k<float>(long, float*)"), or "".
 std::string function_name(const void* fn);
 

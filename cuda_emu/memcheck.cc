@@ -26,7 +26,8 @@
 // happened in. Two accesses to a byte by different threads of the block in the same epoch
 // (between the same two __syncthreads), at least one a write, race: their order is not
 // defined on a GPU. Lanes of one warp are ordered only as Note [Warp order] says. Atomics do
-// not race with each other and are not recorded.
+// not race with each other, but an atomic and a plain access of different threads in one
+// epoch do (the plain load may see the value before or after the update).
 //
 // Note [Warp order]
 // Since Volta the lanes of a warp do not run in lock-step: two lanes' accesses are ordered only
@@ -38,6 +39,24 @@
 // B.synced_with[A] > k: they met after A's access, and B is past it. (This replaced a heuristic
 // that took any difference between the two lanes' own counts for an order: a lane that had
 // passed a __syncwarp of its own before writing looked ordered with a lane that never met it.)
+//
+// Note [Races between blocks]
+// The blocks of one launch are not ordered with each other: two of them accessing the same
+// bytes of global memory, at least one writing, race on a GPU whatever order the emulator ran
+// them in, unless both accesses are atomics (atomics against plain loads or stores race too).
+// Per 4-byte word of device memory (Heap::race) the last write and the last read keep a tag:
+// the launch (KernelLaunch::id modulo 2^28: an earlier launch's record matches only 2^28 launches on), the
+// block (20 bits), the thread, which bytes of the word, whether atomic, and whether several
+// blocks; and the instruction, for the report. An access checks the other kind's record of
+// each word it touches (a write both) and merges itself into its own kind's. The check does
+// not depend on the order the blocks ran in: whichever comes second sees the first. What it
+// does not see: a record is replaced, not merged, when a block touches other bytes of the
+// word than the recorded ones (two blocks' halves of one word stay apart that way), so a third
+// block's access of the first one's bytes then goes unchecked; two host workers checking the
+// same word at the same instant can both miss the other. Threads of one block on global memory
+// are not checked against each other (as compute-sanitizer's racecheck, which checks shared
+// memory only); a launch of one block, or of more than 2^20, is not checked.
+#include <algorithm>
 #include <atomic>
 #include <cstdarg>
 #include <cinttypes>
@@ -190,15 +209,21 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
   if ((n & (n - 1)) == 0 && (a & (n - 1)))
     fault(cudaErrorMisalignedAddress, fmt("misaligned %zu-byte shared-memory %s at offset %zu", n, verb(write), off), pc);
   const uint16_t me = uint16_t(t.linear);
-  auto ordered = [&](uint16_t tid, uint16_t wep) {
+  auto ordered = [&](uint16_t tid, uint32_t wep) {
     return tid == me || (tid != kManyReaders && tid / 32 == t.warp && t.synced_with[tid % 32] > wep);
   };
-  auto race = [&](const char* kind, uint16_t other) {
+  // `other` accessed it (`did`) at `other_pc` since the last barrier.
+  auto race = [&](const char* kind, uint16_t other, const char* did, const void* other_pc) {
+    const std::string at = other_pc && other != kManyReaders ? symbolize(other_pc) : "";
     fault(cudaErrorLaunchFailure,
-          fmt("shared-memory race (%s): %s %ss offset %zu (%zu bytes), which %s accessed since the last "
-              "__syncthreads (a missing __syncthreads?)",
-              kind, thread_name(b, t.linear).c_str(), verb(write), off, n,
-              other == kManyReaders ? "several threads" : thread_name(b, other).c_str()),
+          fmt("shared-memory race (%s): %s %ss offset %zu (%zu bytes)%s, which %s %s since the last __syncthreads%s%s "
+              "(%s)",
+              kind, thread_name(b, t.linear).c_str(), verb(write), off, n, atomic ? " atomically" : "",
+              other == kManyReaders ? "several threads" : thread_name(b, other).c_str(), did,
+              at.empty() ? "" : " at ", at.c_str(),
+              std::strstr(kind, "atomic") ? "an atomic and a plain access race: make both atomic, or separate them "
+                                            "with __syncthreads"
+                                          : "a missing __syncthreads?"),
           pc);
   };
   for (size_t i = off; i < off + n; ++i) {
@@ -206,25 +231,122 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
     if (c.gen != b.gen) {
       if (!write || atomic)
         fault(cudaErrorLaunchFailure, fmt("read of never-written shared memory: offset %zu (%zu bytes)", off, n), pc);
-      c = SmemCell{b.gen, 0, 0, 0, 0, 0, 0};
+      c = SmemCell{};
+      c.gen = b.gen;
     }
-    if (atomic) continue;
+    if (atomic) {  // races plain accesses of other threads, not other atomics
+      if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("atomic after plain write", c.w_tid, "wrote", c.w_pc);
+      if (c.r_epoch == b.epoch && !ordered(c.r_tid, c.r_wep)) race("atomic after plain read", c.r_tid, "read", c.r_pc);
+      if (c.a_epoch == b.epoch && c.a_tid != me) {
+        c.a_tid = kManyReaders;
+      } else {
+        c.a_epoch = b.epoch;
+        c.a_tid = me;
+        c.a_wep = t.warp_epoch;
+        c.a_pc = pc;
+      }
+      continue;
+    }
+    if (c.a_epoch == b.epoch && !ordered(c.a_tid, c.a_wep))
+      race(write ? "plain write after atomic" : "plain read after atomic", c.a_tid, "updated atomically", c.a_pc);
     if (write) {
-      if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("write after write", c.w_tid);
-      if (c.r_epoch == b.epoch && !ordered(c.r_tid, c.r_wep)) race("write after read", c.r_tid);
+      if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("write after write", c.w_tid, "wrote", c.w_pc);
+      if (c.r_epoch == b.epoch && !ordered(c.r_tid, c.r_wep)) race("write after read", c.r_tid, "read", c.r_pc);
       c.w_epoch = b.epoch;
       c.w_tid = me;
       c.w_wep = t.warp_epoch;
+      c.w_pc = pc;
     } else {
       if (c.w_epoch == 0) fault(cudaErrorLaunchFailure, fmt("read of never-written shared memory: offset %zu (%zu bytes)", off, n), pc);
-      if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("read after write", c.w_tid);
+      if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("read after write", c.w_tid, "wrote", c.w_pc);
       if (c.r_epoch == b.epoch && c.r_tid != me) {
         c.r_tid = kManyReaders;
       } else {
         c.r_epoch = b.epoch;
         c.r_tid = me;
         c.r_wep = t.warp_epoch;
+        c.r_pc = pc;
       }
+    }
+  }
+}
+
+// ---- races between blocks (Note [Races between blocks]) -------------------------------------------
+// A record's tag: launch (bits 0-27), block (28-47), thread (48-57), bytes of the word (58-61),
+// atomic (62), several blocks (63).
+constexpr int kTagBlock = 28, kTagThread = 48, kTagBytes = 58;
+constexpr uint64_t kTagLaunch = (uint64_t(1) << kTagBlock) - 1;
+constexpr uint64_t kTagWho = (uint64_t(1) << kTagThread) - 1;  // launch and block
+constexpr uint64_t kTagAtomic = uint64_t(1) << 62, kTagMany = uint64_t(1) << 63;
+
+inline uint64_t tag_bytes(uint64_t tag) { return (tag >> kTagBytes) & 15; }
+
+// Whether the record `tag` conflicts with an access of block `self` to `bytes` of its word:
+// this launch, a byte in common, another block (or several), not atomics on both sides.
+inline bool conflicts(uint64_t tag, uint64_t self, uint64_t bytes, bool atomic) {
+  if ((tag & kTagLaunch) != (self & kTagLaunch) || !(tag_bytes(tag) & bytes)) return false;
+  if ((tag & kTagWho) == self && !(tag & kTagMany)) return false;
+  return !(atomic && (tag & kTagAtomic));
+}
+
+// The record after an access tagged `mine`: its own where the record is of another launch or
+// of other bytes, else the two merged (the first's block, thread and instruction kept).
+inline uint64_t merged(uint64_t tag, uint64_t mine) {
+  if ((tag & kTagLaunch) != (mine & kTagLaunch) || !(tag_bytes(tag) & tag_bytes(mine))) return mine;
+  uint64_t m = tag | (mine & (uint64_t(15) << kTagBytes));
+  if ((tag & kTagWho) != (mine & kTagWho)) m |= kTagMany;
+  if (!(mine & kTagAtomic)) m &= ~kTagAtomic;  // a plain access makes the record plain
+  return m;
+}
+
+[[noreturn]] void block_race(const ThreadCtx& t, bool write, bool atomic, uintptr_t a, size_t n, bool other_write,
+                             uint64_t other, uint64_t other_pc, const void* pc) {
+  const KernelLaunch& L = *t.block->launch;
+  const bool other_atomic = other & kTagAtomic;
+  const char* kind = atomic != other_atomic ? "plain and atomic"
+                     : write && other_write ? "write after write"
+                     : write                ? "write after read"
+                                            : "read after write";
+  const uint64_t blk = (other & kTagWho) >> kTagBlock;
+  const uint32_t th = uint32_t(other >> kTagThread) & 1023;
+  const dim3 g = L.grid, d = L.block;
+  std::string them = fmt("block (%u,%u,%u) thread (%u,%u,%u)%s", uint32_t(blk % g.x), uint32_t(blk / g.x % g.y),
+                         uint32_t(blk / (uint64_t(g.x) * g.y)), th % d.x, th / d.x % d.y, th / (d.x * d.y),
+                         other & kTagMany ? " (and other blocks)" : "");
+  const std::string at = other_pc ? symbolize(reinterpret_cast<const void*>(other_pc)) : "";
+  fault(cudaErrorLaunchFailure,
+        fmt("race between blocks (%s): %s %s of %zu bytes at %#" PRIxPTR " (%s), which %s %s in this launch%s%s; the "
+            "blocks of a launch are not ordered (atomics on both sides, or a second launch)",
+            kind, atomic ? "an atomic" : "a plain", write ? "write" : "read", n, a, describe_device_address(a).c_str(),
+            them.c_str(), other_atomic ? "updated atomically" : other_write ? "wrote" : "read",
+            at.empty() ? "" : " at ", at.c_str()),
+        pc);
+}
+
+void check_blocks(const ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, const void* pc) {
+  const Heap& h = *g_heap;
+  const uint64_t self = t.block->race_self;
+  const uintptr_t off = a - h.base;
+  for (uintptr_t w = off >> 2; w <= (off + n - 1) >> 2; ++w) {
+    const uintptr_t lo = std::max<uintptr_t>(off, w << 2), hi = std::min<uintptr_t>(off + n, (w << 2) + 4);
+    const uint64_t bytes = ((uint64_t(1) << (hi - lo)) - 1) << (lo & 3);
+    const uint64_t mine = self | uint64_t(t.linear) << kTagThread | bytes << kTagBytes | (atomic ? kTagAtomic : 0);
+    RaceCell& c = h.race[w];
+    uint64_t wt = c.w.tag.load(std::memory_order_relaxed);
+    if (conflicts(wt, self, bytes, atomic))
+      block_race(t, write, atomic, a, n, true, wt, c.w.pc.load(std::memory_order_relaxed), pc);
+    if (write)
+      if (const uint64_t rt = c.r.tag.load(std::memory_order_relaxed); conflicts(rt, self, bytes, false))
+        block_race(t, write, atomic, a, n, false, rt, c.r.pc.load(std::memory_order_relaxed), pc);
+    RaceRecord& own = write ? c.w : c.r;
+    uint64_t cur = write ? wt : own.tag.load(std::memory_order_relaxed);
+    for (uint64_t next; (next = merged(cur, mine)) != cur;) {
+      if (own.tag.compare_exchange_weak(cur, next, std::memory_order_relaxed)) {
+        if (next == mine) own.pc.store(uintptr_t(pc), std::memory_order_relaxed);
+        break;
+      }
+      if (write && conflicts(cur, self, bytes, atomic))  // another block's write came in between
+        block_race(t, write, atomic, a, n, true, cur, own.pc.load(std::memory_order_relaxed), pc);
     }
   }
 }
@@ -289,8 +411,15 @@ void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, con
   if (preempts_at_accesses()) [[unlikely]]
     if (g_heap->contains(a) || a - uintptr_t(t.block->smem) < kStaticSmemLimit) preemption_point(t);
   if (t.block->perf) [[unlikely]] perf_access(t, a, n, write, atomic, pc);  // Note [Kernel lab] in perf.cc
-  if (!atomic && fast_ok(*t.block, a, n, write)) return;
-  if (g_heap->contains(a)) return check_global(t, a, n, write, atomic, pc);
+  if (!atomic && fast_ok(*t.block, a, n, write)) {
+    if (t.block->race_self) check_blocks(t, a, n, write, atomic, pc);
+    return;
+  }
+  if (g_heap->contains(a)) {
+    check_global(t, a, n, write, atomic, pc);
+    if (t.block->race_self) check_blocks(t, a, n, write, atomic, pc);
+    return;
+  }
   if (a - uintptr_t(t.block->smem) < kStaticSmemLimit) return check_shared(t, a, n, write, atomic, pc);
   if (a - t.stack_lo < t.stack_hi - t.stack_lo) return;
   const KernelLaunch& L = *t.block->launch;
@@ -309,6 +438,11 @@ void on_access(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, con
 }
 
 }  // namespace
+
+uint64_t race_tag(uint64_t launch_id, uint64_t linear_block, uint64_t nblocks) {
+  if (!g_heap || !g_heap->race || nblocks < 2 || nblocks > (uint64_t(1) << (kTagThread - kTagBlock))) return 0;
+  return (launch_id % kTagLaunch + 1) | linear_block << kTagBlock;  // never 0
+}
 
 // ---- operations' declared uses (copies, memsets, library calls) -------------------------------------
 void check_uses(const Op& op) {

@@ -9,8 +9,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "cuda_emu/internal.h"
 
@@ -73,38 +75,67 @@ void set_sticky(int device, cudaError_t e, const std::string& report) {
 }
 
 namespace {
-// addr2line's first line for `a` in the loaded file holding it, with `flags` ("" or "-f -C").
-std::string addr2line(const void* a, const char* flags) {
+// addr2line's lines for `a` in the loaded file holding it, with `flags` ("", "-f -C", "-i").
+std::vector<std::string> addr2line(const void* a, const char* flags) {
   Dl_info info{};
-  if (!a || !dladdr(a, &info) || !info.dli_fname) return "";
+  if (!a || !dladdr(a, &info) || !info.dli_fname) return {};
   const auto v = reinterpret_cast<uintptr_t>(a);
   const uintptr_t addr = is_position_independent(info.dli_fname) ? v - reinterpret_cast<uintptr_t>(info.dli_fbase) : v;
   char cmd[1200];
   std::snprintf(cmd, sizeof cmd, "addr2line %s -e '%s' %#" PRIxPTR " 2>/dev/null", flags, info.dli_fname, addr);
   FILE* p = popen(cmd, "r");
-  if (!p) return "";
+  if (!p) return {};
+  std::vector<std::string> lines;
   std::array<char, 4096> buf{};
-  std::string line = std::fgets(buf.data(), int(buf.size()), p) ? buf.data() : "";
+  while (std::fgets(buf.data(), int(buf.size()), p)) {
+    std::string line = buf.data();
+    while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
+    if (line.empty() || line[0] == '?') break;
+    lines.push_back(line);
+  }
   pclose(p);
-  while (!line.empty() && (line.back() == '\n' || line.back() == ' ')) line.pop_back();
-  return line.empty() || line[0] == '?' ? "" : line;
+  return lines;
 }
-}  // namespace
 
-std::string symbolize(const void* pc) {
-  // The return address points after the call: the faulting access is the instruction before.
-  std::string line = pc ? addr2line(static_cast<const char*>(pc) - 1, "") : "";
-  if (line.empty()) return "";
-  // The innermost source line, as a repository path (Bazel compiles in /proc/self/cwd).
+// A line of addr2line as a repository path (Bazel compiles in /proc/self/cwd), without the
+// discriminator (which tells apart code of one line, copies included).
+std::string source_line(std::string line) {
   for (const char* prefix : {"/proc/self/cwd/", "/execroot/ringtape/"}) {
     const size_t k = line.rfind(prefix);
     if (k != std::string::npos) line = line.substr(k + std::strlen(prefix));
   }
   if (line.rfind("./", 0) == 0) line = line.substr(2);
+  if (const size_t d = line.find(" (discriminator"); d != std::string::npos) line.resize(d);
   return line;
 }
+}  // namespace
 
-std::string function_name(const void* fn) { return addr2line(fn, "-f -C"); }
+std::vector<std::string> inline_chain(const void* pc) {
+  static std::mutex mu;
+  static std::map<const void*, std::vector<std::string>> cache;
+  {
+    std::lock_guard<std::mutex> g(mu);
+    if (auto it = cache.find(pc); it != cache.end()) return it->second;
+  }
+  // The return address points after the call: the instruction is the one before.
+  std::vector<std::string> chain = pc ? addr2line(static_cast<const char*>(pc) - 1, "-i") : std::vector<std::string>{};
+  for (std::string& l : chain) l = source_line(l);
+  std::lock_guard<std::mutex> g(mu);
+  return cache.emplace(pc, std::move(chain)).first->second;
+}
+
+std::string symbolize(const void* pc) {
+  // The innermost line outside the device header (an atomic's or a shuffle's is the kernel's call).
+  const std::vector<std::string> chain = inline_chain(pc);
+  for (const std::string& l : chain)
+    if (l.rfind("cuda_emu/simt.h:", 0) != 0) return l;
+  return chain.empty() ? "" : chain.front();
+}
+
+std::string function_name(const void* fn) {
+  const std::vector<std::string> lines = addr2line(fn, "-f -C");
+  return lines.empty() ? "" : lines.front();
+}
 
 std::string last_fault() {
   Sticky& s = sticky();

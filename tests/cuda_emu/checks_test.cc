@@ -39,6 +39,16 @@ struct Buf {
   }
 };
 
+// Device copy of host integers (indices, bins).
+struct Ints {
+  int* p = nullptr;
+  explicit Ints(const std::vector<int>& v) {
+    REQUIRE(cudaMalloc(reinterpret_cast<void**>(&p), v.size() * sizeof(int)) == cudaSuccess);
+    REQUIRE(cudaMemcpy(p, v.data(), v.size() * sizeof(int), cudaMemcpyHostToDevice) == cudaSuccess);
+  }
+  ~Ints() { cudaFree(p); }
+};
+
 std::vector<float> iota(size_t n) {
   std::vector<float> v(n);
   std::iota(v.begin(), v.end(), 1.0f);
@@ -114,6 +124,53 @@ TEST_CASE("lanes of a warp are ordered only by a warp operation both take part i
   // Lane 0 passed a __syncwarp of its own: the count heuristic took that for an order.
   launch_planted([&] { rt::emu_test::warp_handoff(y.p, false, nullptr); });
   expect_fault({"shared-memory race", "warp_handoff_kernel<false>", "thread (0,0,0)", "thread (1,0,0)"});
+}
+
+TEST_CASE("blocks of one launch writing one index race unless both use atomics (Note [Races between blocks])") {
+  // 256 elements into 8 slots: element i goes to slot i % 8, so every block hits every slot.
+  std::vector<int> idx(256);
+  for (int i = 0; i < 256; ++i) idx[size_t(i)] = i % 8;
+  Ints d_idx(idx);
+  Buf x(iota(256)), y(std::vector<float>(8, 0.0f));
+  rt::emu_test::index_add(x.p, d_idx.p, 256, y.p, true, nullptr);
+  expect_clean();
+  const std::vector<float> got = y.get();
+  for (int k = 0; k < 8; ++k) CHECK(got[size_t(k)] == doctest::Approx(32.0 * (k + 1) + 8.0 * 31 * 32 / 2));
+  launch_planted([&] { rt::emu_test::index_add(x.p, d_idx.p, 256, y.p, false, nullptr); });
+  // The second block to reach a slot reports; which one that is depends on the host workers.
+  expect_fault({"race between blocks", "index_add_kernel", "planted.cu:", "block (", "thread (",
+                "in this launch at ", "planted.cu:"});
+}
+
+TEST_CASE("a plain store racing other blocks' atomics, and a read of what another block writes, are races") {
+  Buf x(iota(256)), y(1);
+  REQUIRE(cudaMemset(y.p, 0, sizeof(float)) == cudaSuccess);
+  rt::emu_test::atomic_total(x.p, 256, y.p, false, nullptr);  // zeroed before the launch: atomics only
+  expect_clean();
+  CHECK(y.get()[0] == doctest::Approx(256.0 * 257 / 2));
+  launch_planted([&] { rt::emu_test::atomic_total(x.p, 256, y.p, true, nullptr); });
+  expect_fault({"race between blocks (plain and atomic)", "atomic_total_kernel", "planted.cu:"});
+  Buf z(iota(256));
+  launch_planted([&] { rt::emu_test::shift_left_in_place(z.p, 256, nullptr); });
+  expect_fault({"race between blocks", "shift_left_kernel", "planted.cu:"});
+}
+
+TEST_CASE("shared memory: atomics do not race each other, a plain read among them does") {
+  std::vector<int> bins(200);
+  for (int i = 0; i < 200; ++i) bins[size_t(i)] = (i * 7) % 16;
+  Ints d_bins(bins);
+  unsigned* out = nullptr;
+  REQUIRE(cudaMalloc(reinterpret_cast<void**>(&out), 17 * sizeof(unsigned)) == cudaSuccess);
+  rt::emu_test::shared_histogram(d_bins.p, 200, out, false, nullptr);
+  expect_clean();
+  std::vector<unsigned> got(16), want(16, 0);
+  REQUIRE(cudaMemcpy(got.data(), out, 16 * sizeof(unsigned), cudaMemcpyDeviceToHost) == cudaSuccess);
+  for (int b : bins) ++want[size_t(b)];
+  CHECK(got == want);
+  launch_planted([&] { rt::emu_test::shared_histogram(d_bins.p, 200, out, true, nullptr); });
+  expect_fault({"shared-memory race (", "atomic", "shared_histogram_kernel",
+                "planted.cu:"});
+  cudaFree(out);
 }
 
 TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its source line") {

@@ -145,7 +145,56 @@ __global__ void mul_add_rn_kernel(const float* a, const float* b, const float* c
   if (i < n) y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]);
 }
 
+__global__ void index_add_kernel(const float* x, const int* idx, int n, float* y, bool atomic) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i >= n) return;
+  if (atomic) atomicAdd(&y[idx[i]], x[i]);
+  else y[idx[i]] += x[i];  // the bug: blocks hitting one index lose updates
+}
+
+__global__ void atomic_total_kernel(const float* x, int n, float* y, bool zero_in_kernel) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (zero_in_kernel && i == 0) *y = 0.0f;  // the bug: other blocks may have added already
+  if (i < n) atomicAdd(y, x[i]);
+}
+
+__global__ void shift_left_kernel(float* y, int n) {
+  const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+  if (i + 1 < n) y[i] = y[i + 1];  // the bug: y[i + 1] is the next block's to write at a block's last thread
+}
+
+__global__ void shared_histogram_kernel(const int* bins, int n, unsigned* out, bool peek) {
+  RT_SHARED(unsigned, hist, [16]);
+  const int t = int(threadIdx.x);
+  if (t < 16) hist[t] = 0;
+  __syncthreads();
+  for (int i = t; i < n; i += int(blockDim.x)) atomicAdd(&hist[bins[i]], 1u);
+  if (peek && t == 0 && hist[bins[0]] == 0) out[16] = 1;  // the bug: a plain read among the atomics
+  __syncthreads();
+  if (t < 16) out[t] = hist[t];
+}
+
 }  // namespace
+
+void index_add(const float* x, const int* idx, int n, float* y, bool atomic, cudaStream_t s) {
+  RT_LAUNCH((n + 63) / 64, 64, 0, s, index_add_kernel)(x, idx, n, y, atomic);
+  CUDA_CHECK_LAUNCH();
+}
+
+void atomic_total(const float* x, int n, float* y, bool zero_in_kernel, cudaStream_t s) {
+  RT_LAUNCH((n + 63) / 64, 64, 0, s, atomic_total_kernel)(x, n, y, zero_in_kernel);
+  CUDA_CHECK_LAUNCH();
+}
+
+void shift_left_in_place(float* y, int n, cudaStream_t s) {
+  RT_LAUNCH((n + 63) / 64, 64, 0, s, shift_left_kernel)(y, n);
+  CUDA_CHECK_LAUNCH();
+}
+
+void shared_histogram(const int* bins, int n, unsigned* out, bool peek, cudaStream_t s) {
+  RT_LAUNCH(1, 64, 0, s, shared_histogram_kernel)(bins, n, out, peek);
+  CUDA_CHECK_LAUNCH();
+}
 
 void block_sum(const float* x, int n, float* y, int threads, bool missing_barrier, cudaStream_t s) {
   if (missing_barrier) RT_LAUNCH(1, threads, 0, s, block_sum_kernel<true>)(x, n, y);

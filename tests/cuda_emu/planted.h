@@ -37,6 +37,19 @@ void count(int64_t n, unsigned* counter, cudaStream_t s);
 // The planted bug of count(): each of `n` threads adds 1 to *counter with a plain load and
 // store (a lost update whenever two threads interleave between them).
 void count_racy(int64_t n, unsigned* counter, cudaStream_t s);
+// y[idx[i]] += x[i] for i < n (index_add), blocks of 64 threads; `atomic` false: a plain
+// read-modify-write, a race between blocks where two of them hit one index.
+void index_add(const float* x, const int* idx, int n, float* y, bool atomic, cudaStream_t s);
+// y[0] = sum of x[0:n] by atomicAdd from blocks of 64 threads; `zero_in_kernel`: block 0's
+// thread 0 first stores y[0] = 0 itself, a plain store the other blocks' atomics race with.
+void atomic_total(const float* x, int n, float* y, bool zero_in_kernel, cudaStream_t s);
+// y[i] = y[i + 1] for i < n - 1 in place, blocks of 64 threads: each block reads the first
+// element of the next block's, which that block writes: a race between blocks.
+void shift_left_in_place(float* y, int n, cudaStream_t s);
+// out[b] = how many of bins[0:n] (each in [0, 16)) are b, by one block of 64 threads with
+// shared-memory atomics; `peek` has thread 0 read its bin's count before the barrier, a
+// plain read racing the other threads' atomics.
+void shared_histogram(const int* bins, int n, unsigned* out, bool peek, cudaStream_t s);
 // y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]): two roundings, never one fused multiply-add.
 void mul_add_rn(const float* a, const float* b, const float* c, int n, float* y, cudaStream_t s);
 
