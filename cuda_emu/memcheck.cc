@@ -226,6 +226,21 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
                                           : "a missing __syncthreads?"),
           pc);
   };
+  // A cell's record of one kind of access (epoch, thread, warp epoch, instruction) made this thread's.
+  auto mine = [&](uint32_t& epoch, uint16_t& tid, uint32_t& wep, const void*& at) {
+    epoch = b.epoch;
+    tid = me;
+    wep = t.warp_epoch;
+    at = pc;
+  };
+  // Reads and atomics of several threads in one epoch do not race each other: the record keeps one
+  // thread, or "several threads" (kManyReaders) once a second one came in the same epoch.
+  auto note = [&](uint32_t& epoch, uint16_t& tid, uint32_t& wep, const void*& at) {
+    if (epoch == b.epoch && tid != me)
+      tid = kManyReaders;
+    else
+      mine(epoch, tid, wep, at);
+  };
   for (size_t i = off; i < off + n; ++i) {
     SmemCell& c = b.smem_shadow[i];
     if (c.gen != b.gen) {
@@ -237,14 +252,7 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
     if (atomic) {  // races plain accesses of other threads, not other atomics
       if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("atomic after plain write", c.w_tid, "wrote", c.w_pc);
       if (c.r_epoch == b.epoch && !ordered(c.r_tid, c.r_wep)) race("atomic after plain read", c.r_tid, "read", c.r_pc);
-      if (c.a_epoch == b.epoch && c.a_tid != me) {
-        c.a_tid = kManyReaders;
-      } else {
-        c.a_epoch = b.epoch;
-        c.a_tid = me;
-        c.a_wep = t.warp_epoch;
-        c.a_pc = pc;
-      }
+      note(c.a_epoch, c.a_tid, c.a_wep, c.a_pc);
       continue;
     }
     if (c.a_epoch == b.epoch && !ordered(c.a_tid, c.a_wep))
@@ -252,21 +260,11 @@ void check_shared(ThreadCtx& t, uintptr_t a, size_t n, bool write, bool atomic, 
     if (write) {
       if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("write after write", c.w_tid, "wrote", c.w_pc);
       if (c.r_epoch == b.epoch && !ordered(c.r_tid, c.r_wep)) race("write after read", c.r_tid, "read", c.r_pc);
-      c.w_epoch = b.epoch;
-      c.w_tid = me;
-      c.w_wep = t.warp_epoch;
-      c.w_pc = pc;
+      mine(c.w_epoch, c.w_tid, c.w_wep, c.w_pc);
     } else {
       if (c.w_epoch == 0) fault(cudaErrorLaunchFailure, fmt("read of never-written shared memory: offset %zu (%zu bytes)", off, n), pc);
       if (c.w_epoch == b.epoch && !ordered(c.w_tid, c.w_wep)) race("read after write", c.w_tid, "wrote", c.w_pc);
-      if (c.r_epoch == b.epoch && c.r_tid != me) {
-        c.r_tid = kManyReaders;
-      } else {
-        c.r_epoch = b.epoch;
-        c.r_tid = me;
-        c.r_wep = t.warp_epoch;
-        c.r_pc = pc;
-      }
+      note(c.r_epoch, c.r_tid, c.r_wep, c.r_pc);
     }
   }
 }
