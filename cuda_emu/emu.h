@@ -79,6 +79,13 @@ bool is_pinned_host(const void* p, size_t bytes);
 // want to say which input was not initialised).
 int64_t first_uninitialised(const void* p, size_t bytes);
 
+// ---- the device's math library (Note [Device numerics] in device_math.cc) ------------------
+// exact: kernels get the host's libm results; ulp: a value within the CUDA Programming
+// Guide's maximum error for the function (RINGTAPE_EMU_MATH=exact|ulp sets it at start).
+enum class DeviceMath { exact, ulp };
+DeviceMath device_math();
+void set_device_math(DeviceMath m);
+
 // ---- for tests ---------------------------------------------------------------------------
 // The report of the most recent fault ("" when none), and clearing every device's sticky
 // error so that a test can go on after a planted bug (a real context would be lost).

@@ -80,7 +80,6 @@
 #include <cstdlib>
 #include <deque>
 #include <mutex>
-#include <set>
 #include <string>
 #include <thread>
 
@@ -914,23 +913,6 @@ void* shared_dynamic() noexcept { return self("RT_SHARED_DYNAMIC").block->smem; 
 std::string thread_where(const ThreadCtx& t) { return block_where(*t.block) + ", thread " + dims(t.idx); }
 
 // ---- launches ------------------------------------------------------------------------------------------
-namespace {
-// RINGTAPE_EMU_KERNEL_LOG=FILE: the first launch of each kernel in this process appends
-// "file:line kernel" to FILE (for counting which kernels a test suite runs).
-void note_kernel(const LaunchSite& where) {
-  static const char* path = std::getenv("RINGTAPE_EMU_KERNEL_LOG");
-  if (!path || !*path) return;
-  static std::mutex mu;
-  static std::set<std::pair<std::string, int>> seen;
-  std::lock_guard<std::mutex> g(mu);
-  if (!seen.emplace(where.file, where.line).second) return;
-  if (FILE* f = std::fopen(path, "a")) {
-    std::fprintf(f, "%s:%d %s\n", where.file, where.line, where.kernel);
-    std::fclose(f);
-  }
-}
-}  // namespace
-
 uint64_t new_launch_id() {
   static std::atomic<uint64_t> launches{0};
   return ++launches;
@@ -961,7 +943,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
     capture_failed(s);  // as any refused work (Note [Stream capture] in cuda_emu/capture.cc)
     return;
   }
-  note_kernel(where);
+  note_launched(where);  // Note [Kernel coverage] in coverage.cc
   auto op = std::make_unique<Op>();
   op->kind = Op::Kind::kernel;
   op->name = where.kernel;

@@ -18,6 +18,10 @@
 
 namespace rt::emu {
 
+// ---- kernel coverage (coverage.cc) -------------------------------------------------------------
+// Logs the first launch of the site's instantiation in this process (Note [Kernel coverage]).
+void note_launched(const LaunchSite& site);
+
 // ---- devices and their memory (device.cc) -----------------------------------------------------
 // Note [One reservation]
 // The memory of every emulated device lies in one address range reserved at the first use

@@ -67,11 +67,13 @@ void atomic_rmw(AtomicOp op, void* p, size_t bytes, bool is_float, bool is_signe
 
 // ---- launches ---------------------------------------------------------------------------------
 struct LaunchSite {
-  const char* kernel;  // as written at the launch, template arguments included
-  const char* file;
-  int line;
-  const char* pretty;  // GCC's __PRETTY_FUNCTION__ of instance_name<&kernel>: the instantiated name
-  const void* entry;   // else the kernel function itself (its symbol names it), or null
+  const char* kernel = nullptr;  // as written at the launch, template arguments included
+  const char* file = nullptr;
+  int line = 0;
+  const char* pretty = nullptr;  // GCC's __PRETTY_FUNCTION__ of instance_name<&kernel>: the instantiated name
+  const void* entry = nullptr;   // else the kernel function itself (its symbol names it), or null
+  const char* args = nullptr;    // __PRETTY_FUNCTION__ of argument_types<A...>: the launch's argument types
+  int instantiation = -1;        // its index among the program's (register_instantiation)
 };
 
 // The kernel's instantiated name, e.g. "rt::cuda::transpose_kernel<unsigned int>" where the
@@ -86,6 +88,26 @@ template <auto Kernel>
 const char* instance_name() {
   return __PRETTY_FUNCTION__;
 }
+template <typename... A>
+const char* argument_types() {
+  return __PRETTY_FUNCTION__;
+}
+
+// Every kernel instantiation compiled into the program, one per RT_LAUNCH site and argument
+// types, is registered before main (Note [Kernel coverage] in cuda_emu/coverage.cc); returns
+// its index. `Namer` (RT_LAUNCH) names the site.
+int register_instantiation(const LaunchSite& site) noexcept;
+template <typename Namer, typename... A>
+struct Instantiation {
+  static LaunchSite named() {
+    LaunchSite s;
+    Namer{}(s, std::type_identity<A>{}...);
+    s.args = argument_types<A...>();
+    s.instantiation = register_instantiation(s);
+    return s;
+  }
+  static inline const LaunchSite site = named();  // dynamic initialisation: before main
+};
 
 // ptxas's resource report of one translation unit's kernels (nvcc -arch=sm_90
 // --resource-usage): tools/cuda.bzl appends one to every .cu file compiled under
@@ -108,20 +130,20 @@ void launch(dim3 grid, dim3 block, size_t dynamic_smem, cudaStream_t stream, con
 
 // RT_LAUNCH(...)(args...): the arguments are copied once at the launch, as CUDA copies
 // them to parameter memory, and each GPU thread calls the kernel with them.
-// `Namer{}(site, args...)` names the instantiation in `site` (RT_LAUNCH, instance_name).
+// `Namer{}(site, std::type_identity<A>{}...)` names the launch site and the instantiation for
+// arguments of types A (RT_LAUNCH, instance_name), once per program (Instantiation).
 template <typename Body, typename Namer>
 class Launcher {
  public:
-  Launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, LaunchSite site, Body body, Namer)
-      : grid_(grid), block_(block), smem_(smem), stream_(stream), site_(site), body_(body) {}
+  Launcher(dim3 grid, dim3 block, size_t smem, cudaStream_t stream, Body body, Namer)
+      : grid_(grid), block_(block), smem_(smem), stream_(stream), body_(body) {}
 
   template <typename... A>
   void operator()(A&&... a) const {
     using Args = std::tuple<std::decay_t<A>...>;
-    LaunchSite site = site_;
-    Namer{}(site, a...);
     auto args = std::make_shared<const Args>(std::forward<A>(a)...);
-    launch(grid_, block_, smem_, stream_, site, &entry<Args>, args, sizeof(Args));
+    launch(grid_, block_, smem_, stream_, Instantiation<Namer, std::decay_t<A>...>::site, &entry<Args>, args,
+           sizeof(Args));
   }
 
  private:
@@ -132,7 +154,6 @@ class Launcher {
   dim3 grid_, block_;
   size_t smem_;
   cudaStream_t stream_;
-  LaunchSite site_;
   Body body_;
 };
 
@@ -161,17 +182,19 @@ using std::isnan;
 // `RT_LAUNCH(grid, block, smem, stream, kernel)(args...)` (kernels/cuda/launch.cuh).
 #define RT_LAUNCH(grid, block, smem, stream, ...)                                                     \
   ::rt::emu::Launcher(                                                                               \
-      dim3(grid), dim3(block), size_t(smem), (stream), ::rt::emu::LaunchSite{#__VA_ARGS__, __FILE__, __LINE__, nullptr, nullptr}, \
+      dim3(grid), dim3(block), size_t(smem), (stream),                                               \
       [](const auto&... rt_emu_args) { __VA_ARGS__(rt_emu_args...); },                               \
-      [](::rt::emu::LaunchSite& rt_emu_site, const auto&... rt_emu_args) {                           \
-        ((void)rt_emu_args, ...);                                                                    \
+      [](::rt::emu::LaunchSite& rt_emu_site, auto... rt_emu_types) {                                 \
+        rt_emu_site.kernel = #__VA_ARGS__;                                                           \
+        rt_emu_site.file = __FILE__;                                                                 \
+        rt_emu_site.line = __LINE__;                                                                 \
         if constexpr (requires { ::rt::emu::instance_name<&__VA_ARGS__>(); })                        \
           rt_emu_site.pretty = ::rt::emu::instance_name<&__VA_ARGS__>();                             \
         if constexpr (requires {                                                                     \
-                             static_cast<void (*)(std::decay_t<decltype(rt_emu_args)>...)>(&__VA_ARGS__); \
-                           })                                                                        \
+                        static_cast<void (*)(typename decltype(rt_emu_types)::type...)>(&__VA_ARGS__); \
+                      })                                                                             \
           rt_emu_site.entry = reinterpret_cast<const void*>(                                         \
-              static_cast<void (*)(std::decay_t<decltype(rt_emu_args)>...)>(&__VA_ARGS__));          \
+              static_cast<void (*)(typename decltype(rt_emu_types)::type...)>(&__VA_ARGS__));        \
       })
 
 // `__shared__ T name[d1][d2];` is written `RT_SHARED(T, name, [d1][d2]);`.
@@ -282,9 +305,21 @@ inline double __ll2double_rn(long long v) { return ::rt::emu::rounded(double(v))
 inline float __int2float_rn(int v) { return ::rt::emu::rounded(float(v)); }
 inline int __float2int_rn(float v) { return int(std::nearbyint(v)); }
 inline int __double2int_rn(double v) { return int(std::nearbyint(v)); }
-// The device's fast approximations: here the exact functions (docs/cuda-on-cpu.md: what
-// this mode cannot check).
-inline float __expf(float v) { return std::exp(v); }
-inline float __logf(float v) { return std::log(v); }
-inline float rsqrtf(float v) { return 1.0f / std::sqrt(v); }
-inline double rsqrt(double v) { return 1.0 / std::sqrt(v); }
+// ---- the device's math library -----------------------------------------------------------------
+// The intrinsics and rsqrt: exact, or with RINGTAPE_EMU_MATH=ulp a value within the error the
+// CUDA Programming Guide documents for each (Note [Device numerics] in cuda_emu/device_math.cc,
+// which also covers the standard functions: expf, logf, powf, ...).
+namespace rt::emu {
+enum class DeviceFn : uint8_t {
+  fast_expf, fast_logf, fast_fdividef, rsqrtf, rsqrt,
+  expf, logf, tanhf, sinf, cosf, erff, log1pf, expm1f, powf,
+  exp, log, tanh, sin, cos, erf, log1p, expm1, pow,
+};
+float device_fn(DeviceFn fn, float x, float y = 0);
+double device_fn(DeviceFn fn, double x, double y = 0);
+}  // namespace rt::emu
+inline float __expf(float v) { return ::rt::emu::device_fn(::rt::emu::DeviceFn::fast_expf, v); }
+inline float __logf(float v) { return ::rt::emu::device_fn(::rt::emu::DeviceFn::fast_logf, v); }
+inline float __fdividef(float a, float b) { return ::rt::emu::device_fn(::rt::emu::DeviceFn::fast_fdividef, a, b); }
+inline float rsqrtf(float v) { return ::rt::emu::device_fn(::rt::emu::DeviceFn::rsqrtf, v); }
+inline double rsqrt(double v) { return ::rt::emu::device_fn(::rt::emu::DeviceFn::rsqrt, v); }

@@ -6,6 +6,8 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/multi_tensor_apply.cuh"
 
+#include <type_traits>
+
 namespace rt::cuda {
 namespace {
 
@@ -69,6 +71,10 @@ void cast_from(DType to, int64_t n, const void* src, void* dst, cudaStream_t s) 
 void cast_many(DType from, DType to, const std::vector<CastTensor>& list, MultiTensorTable& table, cudaStream_t s) {
   RT_CHECK(is_floating(from) && is_floating(to), "cast_many: ", dtype_name(from), " -> ", dtype_name(to),
            " has no CUDA kernel (floating pairs only)");
+  // Its one caller, ComputeCopies, refuses masters in the compute dtype; a same-dtype list is
+  // a copy (or an add), so no kernel is compiled for it.
+  RT_CHECK(from != to, "cast_many: ", dtype_name(from), " -> ", dtype_name(to),
+           " has no CUDA kernel (the dtypes must differ; copy or add instead)");
   std::vector<MtaRow> rows(list.size(), MtaRow{});
   std::vector<int> sets(list.size());
   for (size_t i = 0; i < list.size(); ++i) {
@@ -86,9 +92,10 @@ void cast_many(DType from, DType to, const std::vector<CastTensor>& list, MultiT
       using S = decltype(zs);
       using D = decltype(zd);
       // One conversion per element, and an add when accumulating.
-      multi_tensor_apply(table, CastOp<S, D>{}, [](CastOp<S, D>& op, const std::vector<int>& groups) {
-        for (size_t k = 0; k < groups.size(); ++k) op.accumulate[k] = groups[k];
-      }, 1.0, from == DType::f64 || to == DType::f64, s);
+      if constexpr (!std::is_same_v<S, D>)
+        multi_tensor_apply(table, CastOp<S, D>{}, [](CastOp<S, D>& op, const std::vector<int>& groups) {
+          for (size_t k = 0; k < groups.size(); ++k) op.accumulate[k] = groups[k];
+        }, 1.0, from == DType::f64 || to == DType::f64, s);
     });
   });
 }

@@ -21,7 +21,8 @@ void cast(DType from, DType to, int64_t n, const void* src, void* dst, cudaStrea
 // dst += convert(src), the sum in dst's compute type (float for f32, double for f64) and
 // rounded once, as add_(dst, src.to(dst dtype)) is. What mixed precision's working copies
 // need (engine/nn/compute_copies.h): the masters cast to the copies, the copies' gradients
-// added to the masters'. `table`: the list's device copy, kept for the next call.
+// added to the masters'. `from` and `to` differ (a same-dtype list is a copy). `table`: the
+// list's device copy, kept for the next call.
 struct CastTensor {
   const void* src = nullptr;  // n elements of `from`
   void* dst = nullptr;        // n elements of `to`, same layout

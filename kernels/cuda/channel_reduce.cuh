@@ -167,12 +167,16 @@ struct OutSink {
   }
 };
 
-template <typename T, typename F, typename Sink>
+// kRowsOnly: the caller's plans are all rows (row_layout), so the NCHW kernel is not
+// instantiated for it (Note [Kernel coverage] in cuda_emu/coverage.cc: code no plan reaches).
+template <typename T, bool kRowsOnly = false, typename F, typename Sink>
 void launch_channel_partials(const ChannelReducePlan& p, F f, Sink sink, cudaStream_t s) {
   const dim3 grid(unsigned(p.col_blocks), unsigned(p.RB));
   rt::cuda::flops_hint(F::kFlopsPerValue * double(p.N) * double(p.C) * double(p.S), std::is_same_v<T, double>);
   if (p.row_layout) {
     RT_LAUNCH(grid, dim3(kRowX, kRowY), 0, s, channel_partials_rows<F, reduce_unroll<T>()>)(p, f, sink);
+  } else if constexpr (kRowsOnly) {
+    RT_CHECK(false, "channel reduction: this caller plans rows (NHWC, or S == 1) only, got an NCHW plan");
   } else {
     RT_LAUNCH(grid, kReduceThreads, 0, s, channel_partials_nchw<F, reduce_unroll<T>()>)(p, f, sink);
   }
@@ -204,11 +208,12 @@ void channel_reduce(const ChannelReducePlan& p, F f, Out out, typename F::State*
 }
 
 // One stage, for reductions small enough that one row block per channel fills what they
-// need (p.RB must be 1): out(c, total) from the block itself, no workspace.
+// need (p.RB must be 1): out(c, total) from the block itself, no workspace. Rows only (its
+// one caller, linear's bias gradient, reduces the columns of a row-major matrix).
 template <typename T, typename F, typename Out>
 void channel_reduce_single(const ChannelReducePlan& p, F f, Out out, cudaStream_t s) {
   RT_CHECK(p.RB == 1, "channel_reduce_single: the plan has ", p.RB, " row blocks");
-  launch_channel_partials<T>(p, f, OutSink<Out>{out}, s);
+  launch_channel_partials<T, true>(p, f, OutSink<Out>{out}, s);
 }
 
 }  // namespace rt::cuda::detail

@@ -16,6 +16,7 @@
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/elementwise.cuh"
 
+#include <atomic>
 #include <climits>
 #include <type_traits>
 
@@ -230,14 +231,20 @@ void with_wanted(bool da, bool db, F&& f) {
   else f(integral_constant<bool, false>{}, integral_constant<bool, true>{});
 }
 
+// The largest size indexed with 32 bits: INT32_MAX, or -1 while a WideIndexForTests lives.
+std::atomic<int64_t> g_narrow_index_limit{INT32_MAX};
+
 // Calls launch(I{}) with the narrowest index type that holds every index of n elements.
 template <typename F>
 void with_index_type(int64_t n, F&& launch) {
-  if (n <= INT32_MAX) launch(uint32_t{});
+  if (n <= g_narrow_index_limit.load(std::memory_order_relaxed)) launch(uint32_t{});
   else launch(int64_t{});
 }
 
 }  // namespace
+
+WideIndexForTests::WideIndexForTests() { g_narrow_index_limit.store(-1); }
+WideIndexForTests::~WideIndexForTests() { g_narrow_index_limit.store(INT32_MAX); }
 
 void binary(Binary op, DType t, int64_t n, const void* a, const void* b, void* y, cudaStream_t s) {
   detail::dispatch_floating(t, "binary", [&](auto z) {

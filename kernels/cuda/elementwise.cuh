@@ -48,4 +48,15 @@ void axpy(DType t, int64_t n, double alpha, const void* b, void* a, cudaStream_t
 // reading it on the host.
 void fill_from_scalar(DType t, int64_t n, const void* scalar, double scale, void* y, cudaStream_t s);
 
+// For tests: while one lives, binary_broadcast and binary_backward index with 64 bits at
+// every size, as they do only past 2^31 elements otherwise (more than a test can hold), so
+// that their 64-bit instantiations run (Note [Kernel coverage] in cuda_emu/coverage.cc).
+class WideIndexForTests {
+ public:
+  WideIndexForTests();
+  ~WideIndexForTests();
+  WideIndexForTests(const WideIndexForTests&) = delete;
+  WideIndexForTests& operator=(const WideIndexForTests&) = delete;
+};
+
 }  // namespace rt::cuda

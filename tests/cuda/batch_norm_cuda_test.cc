@@ -149,6 +149,61 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
   }
 }
 
+// Every (x, running statistics) pair of float dtypes (Note [Running statistics of any dtype] in
+// tests/cuda/batch_norm_cuda_util.h): the training statistics with their running update, then
+// the eval statistics read from running statistics of that dtype. Two small geometries, one per
+// layout; the launchers above run every geometry with f32 (and f64 eval) running statistics.
+TEST_CASE("batch_norm statistics launchers with running statistics of every float dtype match the CPU") {
+  if (!have_gpu("batch_norm statistics launchers with running statistics of every float dtype")) return;
+  uint64_t seed = 2000;
+  const double eps = 1e-5, momentum = 0.1;
+  for (DType t : kFloatTypes)
+    for (DType r : kFloatTypes)
+      for (const Geom& ge : {Geom{4, 5, 49, false}, Geom{8, 37, 1, true}}) {
+        const cuda::BatchNormGeom g{ge.N, ge.C, ge.S, ge.nhwc};
+        const cpu::BatchNormGeom cg{ge.N, ge.C, ge.S, ge.nhwc};
+        const DType st = cuda::batch_norm_stat_dtype(t);
+        const int64_t n = ge.N * ge.C * ge.S;
+        const std::string tag = std::string(" running ") + dtype_name(r);
+        const Tensor x64 = add(rnd({n}, ++seed), 3.0);
+        // The running statistics as stored in r: the values both sides start from.
+        const Tensor rm_r = rnd({ge.C}, ++seed).to(r), rv_r = add(square(rnd({ge.C}, ++seed)), 0.5).to(r);
+        const std::vector<double> rm0 = rm_r.to_vector<double>(), rv0 = rv_r.to_vector<double>();
+
+        std::vector<double> mean(size_t(ge.C)), var(size_t(ge.C)), invstd(size_t(ge.C));
+        const Tensor xr = to_ref(x64, t);
+        with_ref_type(t, [&](auto z) {
+          using R = decltype(z);
+          cpu::batch_norm_stats<R>(cg, xr.data<R>(), mean.data(), var.data());
+        });
+        for (size_t c = 0; c < size_t(ge.C); ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+        std::vector<double> rm = rm0, rv = rv0;
+        update_running(rm, rv, mean, var, double(ge.N * ge.S), momentum);
+
+        const Tensor x = to_gpu(x64, t);
+        Tensor gm = poisoned({ge.C}, st), gi = poisoned({ge.C}, st);
+        Tensor grm = rm_r.to(gpu()), grv = rv_r.to(gpu());
+        const Tensor sws = workspace(cuda::batch_norm_stats_workspace_bytes(g, t));
+        cuda::batch_norm_stats(g, t, x.raw_data(), eps, gm.raw_data(), gi.raw_data(), r, grm.raw_data(),
+                               grv.raw_data(), momentum, sws.raw_data(), stream());
+        const Tol stat_tol = gpu_tol_for(ref_dtype(t));
+        check_close(gm.to_vector<double>(), mean, stat_tol, glabel("mean", t, ge) + tag);
+        check_close(gi.to_vector<double>(), invstd, stat_tol, glabel("invstd", t, ge) + tag);
+        check_close(grm.to_vector<double>(), rm, running_tol(t, r), glabel("running_mean", t, ge) + tag);
+        check_close(grv.to_vector<double>(), rv, running_tol(t, r), glabel("running_var", t, ge) + tag);
+
+        // Eval: mean = running_mean, invstd = 1/sqrt(running_var + eps), from the stored values.
+        Tensor em = poisoned({ge.C}, st), ei = poisoned({ge.C}, st);
+        const Tensor erm = rm_r.to(gpu()), erv = rv_r.to(gpu());
+        cuda::batch_norm_eval_stats(ge.C, r, erm.raw_data(), erv.raw_data(), eps, st, em.raw_data(), ei.raw_data(),
+                                    stream());
+        std::vector<double> einv(size_t(ge.C));
+        for (size_t c = 0; c < size_t(ge.C); ++c) einv[c] = 1.0 / std::sqrt(rv0[c] + eps);
+        check_close(em.to_vector<double>(), rm0, gpu_tol_for(st), glabel("eval mean", t, ge) + tag);
+        check_close(ei.to_vector<double>(), einv, gpu_tol_for(st), glabel("eval invstd", t, ge) + tag);
+      }
+}
+
 // ---- the op through autograd ------------------------------------------------------------
 
 TEST_CASE("batch_norm op forward, backward and running stats on CUDA match the CPU") {

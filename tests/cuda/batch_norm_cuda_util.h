@@ -1,6 +1,7 @@
 // Helpers of the batch-norm launcher tests (batch_norm_cuda_test, dual_batch_norm_add_relu_cuda_test):
 // geometries that reach every path of kernels/cuda/batch_norm.cu, poisoned workspaces, the
-// relu's mask bits built on the host, and buffers one element off 16-byte alignment.
+// running statistics' update and tolerance, the relu's mask bits built on the host, and
+// buffers one element off 16-byte alignment.
 #pragma once
 
 #include <algorithm>
@@ -61,6 +62,28 @@ template <typename F>
 void with_ref_type(DType t, F f) {
   if (ref_dtype(t) == DType::f64) f(double{});
   else f(float{});
+}
+
+// Note [Running statistics of any dtype]
+// The running statistics' dtype is dispatched apart from x's (WriteStats<A, R> and
+// eval_stats_kernel<A, R> in kernels/cuda/batch_norm.cu), so the launchers that read or write
+// them are run with every float dtype for every float x. Their tolerance is the wider of the
+// statistics' own (computed in float, or double for an f64 x: gpu_tol_for(ref_dtype(t)))
+// and one rounding to the running dtype r (gpu_tol_for(r)).
+inline Tol running_tol(DType t, DType r) {
+  const Tol a = gpu_tol_for(ref_dtype(t)), b = gpu_tol_for(r);
+  return Tol{std::max(a.atol, b.atol), std::max(a.rtol, b.rtol)};
+}
+
+// The host's running update, in double: v = (1 - momentum) v + momentum s per channel, with
+// the unbiased variance var * M / (M - 1) (var biased, over M values). rm, rv: the values
+// before (as stored in the running dtype), updated in place.
+inline void update_running(std::vector<double>& rm, std::vector<double>& rv, const std::vector<double>& mean,
+                           const std::vector<double>& var, double M, double momentum) {
+  for (size_t c = 0; c < rm.size(); ++c) {
+    rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
+    rv[c] = (1 - momentum) * rv[c] + momentum * var[c] * M / (M - 1);
+  }
 }
 
 template <typename R>

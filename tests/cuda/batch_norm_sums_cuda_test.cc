@@ -1,11 +1,12 @@
 // Batch norm's statistics from a convolution's channel sums
 // (Note [Statistics from the convolution] in engine/ops/batch_norm.cc): the launcher batch_norm_stats_from_sums against
-// its CPU reference (cpu::batch_norm_stats_from_sums) on NaN-poisoned outputs, a rounded-away
-// negative variance and a NaN sum; conv2d asked for ChannelSums (filled where the fused engine
-// runs: bf16/f16 channels-last; left undefined for f32 without TF32, NCHW, a bias, groups, the
-// CPU) against the sums of the y it wrote; then the op batch_norm(_relu, _add_relu) with those
-// sums against the same op computing its own statistics, forward, running statistics and
-// backward. Without a GPU the GPU cases print SKIPPED and pass.
+// its CPU reference (cpu::batch_norm_stats_from_sums) on NaN-poisoned outputs, with running
+// statistics of every float dtype, a rounded-away negative variance and a NaN sum; conv2d
+// asked for ChannelSums (filled where the fused engine runs: bf16/f16 channels-last; left
+// undefined for f32 without TF32, NCHW, a bias, groups, the CPU) against the sums of the y it
+// wrote; then the op batch_norm(_relu, _add_relu) with those sums against the same op
+// computing its own statistics, forward, running statistics and backward. Without a GPU the
+// GPU cases print SKIPPED and pass.
 #include <cmath>
 #include <limits>
 #include <string>
@@ -17,14 +18,13 @@
 #include "kernels/cpu/batch_norm.h"
 #include "kernels/cuda/batch_norm.cuh"
 #include "kernels/cuda/conv2d.cuh"
+#include "tests/cuda/batch_norm_cuda_util.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {
 namespace {
 
 using namespace cuda_test;
-
-cudaStream_t stream() { return static_cast<cudaStream_t>(Stream::current(gpu()).handle()); }
 
 // What a fused convolution hands the batch norm: x's exact sums rounded to f32 once.
 ChannelSums sums_of(const Tensor& x) {
@@ -77,26 +77,28 @@ TEST_CASE("batch_norm_stats_from_sums matches its CPU reference") {
       sq[0] = float(double(sum[0]) * double(sum[0]) / double(count) * (1 - 1e-6));
       std::vector<double> mean(static_cast<size_t>(C)), var(static_cast<size_t>(C)), invstd(static_cast<size_t>(C));
       cpu::batch_norm_stats_from_sums(C, count, sum.data(), sq.data(), mean.data(), var.data());
-      const std::vector<double> rm0 = rnd({C}, ++seed).to_vector<double>();
-      std::vector<double> rm = rm0, rv(size_t(C), 1.0);
-      for (size_t c = 0; c < size_t(C); ++c) {
-        invstd[c] = 1.0 / std::sqrt(var[c] + eps);
-        rm[c] = (1 - momentum) * rm[c] + momentum * mean[c];
-        rv[c] = (1 - momentum) * rv[c] + momentum * var[c] * double(count) / double(count - 1);
-      }
+      for (size_t c = 0; c < size_t(C); ++c) invstd[c] = 1.0 / std::sqrt(var[c] + eps);
       CHECK(var[0] == 0.0);
       const Tensor gsum = Tensor::from_vector(sum, {C}).to(gpu()), gsq = Tensor::from_vector(sq, {C}).to(gpu());
-      Tensor gm = poisoned({C}, st), gi = poisoned({C}, st);
-      Tensor grm = Tensor::from_vector(rm0, {C}).to(DType::f32).to(gpu());
-      Tensor grv = Tensor::full({C}, 1.0, DType::f32, gpu());
-      cuda::batch_norm_stats_from_sums(C, t, count, gsum.data<float>(), gsq.data<float>(), eps, gm.raw_data(),
-                                       gi.raw_data(), DType::f32, grm.raw_data(), grv.raw_data(), momentum, stream());
       // Both in double from the same f32 sums; the GPU rounds once to its statistics dtype.
       const Tol tol = gpu_tol_for(st);
-      check_close(gm.to_vector<double>(), mean, tol, what + " mean");
-      check_close(gi.to_vector<double>(), invstd, tol, what + " invstd");
-      check_close(grm.to_vector<double>(), rm, kGpuTolF32, what + " running_mean");
-      check_close(grv.to_vector<double>(), rv, kGpuTolF32, what + " running_var");
+      // Running statistics of every float dtype (Note [Running statistics of any dtype] in
+      // tests/cuda/batch_norm_cuda_util.h), from the values as stored in it.
+      const Tensor rm64 = rnd({C}, ++seed);
+      for (DType r : kFloatTypes) {
+        const std::string rwhat = what + " running " + dtype_name(r);
+        const Tensor rm_r = rm64.to(r);
+        std::vector<double> rm = rm_r.to_vector<double>(), rv(size_t(C), 1.0);
+        update_running(rm, rv, mean, var, double(count), momentum);
+        Tensor gm = poisoned({C}, st), gi = poisoned({C}, st);
+        Tensor grm = rm_r.to(gpu()), grv = Tensor::full({C}, 1.0, r, gpu());
+        cuda::batch_norm_stats_from_sums(C, t, count, gsum.data<float>(), gsq.data<float>(), eps, gm.raw_data(),
+                                         gi.raw_data(), r, grm.raw_data(), grv.raw_data(), momentum, stream());
+        check_close(gm.to_vector<double>(), mean, tol, rwhat + " mean");
+        check_close(gi.to_vector<double>(), invstd, tol, rwhat + " invstd");
+        check_close(grm.to_vector<double>(), rm, running_tol(t, r), rwhat + " running_mean");
+        check_close(grv.to_vector<double>(), rv, running_tol(t, r), rwhat + " running_var");
+      }
       // Without running statistics.
       Tensor gm2 = poisoned({C}, st), gi2 = poisoned({C}, st);
       cuda::batch_norm_stats_from_sums(C, t, count, gsum.data<float>(), gsq.data<float>(), eps, gm2.raw_data(),

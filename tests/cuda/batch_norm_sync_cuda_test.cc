@@ -3,7 +3,8 @@
 // an in-memory all-gather (tests/batch_norm_sync_util.h), against the CUDA op on the whole
 // batch: y, dx, dresidual shard by shard, dweight and dbias summed over the shards, running
 // statistics; and every shard's running statistics the same bits (merged in process order on
-// the device).
+// the device). The merge launcher alone against the host's merge_moments, for every x dtype and
+// every running statistics dtype.
 //
 // Tolerances, relative to the largest value of each result:
 //   f64   1e-11: both sides accumulate in double; only the order of the merges differs.
@@ -13,10 +14,15 @@
 //         three terms cancel, which can lift that to ~1e-5 of dx's largest value.
 //   bf16  1e-2: outputs are stored in bf16 (8 significant bits): a statistic that differs in
 //         the sixth digit flips the rounding of some outputs by one bf16 ulp (2^-8 relative).
+#include <cmath>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "engine/ops.h"
+#include "kernels/cuda/batch_norm.cuh"
 #include "tests/batch_norm_sync_util.h"
+#include "tests/cuda/batch_norm_cuda_util.h"
 #include "tests/cuda/cuda_test_util.h"
 #include "tests/test_util.h"
 
@@ -124,6 +130,57 @@ TEST_CASE("CUDA synchronised batch norm: a world of one equals no sync; one valu
     CHECK(std::string(e.what()).find("more than one value per channel") != std::string::npos);
     CHECK(std::string(e.what()).find("synchronised on CUDA") != std::string::npos);
   }
+}
+
+// batch_norm_merge_moments against the host's merge_moments (engine/ops/batch_norm_sync.h):
+// three processes' blocks, the middle one empty (skipped), merged for x of every float dtype
+// with running statistics of every float dtype (Note [Running statistics of any dtype] in
+// tests/cuda/batch_norm_cuda_util.h).
+TEST_CASE("CUDA batch_norm_merge_moments equals the host merge for every x and running statistics dtype") {
+  if (!cuda_test::have_gpu("batch_norm_merge_moments")) return;
+  const int64_t C = 5;
+  const int k = 3;
+  const double counts[k] = {12, 0, 7}, eps = 1e-5, momentum = 0.1;
+  uint64_t seed = 9400;
+  for (DType t : cuda_test::kFloatTypes)
+    for (DType r : cuda_test::kFloatTypes) {
+      const std::string what = detail::cat("merge_moments ", dtype_name(t), " running ", dtype_name(r));
+      const DType st = cuda::batch_norm_stat_dtype(t);
+      // Block i: count, mean[C] (offset from 0, so the merge's mean matters), m2[C] = count * var.
+      std::vector<double> blocks;
+      for (double n : counts) {
+        const std::vector<double> m = test::rnd({C}, ++seed).to_vector<double>();
+        const std::vector<double> v = add(square(test::rnd({C}, ++seed)), 0.5).to_vector<double>();
+        blocks.push_back(n);
+        for (int64_t c = 0; c < C; ++c) blocks.push_back(n > 0 ? m[size_t(c)] + 2.0 : 0.0);
+        for (int64_t c = 0; c < C; ++c) blocks.push_back(n * v[size_t(c)]);
+      }
+      const size_t nc = size_t(C);
+      std::vector<double> mean(nc), m2(nc), var(nc), invstd(nc);
+      const double n = merge_moments(C, k, blocks.data(), mean.data(), m2.data());
+      for (size_t c = 0; c < nc; ++c) {
+        var[c] = m2[c] / n;
+        invstd[c] = 1.0 / std::sqrt(var[c] + eps);
+      }
+      const Tensor rm_r = test::rnd({C}, ++seed).to(r), rv_r = add(square(test::rnd({C}, ++seed)), 0.5).to(r);
+      std::vector<double> rm = rm_r.to_vector<double>(), rv = rv_r.to_vector<double>();
+      cuda_test::update_running(rm, rv, mean, var, n, momentum);
+
+      const Tensor gblocks = Tensor::from_vector(blocks, {k, 1 + 2 * C}).to(cuda_test::gpu());
+      Tensor gm = cuda_test::poisoned({C}, st), gi = cuda_test::poisoned({C}, st);
+      Tensor gcount = cuda_test::poisoned({1}, DType::f64);
+      Tensor grm = rm_r.to(cuda_test::gpu()), grv = rv_r.to(cuda_test::gpu());
+      cuda::batch_norm_merge_moments(C, t, k, gblocks.data<double>(), eps, gm.raw_data(), gi.raw_data(),
+                                     gcount.data<double>(), r, grm.raw_data(), grv.raw_data(), momentum,
+                                     cuda_test::stream());
+      CHECK_MESSAGE(gcount.to_vector<double>()[0] == n, what, ": count");
+      // The merged moments are rounded once to the statistics dtype, var and invstd computed in it.
+      const test::Tol stat_tol = test::gpu_tol_for(st), run_tol = cuda_test::running_tol(t, r);
+      test::check_close(gm.to_vector<double>(), mean, stat_tol, what + ": mean");
+      test::check_close(gi.to_vector<double>(), invstd, stat_tol, what + ": invstd");
+      test::check_close(grm.to_vector<double>(), rm, run_tol, what + ": running_mean");
+      test::check_close(grv.to_vector<double>(), rv, run_tol, what + ": running_var");
+    }
 }
 
 }  // namespace

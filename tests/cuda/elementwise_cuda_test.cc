@@ -380,6 +380,9 @@ TEST_CASE("cast_many equals the per-tensor cast and add_ bit for bit") {
   cuda::MultiTensorTable table;
   CHECK_THROWS_WITH_AS(cuda::cast_many(DType::u8, DType::f32, {}, table, stream()),
                        doctest::Contains("u8 -> f32 has no CUDA kernel"), Error);
+  // A same-dtype list is a copy: no kernel is compiled for it (Note [Kernel coverage]).
+  CHECK_THROWS_WITH_AS(cuda::cast_many(DType::f32, DType::f32, {}, table, stream()),
+                       doctest::Contains("the dtypes must differ"), Error);
 }
 
 TEST_CASE("every op of the table has a row (runs without a GPU)") {
@@ -510,6 +513,60 @@ TEST_CASE("broadcasting binary ops on CUDA match the CPU, gradients summed to ea
     MatchOptions div_half = div_opt;
     div_half.tol_scale = 4.0;
     check_matches_cpu("div", div_op, {bc.a, bc.b}, {DType::bf16, DType::f16}, div_half);
+  }
+}
+
+// The broadcasting kernels index with 64 bits only past 2^31 elements; WideIndexForTests
+// takes that path at a small size, so each op, dtype and wanted gradient runs it once
+// against the CPU launchers: a (3, 1, 5) op b (1, 4, 5) -> y (3, 4, 5).
+TEST_CASE("broadcasting launchers with 64-bit indices match the CPU launchers") {
+  if (!have_gpu("broadcasting launchers with 64-bit indices match the CPU launchers")) return;
+  ew::BroadcastPlan plan;
+  plan.nd = 3;
+  const int64_t size[3] = {3, 4, 5}, sa[3] = {5, 0, 1}, sb[3] = {0, 5, 1};
+  for (int d = 0; d < 3; ++d) {
+    plan.size[d] = size[d];
+    plan.stride[0][d] = sa[d];
+    plan.stride[1][d] = sb[d];
+  }
+  const int64_t n = plan.numel();
+  const cuda::WideIndexForTests wide;
+  const cudaStream_t s = stream();
+  for (DType t : kFloatTypes) {
+    const Tensor a64 = rnd({15}, 71), b64 = rnd({20}, 72), pb64 = positive(rnd({20}, 73));
+    const Tensor y64 = positive(rnd({n}, 74)), dy64 = rnd({n}, 75);
+    const Placed a = place(a64, t, 0), b = place(b64, t, 0), pb = place(pb64, t, 0), y = place(y64, t, 0),
+                 dy = place(dy64, t, 0);
+    const Tensor ar = to_ref(a64, t), br = to_ref(b64, t), pbr = to_ref(pb64, t), yr = to_ref(y64, t),
+                 dyr = to_ref(dy64, t);
+    for (ew::Binary op : kAllBinary) {
+      const bool div = op == ew::Binary::div;  // a divisor away from 0
+      const Placed& bb = div ? pb : b;
+      const Tensor& bbr = div ? pbr : br;
+      const std::string what = label(std::string(ew::name(op)) + " wide", t, {n});
+      Placed out = poisoned_out(n, t, 0);
+      cuda::binary_broadcast(op, t, plan, a.view.raw_data(), bb.view.raw_data(), out.view.raw_data(), s);
+      Tensor want = Tensor::empty({n}, ref_dtype(t));
+      with_ref_type(t, [&](auto z) {
+        using R = decltype(z);
+        cpu::binary_broadcast<R>(op, plan, ar.data<R>(), bbr.data<R>(), want.data<R>());
+      });
+      check_on_gpu(out.view, want, gpu_tol_for(t), what);
+      for (int which = 0; which < 3; ++which) {  // da, db, both
+        Placed da = poisoned_out(n, t, 0), db = poisoned_out(n, t, 0);
+        cuda::binary_backward(op, t, plan, a.view.raw_data(), bb.view.raw_data(), y.view.raw_data(),
+                              dy.view.raw_data(), which != 1 ? da.view.raw_data() : nullptr,
+                              which != 0 ? db.view.raw_data() : nullptr, s);
+        Tensor wa = Tensor::empty({n}, ref_dtype(t)), wb = Tensor::empty({n}, ref_dtype(t));
+        with_ref_type(t, [&](auto z) {
+          using R = decltype(z);
+          cpu::binary_backward<R>(op, plan, ar.data<R>(), bbr.data<R>(), yr.data<R>(), dyr.data<R>(),
+                                  which != 1 ? wa.data<R>() : nullptr, which != 0 ? wb.data<R>() : nullptr);
+        });
+        if (which != 1) check_on_gpu(da.view, wa, gpu_tol_for(t), what + " da (of " + std::to_string(which) + ")");
+        if (which != 0) check_on_gpu(db.view, wb, gpu_tol_for(t), what + " db (of " + std::to_string(which) + ")");
+      }
+    }
   }
 }
 

@@ -1,9 +1,12 @@
 // GPU-vs-CPU tests of the copying shape ops (permute, contiguous, narrow, split, concat)
-// through the CUDA strided-copy kernel: exact values (bits only move) for every float dtype
-// and i64, both formats, seeded random shapes; gradients through autograd. Without a GPU
-// the GPU tests print SKIPPED lines; the launcher's host-side checks still run.
+// through the CUDA strided-copy kernel: exact values (bits only move) for every float dtype,
+// i64 and u8 (the four element sizes), both formats, seeded random shapes; gradients through
+// autograd. Without a GPU the GPU tests print SKIPPED lines; the launcher's host-side checks
+// still run.
 #include <algorithm>
+#include <cstdint>
 #include <numeric>
+#include <vector>
 
 #include "engine/ops.h"
 #include "kernels/cuda/strided_copy.cuh"
@@ -38,7 +41,8 @@ Shape random_shape(Generator& g, int min_rank = 1) {
 }
 
 // The value v64 on the GPU and on the CPU for dtype t (i64: the values rounded to integers
-// times 1000, so every dtype's bits differ from element to element).
+// times 1000, so every dtype's bits differ from element to element; u8: those integers' low
+// byte, the 1-byte copy of u8 images).
 struct Pair {
   Tensor gpu, cpu;
 };
@@ -49,10 +53,16 @@ Pair make(const Tensor& v64, DType t, MemoryFormat f) {
     const Tensor c = in_fmt(Tensor::from_vector(v, v64.shape()), f);
     return {c.to(gpu()), c};
   }
+  if (t == DType::u8) {
+    std::vector<uint8_t> v;
+    for (double x : v64.to_vector<double>()) v.push_back(uint8_t(int64_t(x * 1000) & 0xFF));
+    const Tensor c = in_fmt(Tensor::from_vector(v, v64.shape()), f);
+    return {c.to(gpu()), c};
+  }
   return {to_gpu(v64, t, f), to_ref(v64, t, f)};
 }
 
-constexpr DType kTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64};
+constexpr DType kTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::u8};
 
 TEST_CASE("permute, narrow, split and concat on CUDA equal the CPU exactly (every dtype, both formats)") {
   if (!have_gpu("shape ops forward")) return;
