@@ -102,7 +102,8 @@ void append(const std::string& text) {
 // The "compiled" lines not yet written; with r.mu held.
 std::string compiled_lines(Registry& r) {
   std::string out;
-  for (; r.compiled_written < r.keys.size(); ++r.compiled_written) out += "compiled " + r.keys[r.compiled_written] + "\n";
+  for (; r.compiled_written < r.keys.size(); ++r.compiled_written)
+    out += "compiled " + r.keys[r.compiled_written] + "\n";
   return out;
 }
 

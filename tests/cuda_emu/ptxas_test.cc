@@ -417,9 +417,9 @@ TEST_CASE("every kernel of kernels/cuda is found by the name GCC gives it") {
        "rt::cuda::detail::PartialSink<rt::cuda::detail::WelfordState<float> > >(rt::cuda::detail::ChannelReducePlan, "
        "rt::cuda::(anonymous namespace)::StatsFold<float>, "
        "rt::cuda::detail::PartialSink<rt::cuda::detail::WelfordState<float> >)"},
-      {"rt::cuda::detail::channel_partials_nchw<rt::cuda::{anonymous}::ColumnSumFold<double>, 2, "
+      {"rt::cuda::detail::channel_partials_rows<rt::cuda::{anonymous}::ColumnSumFold<double>, 2, "
        "rt::cuda::detail::OutSink<rt::cuda::{anonymous}::WriteColumn<double> > >",
-       "void rt::cuda::detail::channel_partials_nchw<rt::cuda::(anonymous namespace)::ColumnSumFold<double>, 2, "
+       "void rt::cuda::detail::channel_partials_rows<rt::cuda::(anonymous namespace)::ColumnSumFold<double>, 2, "
        "rt::cuda::detail::OutSink<rt::cuda::(anonymous namespace)::WriteColumn<double> > "
        ">(rt::cuda::detail::ChannelReducePlan, rt::cuda::(anonymous namespace)::ColumnSumFold<double>, "
        "rt::cuda::detail::OutSink<rt::cuda::(anonymous namespace)::WriteColumn<double> >)"},
