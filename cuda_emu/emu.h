@@ -86,6 +86,11 @@ enum class DeviceMath { exact, ulp };
 DeviceMath device_math();
 void set_device_math(DeviceMath m);
 
+// What reproduces this process's emulated runs: "RINGTAPE_EMU_SCHEDULE=shuffle
+// RINGTAPE_EMU_SEED=1 RINGTAPE_EMU_MATH=exact" (thread order and device numerics), for
+// fault reports and the GPU tests' mismatch messages.
+std::string emulation_settings();
+
 // ---- for tests ---------------------------------------------------------------------------
 // The report of the most recent fault ("" when none), and clearing every device's sticky
 // error so that a test can go on after a planted bug (a real context would be lost).

@@ -400,11 +400,10 @@ std::string dims(dim3 d) { return dims(uint3{d.x, d.y, d.z}); }
 
 std::string block_where(const BlockCtx& b) {
   const KernelLaunch& L = *b.launch;
-  const char* schedule = schedule_name(env_schedule());
   return "  in kernel " + std::string(L.site.kernel) + " launched at " + L.site.file + ":" + std::to_string(L.site.line) +
          " on cuda:" + std::to_string(b.op->device) + " (grid " + dims(L.grid) + ", block " + dims(L.block) +
-         ")\n  thread order: RINGTAPE_EMU_SCHEDULE=" + schedule + " RINGTAPE_EMU_SEED=" + std::to_string(env_seed()) +
-         " (Note [Thread order] in cuda_emu/executor.cc)\n  block " + dims(b.idx);
+         ")\n  thread order: " + emulation_settings() + " (Note [Thread order] in cuda_emu/executor.cc)\n  block " +
+         dims(b.idx);
 }
 
 std::string site(const std::source_location& w) {
@@ -913,6 +912,12 @@ void* shared_dynamic() noexcept { return self("RT_SHARED_DYNAMIC").block->smem; 
 std::string thread_where(const ThreadCtx& t) { return block_where(*t.block) + ", thread " + dims(t.idx); }
 
 // ---- launches ------------------------------------------------------------------------------------------
+std::string emulation_settings() {
+  return std::string("RINGTAPE_EMU_SCHEDULE=") + schedule_name(env_schedule()) +
+         " RINGTAPE_EMU_SEED=" + std::to_string(env_seed()) +
+         " RINGTAPE_EMU_MATH=" + (device_math() == DeviceMath::ulp ? "ulp" : "exact");
+}
+
 uint64_t new_launch_id() {
   static std::atomic<uint64_t> launches{0};
   return ++launches;

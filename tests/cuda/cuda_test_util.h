@@ -24,6 +24,9 @@
 #include "engine/tensor.h"
 #include "kernels/cuda/runtime.h"
 #include "tests/test_util.h"
+#if RINGTAPE_CUDA_EMU
+#include "cuda_emu/emu.h"
+#endif
 
 namespace rt::cuda_test {
 
@@ -95,10 +98,16 @@ inline void poison_allocator(int64_t max_elems) {
 
 // got: a CUDA tensor; want: the CPU reference (test::check_close, and the result is on the GPU:
 // an op that fell back to the CPU would pass the values).
+// Emulated, a mismatch also says what reproduces the run (thread order, device numerics).
 inline void check_on_gpu(const Tensor& got, const Tensor& want, Tol tol, const std::string& what,
                          double scale = 1.0) {
-  if (got.defined()) CHECK_MESSAGE(got.device() == gpu(), what, ": result on ", got.device().str(), ", not the GPU");
-  check_close(got, want, tol, what, scale);
+#if RINGTAPE_CUDA_EMU
+  const std::string named = what + " [emulated: " + emu::emulation_settings() + "]";
+#else
+  const std::string& named = what;
+#endif
+  if (got.defined()) CHECK_MESSAGE(got.device() == gpu(), named, ": result on ", got.device().str(), ", not the GPU");
+  check_close(got, want, tol, named, scale);
 }
 
 // Per channel of y (N, C, ...) on any device, in logical NCHW order: the sum and the sum of
