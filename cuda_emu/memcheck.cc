@@ -21,6 +21,18 @@
 // here (check_uses). Not seen: __builtin_memcpy expanded inline in kernel code (GCC does not
 // instrument it), and accesses from code the kernel calls in other, uninstrumented files.
 //
+// Note [Local arrays]
+// A thread's own arrays (local memory on a GPU: `float v[U]` in a kernel) live on its fiber's
+// stack here, which the access check allows as a whole, so an index past such an array would
+// read or write the thread's other variables unseen. The .cu files are also compiled with
+// -fsanitize=bounds (tools/copts.bzl): GCC checks every index into an array whose bound it
+// knows (a local or a shared array declared with sizes, a fixed-size array member) and calls
+// __ubsan_handle_out_of_bounds on one out of range, defined below: a fault in a kernel, naming
+// the array's type, the index and the line; an abort with the same message in host code of
+// the same files. Not covered: arrays reached through a pointer (GCC does not know their
+// bound), trailing one-element or flexible arrays of a struct (GCC leaves them alone), and
+// loops GCC proves in range at compile time (nothing to check).
+//
 // Note [Shared-memory races]
 // Per byte of the arena the last write and the last read(s), with the barrier epoch they
 // happened in. Two accesses to a byte by different threads of the block in the same epoch
@@ -652,4 +664,47 @@ RT_EMU_ATOMICS(32, int)
 RT_EMU_ATOMICS(64, long)
 extern "C" void __tsan_atomic_thread_fence(int) { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
 extern "C" void __tsan_atomic_signal_fence(int) { __atomic_signal_fence(__ATOMIC_SEQ_CST); }
+
+// ---- fixed-size arrays indexed out of range (Note [Local arrays]) --------------------------------
+// The layouts GCC's -fsanitize=bounds passes (those of its UBSan runtime's interface).
+namespace {
+struct UbsanLocation {
+  const char* file;
+  uint32_t line, column;
+};
+struct UbsanType {
+  uint16_t kind;  // 0: integer
+  uint16_t info;  // integers: bit 0 signed, width 1 << (info >> 1) bits
+  char name[1];
+};
+struct UbsanOutOfBounds {
+  UbsanLocation loc;
+  const UbsanType* array;
+  const UbsanType* index;
+};
+
+std::string index_value(const UbsanType* t, uintptr_t v) {
+  const unsigned bits = 1u << (t->info >> 1);
+  if (t->kind != 0 || bits > 64) return "?";
+  if (t->info & 1) return std::to_string(bits == 64 ? int64_t(v) : int64_t(v << (64 - bits)) >> (64 - bits));
+  return std::to_string(bits == 64 ? uint64_t(v) : uint64_t(v) & ((uint64_t(1) << bits) - 1));
+}
+
+void out_of_bounds(void* data, void* index, const void* pc) {
+  const auto* d = static_cast<const UbsanOutOfBounds*>(data);
+  const std::string what = "out-of-bounds index " + index_value(d->index, uintptr_t(index)) + " of an array of type " +
+                           d->array->name + " at " + d->loc.file + ":" + std::to_string(d->loc.line) +
+                           " (Note [Local arrays] in cuda_emu/memcheck.cc)";
+  if (tls_thread) rt::emu::fault(cudaErrorIllegalAddress, what, pc);
+  std::fprintf(stderr, "cuda-emu: %s, in host code\n", what.c_str());
+  std::abort();
+}
+}  // namespace
+
+extern "C" void __ubsan_handle_out_of_bounds(void* data, void* index) {
+  out_of_bounds(data, index, __builtin_return_address(0));
+}
+extern "C" void __ubsan_handle_out_of_bounds_abort(void* data, void* index) {
+  out_of_bounds(data, index, __builtin_return_address(0));
+}
 #endif

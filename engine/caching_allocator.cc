@@ -15,6 +15,17 @@
 namespace rt {
 namespace {
 
+// Note [Red zones between blocks]
+// The emulated device faults on any access outside the blocks handed out here
+// (Note [Block annotations]), so a block's rounding slack catches an overrun; but a request
+// of an exact multiple of kRound has none, and the next block of the segment begins where it
+// ends: an overrun reads or writes that block unseen, as on a GPU. On the emulated GPU
+// (engine/device.cc) every request is rounded with `red_zone` (256) bytes more, never handed
+// out: an overrun of up to 256 bytes past any block faults, whatever its size, as past a
+// cudaMalloc'd block (Note [Red zones] in cuda_emu/device.cc). The statistics count blocks as
+// they are, red zones included: under the emulator, allocated and reserved bytes run up to
+// 512 bytes a block above a GPU's.
+
 // Note [Block annotations]
 // Under --config=cuda-emu the emulated device checks a kernel's accesses against the blocks
 // handed out here, not against whole segments (cuda_emu/annotate.h): a cached block, and
@@ -62,8 +73,8 @@ bool CachingAllocator::BySize::operator()(const Block* a, const Block* b) const 
 }
 
 CachingAllocator::CachingAllocator(Device device, std::unique_ptr<RawMemory> raw,
-                                   std::function<StreamId()> current_stream)
-    : device_(device), raw_(std::move(raw)), current_stream_(std::move(current_stream)) {}
+                                   std::function<StreamId()> current_stream, size_t red_zone)
+    : device_(device), raw_(std::move(raw)), current_stream_(std::move(current_stream)), red_zone_(red_zone) {}
 
 CachingAllocator::~CachingAllocator() {
   // Only allocators made for a scope (tests) get here; the device allocators live forever.
@@ -89,7 +100,7 @@ void* CachingAllocator::allocate(size_t bytes) {
 }
 
 void* CachingAllocator::allocate(size_t bytes, StreamId stream) {
-  const size_t size = round_size(bytes);
+  const size_t size = round_size(bytes + red_zone_);  // Note [Red zones between blocks]
   std::lock_guard<std::mutex> g(mu_);
   if (captures_.empty()) process_events(false);  // a capture refuses event queries (Note [Graph pools])
   const auto cap = captures_.find(stream);

@@ -96,8 +96,10 @@ class CachingAllocator final : public Allocator {
   static constexpr size_t kLargeRound = size_t(2) << 20;  // large segments are multiples of this
 
   // `current_stream` names the stream an allocate(bytes) belongs to (on CUDA, the
-  // device's current stream in the calling thread).
-  CachingAllocator(Device device, std::unique_ptr<RawMemory> raw, std::function<StreamId()> current_stream);
+  // device's current stream in the calling thread). `red_zone`: bytes past every request
+  // that the block keeps unused (Note [Red zones between blocks]); 0 but on the emulated GPU.
+  CachingAllocator(Device device, std::unique_ptr<RawMemory> raw, std::function<StreamId()> current_stream,
+                   size_t red_zone = 0);
   ~CachingAllocator() override;
 
   // On the current stream, charged to the thread's current MemoryTag. Throws
@@ -163,6 +165,7 @@ class CachingAllocator final : public Allocator {
   const Device device_;
   const std::unique_ptr<RawMemory> raw_;
   const std::function<StreamId()> current_stream_;
+  const size_t red_zone_;
 
   mutable std::mutex mu_;
   Pool small_, large_;                            // cached free blocks

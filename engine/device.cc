@@ -247,9 +247,16 @@ Allocator& allocator_for(Device d) {
   static std::vector<Allocator*>* per_device = [n] {
     auto* v = new std::vector<Allocator*>();
     // Blocks belong to the device's current stream at allocation (Note [Streams and blocks]).
+    // On the emulated GPU every block is followed by a red zone
+    // (Note [Red zones between blocks] in engine/caching_allocator.cc).
+#if RINGTAPE_CUDA_EMU
+    constexpr size_t kRedZone = 256;
+#else
+    constexpr size_t kRedZone = 0;
+#endif
     for (int i = 0; i < n; ++i)
       v->push_back(new CachingAllocator(Device::cuda(i), cuda_raw_memory(i),
-                                        [i] { return Stream::current(Device::cuda(i)).handle(); }));
+                                        [i] { return Stream::current(Device::cuda(i)).handle(); }, kRedZone));
     return v;
   }();
   return *(*per_device)[d.index];

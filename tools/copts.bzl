@@ -26,6 +26,8 @@ CUDA_EMU_COPTS = [
     "-g1",
     "-fsanitize=thread",
     "--param=tsan-instrument-func-entry-exit=0",
+    # Indices into arrays of known bound checked (Note [Local arrays] in cuda_emu/memcheck.cc).
+    "-fsanitize=bounds",
     "-fno-tree-loop-vectorize",
     "-fno-tree-slp-vectorize",
     "-fno-store-merging",

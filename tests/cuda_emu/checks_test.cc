@@ -184,6 +184,16 @@ TEST_CASE("a read past the end in a grid-stride tail is out of bounds, at its so
                 "planted.cu:"});
 }
 
+TEST_CASE("an index past a thread's own array faults, naming the array and the line (Note [Local arrays])") {
+  Buf y(32);
+  rt::emu_test::local_pick(8, y.p, nullptr);
+  expect_clean();
+  CHECK(y.get()[9] == doctest::Approx(10.0));  // v[1] of thread 9: 1 + 9
+  launch_planted([&] { rt::emu_test::local_pick(9, y.p, nullptr); });
+  // Threads 8, 17 and 26 each read v[8]; whichever runs first faults.
+  expect_fault({"out-of-bounds index 8 of an array of type 'float [8]'", "local_pick_kernel", "planted.cu:"});
+}
+
 TEST_CASE("an overrun of a block of an exact multiple of 256 bytes faults in its red zone (Note [Red zones])") {
   // 1024 floats: no slack after the block, and (before red zones) the next cudaMalloc's block
   // began where it ended, written: the read of x[n] read the neighbour's first float, unseen.

@@ -264,4 +264,17 @@ void mul_add_rn(const float* a, const float* b, const float* c, int n, float* y,
   CUDA_CHECK_LAUNCH();
 }
 
+namespace {
+__global__ void local_pick_kernel(int n, float* y) {
+  float v[8];
+  for (int i = 0; i < 8; ++i) v[i] = float(i) + float(threadIdx.x);
+  y[threadIdx.x] = v[int(threadIdx.x) % n];
+}
+}  // namespace
+
+void local_pick(int n, float* y, cudaStream_t s) {
+  RT_LAUNCH(1, 32, 0, s, local_pick_kernel)(n, y);
+  CUDA_CHECK_LAUNCH();
+}
+
 }  // namespace rt::emu_test

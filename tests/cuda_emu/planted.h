@@ -53,4 +53,8 @@ void shared_histogram(const int* bins, int n, unsigned* out, bool peek, cudaStre
 // y[i] = __fadd_rn(__fmul_rn(a[i], b[i]), c[i]): two roundings, never one fused multiply-add.
 void mul_add_rn(const float* a, const float* b, const float* c, int n, float* y, cudaStream_t s);
 
+// y[t] = v[t % n] for the 32 threads of one block, v a thread's own array of 8 floats (local
+// memory on a GPU); n = 9 lets thread 8 read v[8], past the array.
+void local_pick(int n, float* y, cudaStream_t s);
+
 }  // namespace rt::emu_test

@@ -1,6 +1,7 @@
 // Planted bugs in the engine's own CUDA code that the emulator must catch (the kernels'
 // planted bugs are in checks_test.cc): a deleted cudaStreamWaitEvent in the device feeder
-// (data/device_feeder.cc), and allocator misuse across streams. Outside --config=cuda-emu
+// (data/device_feeder.cc), allocator misuse across streams, and an overrun between two of the
+// caching allocator's blocks. Outside --config=cuda-emu
 // the test says SKIPPED.
 #include <doctest/doctest.h>
 
@@ -14,6 +15,7 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
+#include "tests/cuda_emu/planted.h"
 
 // The emulator's own checks: under cuda-emu-asan and -tsan the sanitizer's instrumentation
 // replaces them (docs/cuda-on-cpu.md), so these cases run in the plain config only.
@@ -66,6 +68,25 @@ TEST_CASE("DeviceFeeder: without the compute stream's wait for its copy, the haz
   emu::drop_stream_waits(1, 1);
   expect_caught([&] { feed.next(); }, {"normalize_pixels_kernel"},
                 {"cross-stream hazard: the kernel reads 1 bytes", "read of never-written device memory"});
+}
+
+// Note [Red zones between blocks] in engine/caching_allocator.cc: a tensor of exactly 512
+// bytes (no rounding slack) with another allocated and written right after it in the same
+// segment; a kernel reading one element past its end reads the allocator's red zone and
+// faults, instead of reading the neighbour's first element unseen.
+TEST_CASE("caching allocator: an overrun past a block of an exact multiple of 512 bytes faults") {
+  const Device gpu = Device::cuda(0);
+  const Tensor x = Tensor::full({128}, 1.0, DType::f32, gpu);  // 512 bytes
+  const Tensor next = Tensor::full({128}, 2.0, DType::f32, gpu);
+  Tensor y = Tensor::empty({128}, DType::f32, gpu);
+  const cudaStream_t s = static_cast<cudaStream_t>(Stream::current(gpu).handle());
+  emu_test::pair_sum(x.data<float>(), 128, y.data<float>(), false, s);  // as written: no fault
+  Stream::current(gpu).synchronize();
+  CHECK(emu::last_fault().empty());
+  expect_caught([&] { emu_test::pair_sum(x.data<float>(), 128, y.data<float>(), true, s); },
+                {"out-of-bounds read of 4 bytes", "pair_sum_kernel", "0 bytes past the end of the 512-byte block"},
+                {"planted.cu"});
+  CHECK(next.to(Device::cpu()).to_vector<double>()[0] == 2.0);
 }
 
 }  // namespace
