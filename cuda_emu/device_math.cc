@@ -32,6 +32,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <type_traits>
 
 #include "cuda_emu/emu.h"
 #include "cuda_emu/executor.h"
@@ -69,26 +70,20 @@ uint64_t mix(uint64_t x) {  // splitmix64's finaliser
 
 // Floating-point numbers in order as integers (the negative ones mirrored), so that the
 // numbers between two are the integers between their ordinals.
-int64_t ordinal(float f) {
-  int32_t b;
-  std::memcpy(&b, &f, 4);
-  return b >= 0 ? int64_t(b) : -int64_t(b & 0x7fffffff);
+template <typename T>
+using Bits = std::conditional_t<sizeof(T) == 4, int32_t, int64_t>;
+template <typename T>
+int64_t ordinal(T f) {
+  Bits<T> b;
+  std::memcpy(&b, &f, sizeof f);
+  return b >= 0 ? int64_t(b) : -int64_t(b & std::numeric_limits<Bits<T>>::max());
 }
-float from_ordinal(int64_t o) {
-  const int32_t b = o >= 0 ? int32_t(o) : int32_t(uint32_t(-o) | 0x80000000u);
-  float f;
-  std::memcpy(&f, &b, 4);
-  return f;
-}
-int64_t ordinal(double f) {
-  int64_t b;
-  std::memcpy(&b, &f, 8);
-  return b >= 0 ? b : -(b & 0x7fffffffffffffffLL);
-}
-double from_ordinal_d(int64_t o) {
-  const int64_t b = o >= 0 ? o : int64_t(uint64_t(-o) | 0x8000000000000000ULL);
-  double f;
-  std::memcpy(&f, &b, 8);
+template <typename T>
+T from_ordinal(int64_t o) {
+  using U = std::make_unsigned_t<Bits<T>>;
+  const Bits<T> b = o >= 0 ? Bits<T>(o) : Bits<T>(U(-o) | (U(1) << (8 * sizeof(T) - 1)));
+  T f;
+  std::memcpy(&f, &b, sizeof f);
   return f;
 }
 
@@ -114,9 +109,7 @@ T within(long double t, long double ulps, uint64_t h) {
   for (T next = std::nextafter(hi, kInf); std::isfinite(next) && next - t <= bound; next = std::nextafter(hi, kInf))
     hi = next;
   const int64_t first = ordinal(lo), count = ordinal(hi) - first + 1;
-  const int64_t pick = first + int64_t(h % uint64_t(count));
-  if constexpr (sizeof(T) == 4) return from_ordinal(pick);
-  else return from_ordinal_d(pick);
+  return from_ordinal<T>(first + int64_t(h % uint64_t(count)));
 }
 
 template <typename T>
