@@ -18,7 +18,9 @@
 // every test's log comes back in bazel-testlogs/.../test.outputs; CI sets it for the
 // emulated runs (.bazelrc) and tools/emu_kernel_coverage.py joins the logs: a compiled
 // instantiation that no test launched fails CI, named. Several processes of one test (the
-// multi-process suites) append to one file; lines are written whole with O_APPEND.
+// multi-process suites) append to one file; lines are written whole with O_APPEND. The file
+// is never truncated (no process of a group knows it is the first), so a FILE reused outside
+// Bazel joins the runs that wrote it: remove it before a run whose log is to be read alone.
 #include <fcntl.h>
 #include <unistd.h>
 

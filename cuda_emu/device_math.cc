@@ -52,14 +52,6 @@ std::atomic<int>& mode() {
   return m;
 }
 
-uint64_t seed() {
-  static const uint64_t s = [] {
-    const char* v = std::getenv("RINGTAPE_EMU_SEED");
-    return v && *v ? uint64_t(std::strtoull(v, nullptr, 10)) : uint64_t(1);
-  }();
-  return s;
-}
-
 uint64_t mix(uint64_t x) {  // splitmix64's finaliser
   x ^= x >> 30;
   x *= 0xbf58476d1ce4e5b9ULL;
@@ -129,11 +121,11 @@ namespace {
 bool perturbing() { return tls_thread != nullptr && device_math() == DeviceMath::ulp; }
 
 float perturbed(DeviceFn fn, long double exact, long double ulps, float x, float y) {
-  const uint64_t h = mix(seed() ^ mix(uint64_t(fn) * 0x9e3779b97f4a7c15ULL ^ bits_of(x) ^ (bits_of(y) << 32)));
+  const uint64_t h = mix(env_seed() ^ mix(uint64_t(fn) * 0x9e3779b97f4a7c15ULL ^ bits_of(x) ^ (bits_of(y) << 32)));
   return within<float>(exact, ulps, h);
 }
 double perturbed(DeviceFn fn, long double exact, long double ulps, double x, double y) {
-  const uint64_t h = mix(seed() ^ mix(uint64_t(fn) * 0x9e3779b97f4a7c15ULL ^ bits_of(x) ^ mix(bits_of(y))));
+  const uint64_t h = mix(env_seed() ^ mix(uint64_t(fn) * 0x9e3779b97f4a7c15ULL ^ bits_of(x) ^ mix(bits_of(y))));
   return within<double>(exact, ulps, h);
 }
 

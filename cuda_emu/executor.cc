@@ -111,6 +111,8 @@ namespace {
 constexpr size_t kStackBytes = 128 * 1024;  // per GPU thread, touched only as deep as it goes
 constexpr size_t kGuardBytes = 4096;
 
+}  // namespace
+
 uint64_t env_seed() {
   static const uint64_t seed = [] {
     const char* v = std::getenv("RINGTAPE_EMU_SEED");
@@ -125,8 +127,6 @@ uint64_t env_seed() {
   }();
   return seed;
 }
-
-}  // namespace
 
 Schedule env_schedule() {
   static const Schedule s = [] {

@@ -98,6 +98,10 @@ struct BlockCtx {
 // when the launch's blocks are not checked (one block, or more than the tag holds).
 uint64_t race_tag(uint64_t launch_id, uint64_t linear_block, uint64_t nblocks);
 
+// RINGTAPE_EMU_SEED (default 1), read once; a value that is not a number exits with a message.
+// The thread orders (Note [Thread order]) and device numerics (Note [Device numerics]) use it.
+uint64_t env_seed();
+
 // Note [Thread order] in executor.cc.
 enum class Schedule : uint8_t { shuffle, reverse, interleave, random };
 Schedule env_schedule();
