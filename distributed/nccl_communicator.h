@@ -19,7 +19,8 @@
 //
 // `library` is NCCL's own collective; ring and tree (distributed/allreduce_algos.h) run on
 // ncclSend/ncclRecv (one ncclGroupStart/End per step) and our reduce kernel
-// (distributed/reduce_kernel.cu), all on the communication stream. Reductions: f32, f64, bf16, f16
+// (distributed/reduce_kernel_cuda.cc, the kernels of kernels/cuda/elementwise.cuh), all on the
+// communication stream. Reductions: f32, f64, bf16, f16
 // (ours widen 16-bit types to float per step and round once per step). On the one stream a
 // step's transfers and the previous step's reduction run one after the other: the slices
 // pipeline across ranks, but sending and reducing do not overlap within a rank as they do

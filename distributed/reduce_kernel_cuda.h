@@ -1,4 +1,4 @@
-// The local step of the all-reduce algorithms on CUDA (distributed/reduce_kernel.cu): the twins of
+// The local step of the all-reduce algorithms on CUDA (distributed/reduce_kernel_cuda.cc): the twins of
 // distributed/reduce_kernel.h for f32, f64, bf16 and f16 (16-bit types are widened to float and
 // rounded once). Device pointers; queued on `stream`, nothing waits for it. Readable by the
 // host compiler.

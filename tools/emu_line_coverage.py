@@ -2,8 +2,8 @@
 """Lines of device code run by the emulated tests (tools/emu_line_coverage.sh builds and runs
 them with the kernels compiled for gcov: --config=cuda-emu-cov, .bazelrc).
 
-Device code: the bodies of the __global__ and __device__ functions of kernels/cuda and
-distributed (.cu, .cuh). A line counts as run when some test ran it in some instantiation;
+Device code: the bodies of the __global__ and __device__ functions of kernels/cuda (.cu,
+.cuh), where every kernel lives. A line counts as run when some test ran it in some instantiation;
 gcov's counts of every test (each writes its own under its runfiles) and object (one per .cu
 file, headers included through them) are joined.
 
@@ -24,7 +24,7 @@ import subprocess
 import sys
 import tempfile
 
-DIRS = ("kernels/cuda/", "distributed/")
+DIRS = ("kernels/cuda/",)
 DEVICE_RE = re.compile(r"\b__(global|device)__\b")
 
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Line coverage of the device code (issue 36 item 8b): builds the emulated tests that CI's emu
-# stage runs with the .cu files of kernels/cuda and distributed compiled for gcov
+# stage runs with the .cu files of kernels/cuda (where every kernel lives) compiled for gcov
 # (--config=cuda-emu-cov, .bazelrc), runs them, and reports per file the lines of __global__
 # and __device__ functions that some test ran (tools/emu_line_coverage.py). --list names every
 # line never run. Not in CI: a build of its own (about 15 minutes on 2 cores) and tests about

@@ -184,6 +184,16 @@ struct AffineOp {
 };
 
 template <typename A>
+struct MaximumOp {  // inputs a, b; NaN in either gives NaN (a + b), like torch.maximum
+  static constexpr int kIn = 2, kOut = 1;
+  static constexpr unsigned kReads = 3;
+  __device__ void operator()(const A* x, A* y) const {
+    const A a = x[0], b = x[1];
+    y[0] = (a != a || b != b) ? a + b : (a < b ? b : a);
+  }
+};
+
+template <typename A>
 struct AxpyOp {  // inputs a, b
   static constexpr int kIn = 2, kOut = 1;
   static constexpr unsigned kReads = 3;
@@ -334,6 +344,15 @@ void affine(DType t, int64_t n, const void* a, double s, double sh, void* y, cud
     using T = decltype(z);
     using A = acc_t<T>;
     launch_map<T>(n, Ptrs<T, 1, 1>{{static_cast<const T*>(a)}, {static_cast<T*>(y)}}, AffineOp<A>{A(s), A(sh)}, st);
+  });
+}
+
+void maximum(DType t, int64_t n, const void* a, const void* b, void* y, cudaStream_t s) {
+  detail::dispatch_floating(t, "maximum", [&](auto z) {
+    using T = decltype(z);
+    using A = acc_t<T>;
+    const Ptrs<T, 2, 1> p{{static_cast<const T*>(a), static_cast<const T*>(b)}, {static_cast<T*>(y)}};
+    launch_map<T>(n, p, MaximumOp<A>{}, s);
   });
 }
 

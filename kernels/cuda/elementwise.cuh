@@ -33,6 +33,10 @@ void binary_backward(Binary op, DType t, const ew::BroadcastPlan& p, const void*
 void sum_to(DType t, const ew::BroadcastPlan& p, int operand, const void* g, void* r, cudaStream_t s);
 // y = a * s + t (y may be a)
 void affine(DType t, int64_t n, const void* a, double s, double sh, void* y, cudaStream_t st);
+// y = max(a, b) over n elements (y may be a); NaN in either operand gives NaN, like
+// torch.maximum (the all-reduce's max: distributed/reduce_kernel_cuda.cc). Not in the op
+// table: no engine op takes it, so it has no backward.
+void maximum(DType t, int64_t n, const void* a, const void* b, void* y, cudaStream_t s);
 // y = op(x, p) (p: the op's scalar, pow's power; ignored by the others).
 void unary(Unary op, DType t, int64_t n, const void* x, void* y, double p, cudaStream_t s);
 // dx = the table's backward; x or y may be null where the op's formula does not read it.
