@@ -24,6 +24,7 @@ Shape draw_images(std::mt19937_64& rng) {
   return {pick({1, 2, 3, 5}), pick({1, 3, 4}), pick({1, 5, 7, 8}), pick({1, 3, 6, 9})};
 }
 
+// By hand: lam 0 and 1 must copy exactly (kExact), which the harness's gpu_tol_for would not see.
 TEST_CASE("mix_with_rolled: CUDA equals the CPU (mixup, cutmix, partial boxes)") {
   if (!have_gpu("mix_with_rolled")) return;
   std::mt19937_64 rng(21);
@@ -52,6 +53,7 @@ TEST_CASE("mix_with_rolled: CUDA equals the CPU (mixup, cutmix, partial boxes)")
   }
 }
 
+// By hand: integer labels in, no input to draw or gradient to compare; and NaN rows.
 TEST_CASE("mix_targets: CUDA equals the CPU; a bad label gives a NaN row") {
   if (!have_gpu("mix_targets")) return;
   for (int64_t N : {1, 3, 8})
@@ -79,6 +81,7 @@ TEST_CASE("mix_targets: CUDA equals the CPU; a bad label gives a NaN row") {
   }
 }
 
+// By hand: in place, exact, and the same storage afterwards: not a forward/backward comparison.
 TEST_CASE("erase_boxes_: CUDA equals the CPU, in place, more boxes than one launch") {
   if (!have_gpu("erase_boxes_")) return;
   std::mt19937_64 rng(5);

@@ -44,6 +44,7 @@ TEST_CASE("batch_norm launchers reject bad arguments on the host (runs without a
   CHECK(cuda::batch_norm_stat_dtype(DType::f64) == DType::f64);
 }
 
+// By hand: launchers on raw buffers and running statistics updated in place, below the autograd op.
 TEST_CASE("batch_norm launchers match the CPU kernels") {
   if (!have_gpu("batch_norm launchers match the CPU kernels")) return;
   uint64_t seed = 1;
@@ -153,6 +154,7 @@ TEST_CASE("batch_norm launchers match the CPU kernels") {
 // tests/cuda/batch_norm_cuda_util.h): the training statistics with their running update, then
 // the eval statistics read from running statistics of that dtype. Two small geometries, one per
 // layout; the launchers above run every geometry with f32 (and f64 eval) running statistics.
+// By hand: launchers, and running statistics of another dtype than x, updated in place.
 TEST_CASE("batch_norm statistics launchers with running statistics of every float dtype match the CPU") {
   if (!have_gpu("batch_norm statistics launchers with running statistics of every float dtype")) return;
   uint64_t seed = 2000;
@@ -206,6 +208,7 @@ TEST_CASE("batch_norm statistics launchers with running statistics of every floa
 
 // ---- the op through autograd ------------------------------------------------------------
 
+// By hand: running statistics updated in place (the harness sees only outputs and gradients) and x of mean -1.
 TEST_CASE("batch_norm op forward, backward and running stats on CUDA match the CPU") {
   if (!have_gpu("batch_norm op forward, backward and running stats on CUDA match the CPU")) return;
   uint64_t seed = 500;
@@ -284,6 +287,7 @@ TEST_CASE("fused batch_norm launchers reject bad arguments on the host (runs wit
                        doctest::Contains("CUDA backend computes in f32, f64, bf16 or f16"), Error);
 }
 
+// By hand: launchers on raw buffers (masked backward, unaligned pointers), below the autograd op.
 TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match the CPU kernels") {
   if (!have_gpu("fused batch_norm launchers (relu, residual, masked backward) match the CPU kernels")) return;
   uint64_t seed = 3000;
@@ -392,6 +396,7 @@ TEST_CASE("fused batch_norm launchers (relu, residual, masked backward) match th
   }
 }
 
+// By hand: running statistics in place, f32 masters beside 16-bit x (two dtypes), a gradient in the other format.
 TEST_CASE("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU") {
   if (!have_gpu("batch_norm_relu and batch_norm_add_relu on CUDA match the CPU")) return;
   uint64_t seed = 5000;

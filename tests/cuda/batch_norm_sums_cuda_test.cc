@@ -57,6 +57,7 @@ TEST_CASE("batch_norm_stats_from_sums rejects bad arguments on the host (runs wi
   CHECK(std::isnan(var[2]));
 }
 
+// By hand: a launcher with running statistics in place, against a host reference written here.
 TEST_CASE("batch_norm_stats_from_sums matches its CPU reference") {
   if (!have_gpu("batch_norm_stats_from_sums matches its CPU reference")) return;
   const double eps = 1e-5, momentum = 0.1;
@@ -115,6 +116,7 @@ TEST_CASE("batch_norm_stats_from_sums matches its CPU reference") {
   CHECK(std::isnan(gi.to_vector<double>()[0]));
 }
 
+// By hand: the fused sums are checked against the GPU's own y, a property, not a CPU run.
 TEST_CASE("conv2d fills ChannelSums where the fused engine runs, and they are the sums of its y") {
   if (!have_gpu("conv2d with ChannelSums")) return;
   const MemoryFormat cl = MemoryFormat::channels_last, nchw = MemoryFormat::contiguous;
@@ -156,7 +158,8 @@ TEST_CASE("conv2d fills ChannelSums where the fused engine runs, and they are th
     channel_sums(y, &s, &q, &a);
     const std::vector<double> gs = sums.sum.to_vector<double>(), gq = sums.sqsum.to_vector<double>();
     for (size_t o = 0; o < size_t(O); ++o) {
-      // f32 accumulation over N*HO*WO terms: f32's epsilon times the sum of magnitudes, x8.
+      // f32 accumulation over N*HO*WO terms: f32's epsilon times the sum of magnitudes, x8, plus
+      // 1e-6 for sums near 0 (a bound per channel, not a per-dtype table row).
       CHECK_MESSAGE(std::fabs(gs[o] - s[o]) <= 8 * 1.2e-7 * a[o] + 1e-6, what, " sum[", o, "]");
       CHECK_MESSAGE(std::fabs(gq[o] - q[o]) <= 8 * 1.2e-7 * q[o] + 1e-6, what, " sqsum[", o, "]");
     }
@@ -168,6 +171,7 @@ TEST_CASE("conv2d fills ChannelSums where the fused engine runs, and they are th
   CHECK(!cpu_sums.defined());
 }
 
+// By hand: two GPU paths (given sums, own statistics) against each other, running statistics too.
 TEST_CASE("batch norm with a convolution's sums equals batch norm computing its own statistics") {
   if (!have_gpu("batch norm with channel sums")) return;
   uint64_t seed = 80;

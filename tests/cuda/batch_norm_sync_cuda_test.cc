@@ -33,6 +33,7 @@ using namespace bn_sync_test;  // NOLINT: the harness is this test's vocabulary
 
 double bound_for(DType t) { return t == DType::f64 ? 1e-11 : t == DType::f32 ? 1e-4 : 1e-2; }
 
+// By hand: shards on several devices against the whole batch, not one op on the GPU against the CPU.
 TEST_CASE("CUDA batch norm on synchronised shards equals the whole batch") {
   if (!cuda_test::have_gpu("batch_norm_sync_cuda_test")) return;
   struct Case {
@@ -97,6 +98,7 @@ TEST_CASE("CUDA batch norm on synchronised shards equals the whole batch") {
           worst[1].what, "); bf16 ", worst[2].ratio, " (", worst[2].what, ")");
 }
 
+// By hand: sync against no sync on the GPU, and the sync's call counts.
 TEST_CASE("CUDA synchronised batch norm: a world of one equals no sync; one value per channel is refused") {
   if (!cuda_test::have_gpu("batch_norm_sync_cuda_test")) return;
   const Device dev = cuda_test::gpu();
@@ -136,6 +138,7 @@ TEST_CASE("CUDA synchronised batch norm: a world of one equals no sync; one valu
 // three processes' blocks, the middle one empty (skipped), merged for x of every float dtype
 // with running statistics of every float dtype (Note [Running statistics of any dtype] in
 // tests/cuda/batch_norm_cuda_util.h).
+// By hand: a launcher against the host merge, running statistics in place.
 TEST_CASE("CUDA batch_norm_merge_moments equals the host merge for every x and running statistics dtype") {
   if (!cuda_test::have_gpu("batch_norm_merge_moments")) return;
   const int64_t C = 5;

@@ -21,54 +21,41 @@ using namespace cuda_test;
 
 using Case = test::ConvCase;
 
-std::string case_name(const Case& k, DType t, MemoryFormat f) {
-  return label("conv2d", t, {k.N, k.C, k.H, k.W}, f) + " w" + shape_str({k.O, k.C / k.p.groups, k.KH, k.KW}) + " s" +
-         std::to_string(k.p.stride_h) + "," + std::to_string(k.p.stride_w) + " p" + std::to_string(k.p.pad_h) + "," +
-         std::to_string(k.p.pad_w) + " d" + std::to_string(k.p.dilation_h) + "," + std::to_string(k.p.dilation_w) +
-         " g" + std::to_string(k.p.groups);
+// The harness adds the dtype and the input shapes and formats.
+std::string case_name(const Case& k) {
+  return "conv2d s" + std::to_string(k.p.stride_h) + "," + std::to_string(k.p.stride_w) + " p" +
+         std::to_string(k.p.pad_h) + "," + std::to_string(k.p.pad_w) + " d" + std::to_string(k.p.dilation_h) + "," +
+         std::to_string(k.p.dilation_w) + " g" + std::to_string(k.p.groups);
 }
 
-struct Result {
-  Tensor y, dx, dw, db;
-};
-
-// conv2d forward, then backward with seed gy, on whatever device the inputs are on.
-Result run(const Case& k, const Tensor& x0, const Tensor& w0, const Tensor& b0, const Tensor& gy) {
-  Tensor x = x0.detach(), w = w0.detach(), b = k.bias ? b0.detach() : Tensor();
-  x.set_requires_grad(true);
-  w.set_requires_grad(true);
-  if (b.defined()) b.set_requires_grad(true);
-  Tensor y = conv2d(x, w, b, k.p);
-  y.backward(gy);
-  return {y.detach(), x.grad(), w.grad(), b.defined() ? b.grad() : Tensor()};
-}
-
-// `loosen` multiplies the dtype's tolerance (1 unless the caller says why).
+// conv2d on x (k's shape, format f), the weight (format f) and the bias (if k has one),
+// forward and every gradient, through the harness. `loosen` widens the dtype's tolerance (1
+// unless the caller says why).
 void check_case(const Case& k, DType t, MemoryFormat f, uint64_t seed, double loosen = 1) {
-  const std::string what = case_name(k, t, f);
-  const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, seed), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, seed + 1),
-               b64 = rnd({k.O}, seed + 2);
   const int64_t HO = cuda::conv_out_size(k.H, k.KH, k.p.stride_h, k.p.pad_h, k.p.dilation_h);
   const int64_t WO = cuda::conv_out_size(k.W, k.KW, k.p.stride_w, k.p.pad_w, k.p.dilation_w);
-  const Tensor gy64 = rnd({k.N, k.O, HO, WO}, seed + 3);
-
-  const Result want = run(k, to_ref(x64, t, f), to_ref(w64, t, f), to_ref(b64, t), to_ref(gy64, t, f));
-  poison_allocator(k.N * std::max(k.C * k.H * k.W, k.O * HO * WO) + 4096);
-  const Result got = run(k, to_gpu(x64, t, f), to_gpu(w64, t, f), to_gpu(b64, t), to_gpu(gy64, t, f));
-
+  std::vector<Shape> shapes = {{k.N, k.C, k.H, k.W}, {k.O, k.C / k.p.groups, k.KH, k.KW}};
+  if (k.bias) shapes.push_back({k.O});
+  const Conv2dParams p = k.p;
+  const OpFn op = [p](const std::vector<Tensor>& in) {
+    const Tensor y = conv2d(in[0], in[1], in.size() > 2 ? in[2] : Tensor(), p);
+    CHECK_MESSAGE(y.format() == in[0].format(), "conv2d: y not in x's format");
+    return y;
+  };
   // Each output is a sum: y over C/g*KH*KW products, dx over about O/g*KH*KW/stride^2,
   // dw and db over N*HO*WO; scale the absolute tolerance by the root of the term count.
-  const Tol tol{gpu_tol_for(t).atol * loosen, gpu_tol_for(t).rtol * loosen};
   const double ky = std::sqrt(double(k.C / k.p.groups * k.KH * k.KW));
   const double kx = std::sqrt(double(k.O / k.p.groups * k.KH * k.KW));
   const double kw = std::sqrt(double(k.N * HO * WO));
-  check_on_gpu(got.y, want.y, tol, what + " y", ky);
-  check_on_gpu(got.dx, want.dx, tol, what + " dx", kx);
-  check_on_gpu(got.dw, want.dw, tol, what + " dw", kw);
-  if (k.bias) check_on_gpu(got.db, want.db, tol, what + " db", kw);
-  CHECK_MESSAGE(got.y.format() == f, what, ": y not in x's format");
-  CHECK_MESSAGE(got.dx.format() == f, what, ": dx not in x's format");
-  CHECK_MESSAGE(got.dw.format() == f, what, ": dw not in the weight's format");
+  // The harness checks dx's and dw's formats against the CPU's, which are x's and the weight's
+  // (tests/conv2d_test.cc).
+  check_matches_cpu(case_name(k), op, shapes, {t},
+                    MatchOptions()
+                        .with_formats({f, f})
+                        .with_seed(seed)
+                        .widened(loosen)
+                        .with_forward_scale([ky](const Tensor&, const std::vector<Tensor>&) { return ky; })
+                        .with_grad_scale([kx, kw](size_t i, const Tensor&, const Tensor&) { return i ? kw : kx; }));
 }
 
 // cuDNN's benchmark mode for a scope, off again however the scope ends.
@@ -167,20 +154,20 @@ TEST_CASE("conv2d on CUDA in f64: matches the CPU, or says clearly that cuDNN ha
 TEST_CASE("conv2d with a weight in the other layout than x") {
   if (!have_gpu("conv2d with a weight in the other layout than x")) return;
   const Case k = test::conv_cases()[6];  // groups 2, bias
-  const Tensor x64 = rnd({k.N, k.C, k.H, k.W}, 7), w64 = rnd({k.O, k.C / k.p.groups, k.KH, k.KW}, 8);
+  const Conv2dParams p = k.p;
+  const OpFn op = [p](const std::vector<Tensor>& in) { return conv2d(in[0], in[1], Tensor(), p); };
+  const double ky = 3.0 * std::sqrt(double(k.C / k.p.groups)), kx = std::sqrt(double(k.O / k.p.groups * k.KH * k.KW));
+  const double kw = std::sqrt(double(k.N * k.H * k.W));
   for (MemoryFormat xf : {MemoryFormat::contiguous, MemoryFormat::channels_last}) {
     const MemoryFormat wf = xf == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
-    Tensor wg = to_gpu(w64, DType::f32, wf);
-    wg.set_requires_grad(true);
-    Tensor wr = to_ref(w64, DType::f32, wf);
-    wr.set_requires_grad(true);
-    const Tensor y = conv2d(to_gpu(x64, DType::f32, xf), wg, Tensor(), k.p);
-    const Tensor yr = conv2d(to_ref(x64, DType::f32, xf), wr, Tensor(), k.p);
-    check_on_gpu(y, yr, kGpuTolF32, "mixed-layout y", 3.0 * std::sqrt(double(k.C / k.p.groups)));
-    sum(y).backward();
-    sum(yr).backward();
-    check_on_gpu(wg.grad(), wr.grad(), kGpuTolF32, "mixed-layout dw", std::sqrt(double(k.N * k.H * k.W)));
-    CHECK(wg.grad().format() == wf);
+    // dw in the weight's format wf: the harness checks it against the CPU's (tests/conv2d_test.cc).
+    check_matches_cpu("conv2d mixed layout", op,
+                      {{k.N, k.C, k.H, k.W}, {k.O, k.C / k.p.groups, k.KH, k.KW}}, {DType::f32},
+                      MatchOptions()
+                          .with_formats({xf, wf})
+                          .with_seed(7)
+                          .with_forward_scale([ky](const Tensor&, const std::vector<Tensor>&) { return ky; })
+                          .with_grad_scale([kx, kw](size_t i, const Tensor&, const Tensor&) { return i ? kw : kx; }));
   }
 }
 
@@ -216,6 +203,8 @@ TEST_CASE("conv2d in bf16/f16 NHWC with odd channels plans and matches the CPU")
 // is added by cuDNN (beta = 1) into the scale's, no separate add. Both ways match the CPU's
 // f64 result on the same values within the dtype's tolerance (the in-place sum rounds once,
 // the out-of-place one twice), and the weight gradient is the same bits.
+// By hand: it compares two GPU runs (in place, out of place) and counts their adds, which
+// one harness call, a GPU run against a CPU run, cannot.
 TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the out-of-place sum") {
   if (!have_gpu("conv2d adds its input gradient into an earlier one in place, as the out-of-place sum")) return;
   const Case k{2, 6, 7, 5, 8, 3, 3, Conv2dParams::make(1, 1), false};
@@ -261,7 +250,8 @@ TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the o
         // bf16 rounds the scale's gradient, the convolution's and the sum (the in-place sum
         // skips one), and the two terms can cancel: each element within 3 roundings
         // (2^-8 each) of the terms' magnitudes, the two terms computed apart in f64 (dx is
-        // linear in the seeds: ga alone gives the convolution's term, gb alone the scale's).
+        // linear in the seeds: ga alone gives the convolution's term, gb alone the scale's),
+        // plus 1e-6 absolute where both terms are ~0. A bound per element, not a table row.
         std::vector<Tensor> only_a = v64, only_b = v64;
         only_a[3] = mul(v64[3], 0.0);
         only_b[2] = mul(v64[2], 0.0);
@@ -284,6 +274,7 @@ TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the o
     }
 }
 
+// By hand: the plan cache's counters and bit-equal reruns, no CPU comparison.
 TEST_CASE("conv2d plans are built once per key and then reused") {
   if (!have_gpu("conv2d plans are built once per key and then reused")) return;
   const Case k{2, 8, 9, 9, 16, 3, 3, Conv2dParams::make(1, 1), false};

@@ -124,6 +124,7 @@ Device4 run_forward(const cuda::ConvKey& k, const Tensor& x64, const Tensor& w64
   return d;
 }
 
+// By hand: fused plans launched directly against the unfused composition, and their channel sums.
 TEST_CASE("fused convolution forward: prologue and genstats against the unfused composition") {
   if (!have_gpu("fused convolution forward")) return;
   int cases = 0;
@@ -148,7 +149,8 @@ TEST_CASE("fused convolution forward: prologue and genstats against the unfused 
         check_on_gpu(got.y, y_ref, gpu_tol_for(t), what + " y", std::sqrt(double(s.C * s.K * s.K)));
         if (fu.genstats) {
           // Of the y the GPU stored, in double: f32 accumulation over N*HO*WO terms, so the
-          // bound is f32's epsilon times the sum of magnitudes (times a safety factor of 8).
+          // bound is f32's epsilon times the sum of magnitudes (times a safety factor of 8), plus
+          // 1e-6 for sums near 0: a bound per channel, not a per-dtype table row.
           std::vector<double> sum, sqsum, abs;
           channel_sums(got.y, &sum, &sqsum, &abs);
           const std::vector<double> gs = got.sum.to_vector<double>(), gq = got.sqsum.to_vector<double>();
@@ -166,6 +168,7 @@ TEST_CASE("fused convolution forward: prologue and genstats against the unfused 
   CHECK(cases == 24);
 }
 
+// By hand: a fused plan launched directly, not an autograd op the harness can run.
 TEST_CASE("fused weight gradient: dw = corr(relu(x * scale + bias), dy) against the composition") {
   if (!have_gpu("fused weight gradient")) return;
   const MemoryFormat cl = MemoryFormat::channels_last;

@@ -138,6 +138,7 @@ using OpFn = std::function<Tensor(const std::vector<Tensor>&)>;
 struct MatchOptions {
   std::vector<MemoryFormat> formats;  // per input (4-D inputs only); missing entries: contiguous
   bool positive_inputs = false;       // inputs |v| + 0.25 (log, sqrt, a fractional pow, a divisor)
+  double input_scale = 1.0;           // inputs times this before the rounding to t (e.g. logits of spread 2)
   uint64_t seed = 1;
   double tol_scale = 1.0;             // widens gpu_tol_for(t); a test that needs it says why
   // The `scale` of the output's and of input i's gradient's comparison (Note [Tolerances]):
@@ -153,6 +154,10 @@ struct MatchOptions {
   }
   MatchOptions& positive() {
     positive_inputs = true;
+    return *this;
+  }
+  MatchOptions& scaled_inputs(double k) {
+    input_scale = k;
     return *this;
   }
   MatchOptions& with_seed(uint64_t s) {
@@ -179,6 +184,8 @@ struct MatchOptions {
 // at the scales MatchOptions says. Without a GPU it prints the SKIPPED line and returns. A
 // user's new op, checked on every dtype:
 //   cuda_test::check_matches_cpu("silu", [](const std::vector<Tensor>& in) { return silu(in[0]); }, {{2, 3, 4, 5}});
+// Arguments that are not compared (integer targets, a constant): f captures them on the CPU
+// and moves them to its inputs' device, e.g. cross_entropy(in[0], targets.to(in[0].device())).
 inline void check_matches_cpu(const std::string& name, const OpFn& f, const std::vector<Shape>& shapes,
                               const std::vector<DType>& dtypes = {DType::f32, DType::f64, DType::bf16, DType::f16},
                               const MatchOptions& opt = {}) {
@@ -190,9 +197,10 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
     int64_t biggest = 1;
     for (size_t i = 0; i < shapes.size(); ++i) {
       Tensor v = randn(shapes[i], g, DType::f64, Device::cpu());
-      if (opt.positive_inputs) {
+      if (opt.positive_inputs || opt.input_scale != 1.0) {
         double* p = v.data<double>();
-        for (int64_t j = 0; j < v.numel(); ++j) p[j] = std::abs(p[j]) + 0.25;
+        for (int64_t j = 0; j < v.numel(); ++j)
+          p[j] = (opt.positive_inputs ? std::abs(p[j]) + 0.25 : p[j]) * opt.input_scale;
       }
       const MemoryFormat fmt = i < opt.formats.size() ? opt.formats[i] : MemoryFormat::contiguous;
       dev.push_back(to_gpu(v, t, fmt).set_requires_grad(true));

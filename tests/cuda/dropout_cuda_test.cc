@@ -24,6 +24,7 @@ TEST_CASE("dropout launcher: host-side checks (runs without a GPU)") {
   cuda::dropout(DType::f32, 1, {0, 3, 1, 1, true}, 0.5, 2.0, nullptr, nullptr, nullptr);  // empty: no launch
 }
 
+// By hand: the RNG stream (the generators' state, the same mask) and exact f32/f64 values.
 TEST_CASE("dropout on CUDA: the CPU's mask and values for the same generator state, forward and backward") {
   if (!have_gpu("dropout")) return;
   const std::vector<Shape> shapes = {{100000}, {7, 13}, {2, 3, 5, 4}, {1, 1, 1, 1}, {8, 64, 7, 7}};

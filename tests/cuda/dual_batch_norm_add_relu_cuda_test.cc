@@ -44,6 +44,7 @@ TEST_CASE("dual batch norm launchers reject bad arguments on the host (runs with
         cuda::batch_norm_backward_workspace_bytes({4, 24, 7, true}, DType::f32));
 }
 
+// By hand: launchers on raw buffers, and two CUDA backwards bit for bit.
 TEST_CASE("dual batch norm launchers match the CPU kernels composed, and the CUDA backwards bit for bit") {
   if (!have_gpu("dual batch norm launchers match the CPU kernels composed, and the CUDA backwards bit for bit"))
     return;
@@ -213,6 +214,7 @@ Bn bn_on(const Tensor& w64, const Tensor& b64, const Tensor& rm64, const Tensor&
 }
 BatchNormArgs args_of(const Bn& b) { return BatchNormArgs{b.w, b.b, b.rm, b.rv, 0.1, 1e-5, {}}; }
 
+// By hand: two batch norms' running statistics in place, and the composition on CUDA.
 TEST_CASE("dual_batch_norm_add_relu on CUDA matches the CPU op, and the composition on CUDA") {
   if (!have_gpu("dual_batch_norm_add_relu on CUDA matches the CPU op, and the composition on CUDA")) return;
   uint64_t seed = 9000;
@@ -311,6 +313,7 @@ TEST_CASE("dual_batch_norm_add_relu on CUDA matches the CPU op, and the composit
   }
 }
 
+// By hand: a gradcheck on the GPU, no CPU comparison.
 TEST_CASE("dual_batch_norm_add_relu on CUDA passes f64 gradcheck in x, r and both batch norms' parameters") {
   if (!have_gpu("dual_batch_norm_add_relu on CUDA passes f64 gradcheck in x, r and both batch norms' parameters"))
     return;

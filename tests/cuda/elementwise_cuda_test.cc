@@ -127,6 +127,7 @@ TEST_CASE("the CPU backend still rejects 16-bit storage types (runs without a GP
   CHECK_THROWS_WITH_AS(sum(a), doctest::Contains("the CPU backend computes in f32 or f64"), Error);
 }
 
+// By hand: the launchers (not the ops) at offsets 0 and 1, and the bytes around their outputs.
 TEST_CASE("elementwise launchers write every element, aligned and misaligned") {
   if (!have_gpu("elementwise launchers write every element, aligned and misaligned")) return;
   for (DType t : kFloatTypes) {
@@ -236,6 +237,7 @@ TEST_CASE("elementwise launchers write every element, aligned and misaligned") {
   }
 }
 
+// By hand: a launcher, and the same bits on a second run.
 TEST_CASE("sum launcher: every dtype and size, deterministic") {
   if (!have_gpu("sum launcher: every dtype and size, deterministic")) return;
   for (DType t : kFloatTypes) {
@@ -268,6 +270,7 @@ TEST_CASE("sum launcher: every dtype and size, deterministic") {
   }
 }
 
+// By hand: exact casts between storage dtypes, no gradient.
 TEST_CASE("cast launcher matches the host conversion exactly") {
   if (!have_gpu("cast launcher matches the host conversion exactly")) return;
   for (int64_t n : kSizes) {
@@ -354,6 +357,7 @@ bool has_row(const std::string& op) {
 // The multi-tensor cast of mixed precision (cast_many): every floating pair, a list of odd
 // sizes and one of several chunks, half assigning and half accumulating, bit for bit the
 // per-tensor cast and, when accumulating, add_ of the converted tensor.
+// By hand: one GPU path against another, bit for bit.
 TEST_CASE("cast_many equals the per-tensor cast and add_ bit for bit") {
   if (!have_gpu("cast_many")) return;
   const std::vector<int64_t> sizes = {1, 7, 255, 256, 4097, 0, 33, cuda::kMtaChunk + 3, 64, 1000};
@@ -446,6 +450,7 @@ TEST_CASE("binary ops at seeded random shapes on CUDA match the CPU") {
       check_matches_cpu_sweep(r.name, r.f, draw_pair, cases, 20261202, {DType::f32, DType::bf16});
 }
 
+// By hand: in-place ops (no autograd output), b converted from the other format.
 TEST_CASE("in-place add_ and mul_ on CUDA match the CPU") {
   if (!have_gpu("in-place add_ and mul_ on CUDA match the CPU")) return;
   for (DType t : kFloatTypes) {
@@ -522,6 +527,7 @@ TEST_CASE("broadcasting binary ops on CUDA match the CPU, gradients summed to ea
 // only past 2^31 elements otherwise, taken here at a small size by WideIndexForTests. (The
 // ops' backward asks only for the gradients it needs, e.g. add's none, sub's db alone: the
 // other combinations run here only; Note [Kernel coverage] in cuda_emu/coverage.cc.)
+// By hand: launchers with forced 64-bit indices against the CPU launchers.
 TEST_CASE("broadcasting launchers with 32- and 64-bit indices match the CPU launchers") {
   if (!have_gpu("broadcasting launchers with 32- and 64-bit indices match the CPU launchers")) return;
   ew::BroadcastPlan plan;

@@ -101,6 +101,7 @@ void compare(DType t) {
     check_identical(cpu_ema[j].second, gpu_ema[j].second, "loaded " + cpu_ema[j].first);
 }
 
+// By hand: state updated in place over steps, bit for bit.
 TEST_CASE("model EMA on CUDA equals the CPU loop bit for bit (f32, f64, i64 counters)") {
   if (!have_gpu("model EMA vs CPU")) return;
   compare(DType::f32);

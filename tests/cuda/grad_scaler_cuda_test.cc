@@ -47,6 +47,7 @@ void give(nn::NamedTensors& ps, float gw, float gb) {
   ps[1].second.set_grad(Tensor::full({1}, gb, DType::f32, d));
 }
 
+// By hand: the scaler's state over steps (skip, backoff, growth), no op to compare.
 TEST_CASE("GradScaler: PyTorch's defaults, unscale, skip on inf/nan, backoff and growth (CPU and CUDA)") {
   for (const Device d : devices("GradScaler rules on CUDA")) {
     CAPTURE(d.str());
@@ -111,6 +112,7 @@ TEST_CASE("GradScaler: PyTorch's defaults, unscale, skip on inf/nan, backoff and
   }
 }
 
+// By hand: the scaler's state over many steps, no op to compare.
 TEST_CASE("GradScaler: the scale never grows to inf (CPU and CUDA)") {
   for (const Device d : devices("GradScaler growth on CUDA")) {
     CAPTURE(d.str());
@@ -203,6 +205,7 @@ void check_same_state(const optim::Optimizer& got, const optim::Optimizer& want,
   }
 }
 
+// By hand: captured replays against eager steps, both on the GPU.
 TEST_CASE("GradScaler in a captured step: replays skip an overflowing update on the device, as eager steps do") {
   if (!have_gpu("GradScaler captured")) return;
   GradScalerOptions o;

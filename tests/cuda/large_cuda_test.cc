@@ -70,6 +70,8 @@ Pair draw_grad(const Shape& s, uint64_t seed, MemoryFormat f = kNCHW) {
   return p;
 }
 
+// By hand, every case here: full-size inputs drawn on the GPU in f32 (the harness draws f64 on
+// the host, too slow at these sizes), one op each and timed.
 TEST_CASE("large: add, relu and add_relu at 2^25 + 3 elements") {
   if (!have_gpu("large: add, relu and add_relu at 2^25 + 3 elements")) return;
   const Timer timer("add, relu, add_relu [" + std::to_string(kBig) + "]");

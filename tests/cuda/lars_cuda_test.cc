@@ -82,6 +82,7 @@ void compare_lars(const optim::LarsOptions& o, DType t, const std::string& what)
   }
 }
 
+// By hand: optimizer state updated in place over steps.
 TEST_CASE("LARS on CUDA equals the CPU over 5 steps with a changing lr (f32, f64)") {
   if (!have_gpu("LARS vs CPU")) return;
   optim::LarsOptions mlperf;
@@ -98,6 +99,7 @@ TEST_CASE("LARS on CUDA equals the CPU over 5 steps with a changing lr (f32, f64
   }
 }
 
+// By hand: two GPU runs, bit for bit.
 TEST_CASE("LARS on CUDA reading its learning rate from device memory equals it as an argument, bit for bit") {
   if (!have_gpu("LARS with its lr in device memory")) return;
   for (DType t : {DType::f32, DType::f64}) {
@@ -123,6 +125,7 @@ TEST_CASE("LARS on CUDA reading its learning rate from device memory equals it a
   }
 }
 
+// By hand: determinism, two GPU runs bit for bit.
 TEST_CASE("LARS on CUDA is deterministic: two runs agree bit for bit") {
   if (!have_gpu("LARS determinism")) return;
   Run a = make_run(DType::f32), b = make_run(DType::f32);
@@ -139,6 +142,7 @@ TEST_CASE("LARS on CUDA is deterministic: two runs agree bit for bit") {
                                                          "run to run " + a.gpu[i].first);
 }
 
+// By hand: gradients scaled in place and the total norm returned, not an autograd op.
 TEST_CASE("clip_grad_norm on CUDA equals the CPU (f32, f64), above and below the threshold") {
   if (!have_gpu("clip_grad_norm vs CPU")) return;
   for (DType t : {DType::f32, DType::f64}) {

@@ -67,6 +67,7 @@ TEST_CASE("linear on CUDA matches the CPU: forward and backward, every dtype, wi
   }
 }
 
+// By hand: the reference written out (y = b, db the column sums) for empty x and w.
 TEST_CASE("linear on CUDA with no input features: y is the bias, dw is empty, db the column sums") {
   if (!have_gpu("linear k = 0")) return;
   for (DType t : kFloatTypes) {
@@ -89,6 +90,7 @@ TEST_CASE("linear on CUDA with no input features: y is the bias, dw is empty, db
   }
 }
 
+// By hand: a global switch, and an f32 run within the bf16 row (TF32 inputs), not f32's.
 TEST_CASE("linear on CUDA: TF32 only when allowed") {
   if (!have_gpu("linear tf32 switch")) return;
   const Tensor x64 = rnd({64, 512}, 7), w64 = rnd({64, 512}, 8);

@@ -53,6 +53,7 @@ TEST_CASE("matmul on CUDA matches the CPU: forward and backward, every dtype") {
   }
 }
 
+// By hand: a global switch, and an f32 run within the bf16 row (TF32 inputs), not f32's.
 TEST_CASE("matmul on CUDA: TF32 only when allowed") {
   if (!have_gpu("matmul tf32 switch")) return;
   const Tensor a64 = rnd({4, 64, 512}, 7), b64 = rnd({4, 512, 64}, 8);

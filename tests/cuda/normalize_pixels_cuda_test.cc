@@ -16,6 +16,7 @@ Tensor random_pixels(const Shape& nhwc, uint64_t seed) {
   return Tensor::from_vector<uint8_t>(v, nhwc);
 }
 
+// By hand: uint8 pixels in (nothing to draw or differentiate), compared bit for bit.
 TEST_CASE("normalize_pixels: CUDA equals the CPU") {
   if (!have_gpu("normalize_pixels")) return;
   const std::vector<double> mean = {0.485, 0.456, 0.406}, std = {0.229, 0.224, 0.225};

@@ -105,6 +105,7 @@ void compare_five_steps(const Make& make, DType t, const std::string& what, bool
   }
 }
 
+// By hand: optimizer state updated in place over steps, bit for bit.
 TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over 5 steps") {
   if (!have_gpu("fused optimizers vs CPU")) return;
   optim::SgdOptions plain;
@@ -136,6 +137,7 @@ TEST_CASE("fused SGD and AdamW on CUDA equal the CPU optimizers bit for bit over
   }
 }
 
+// By hand: optimizer state in place, scalars from device memory, bit for bit.
 TEST_CASE("fused SGD and AdamW reading their step's scalars from device memory equal the CPU bit for bit") {
   // AdamW takes one too, and its per-step scalars with it (prepare_device_step).
   auto adamw = optim::make_adamw({{"w", Tensor::zeros({3})}}, optim::AdamWOptions{});
@@ -166,6 +168,7 @@ TEST_CASE("fused SGD and AdamW reading their step's scalars from device memory e
 
 // More distinct per-tensor scalars than one launch carries (kMtaMaxGroups): the list is cut
 // into several launches (Note [Multi-tensor apply]), with the same results.
+// By hand: optimizer state updated in place over steps.
 TEST_CASE("fused SGD and AdamW with more weight decays than one launch carries equal the CPU") {
   if (!have_gpu("fused optimizers, many scalar sets")) return;
   optim::SgdOptions sgd;
@@ -184,6 +187,7 @@ TEST_CASE("fused SGD and AdamW with more weight decays than one launch carries e
                      "adamw, 19 decays");
 }
 
+// By hand: upload counts of the table, and parameters updated in place.
 TEST_CASE("multi-tensor table: uploaded once while the list stays, again when it changes") {
   if (!have_gpu("multi-tensor table reuse")) return;
   const int64_t n = 3 * cuda::kMtaChunk + 5;
@@ -217,6 +221,7 @@ TEST_CASE("multi-tensor table: uploaded once while the list stays, again when it
   }
 }
 
+// By hand: a launcher writing a second copy in place.
 TEST_CASE("fused updates write the optional bf16 copy in the same pass") {
   if (!have_gpu("fused optimizers bf16 copy")) return;
   const int64_t n = 4099;
@@ -265,6 +270,7 @@ TEST_CASE("fused update launchers: host-side checks (runs without a GPU)") {
 
 // ---- the unscale kernel vs the CPU -------------------------------------------------------
 
+// By hand: gradients unscaled in place and the inf/nan flag, not an autograd op.
 TEST_CASE("unscale_and_check on CUDA equals the CPU path, and flags inf/nan") {
   if (!have_gpu("unscale_and_check vs CPU")) return;
   for (DType t : {DType::f32, DType::f64}) {

@@ -84,6 +84,8 @@ TEST_CASE("pool launchers reject bad arguments on the host (runs without a GPU)"
   cuda::adaptive_avg_pool2d_backward(empty, DType::f32, nullptr, nullptr, nullptr);
 }
 
+// By hand: the launchers on raw buffers against kernels/cpu (int64 argmax exactly, NaN inputs),
+// below the autograd op the harness runs.
 TEST_CASE("max_pool2d launchers match the CPU kernels, argmax included") {
   if (!have_gpu("max_pool2d launchers match the CPU kernels, argmax included")) return;
   uint64_t seed = 1;
@@ -129,26 +131,22 @@ TEST_CASE("max_pool2d launchers match the CPU kernels, argmax included") {
 }
 
 TEST_CASE("max_pool2d op forward and backward on CUDA match the CPU") {
-  if (!have_gpu("max_pool2d op forward and backward on CUDA match the CPU")) return;
   uint64_t seed = 100;
-  for (DType t : kFloatTypes) {
-    for (const MaxCase& mc : kMaxCases) {
-      for (MemoryFormat f : kFormats) {
-        const std::string what = label("max_pool2d", t, mc.shape, f);
-        const Tensor x64 = rnd(mc.shape, ++seed);
-        Tensor xd = to_gpu(x64, t, f).set_requires_grad(true), xr = to_ref(x64, t, f).set_requires_grad(true);
-        poison_allocator(shape_numel(mc.shape));
-        const Tensor yd = max_pool2d(xd, mc.p), yr = max_pool2d(xr, mc.p);
-        CHECK(yd.format() == f);
-        check_on_gpu(yd, yr, gpu_tol_for(t), what + " y");
-        const Tensor g64 = rnd(yr.shape(), ++seed);
-        poison_allocator(shape_numel(mc.shape));
-        yd.backward(to_gpu(g64, t, f));
-        yr.backward(to_ref(g64, t, f));
-        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), what + " dx");
-      }
+  for (const MaxCase& mc : kMaxCases)
+    for (MemoryFormat f : kFormats) {
+      const Pool2dParams p = mc.p;
+      const OpFn op = [p](const std::vector<Tensor>& in) {
+        const Tensor y = max_pool2d(in[0], p);
+        CHECK_MESSAGE(y.format() == in[0].format(), "max_pool2d: y not in x's format");
+        return y;
+      };
+      check_matches_cpu("max_pool2d case " + std::to_string(&mc - kMaxCases.data()), op, {mc.shape},
+                        {DType::f32, DType::f64, DType::bf16, DType::f16},
+                        // dx's scale 1: an input gets the gradients of the few windows it is the
+                        // maximum of (the harness's default is sqrt(output / input elements)).
+                        MatchOptions().with_formats({f}).with_seed(++seed).with_grad_scale(
+                            [](size_t, const Tensor&, const Tensor&) { return 1.0; }));
     }
-  }
 }
 
 struct AvgCase {
@@ -163,37 +161,28 @@ const std::vector<AvgCase> kAvgCases = {
 };
 
 TEST_CASE("adaptive_avg_pool2d and global_avg_pool on CUDA match the CPU") {
-  if (!have_gpu("adaptive_avg_pool2d and global_avg_pool on CUDA match the CPU")) return;
   uint64_t seed = 300;
-  for (DType t : kFloatTypes) {
-    for (const AvgCase& ac : kAvgCases) {
-      for (MemoryFormat f : kFormats) {
-        const std::string what = label("adaptive_avg_pool2d", t, ac.shape, f) + " -> " + std::to_string(ac.oh) +
-                                 "x" + std::to_string(ac.ow);
-        // Sums of a window: errors grow like sqrt(window) (<= the whole plane).
-        const double sq = std::sqrt(double(ac.shape[2] * ac.shape[3]));
-        const Tensor x64 = rnd(ac.shape, ++seed);
-        Tensor xd = to_gpu(x64, t, f).set_requires_grad(true), xr = to_ref(x64, t, f).set_requires_grad(true);
-        poison_allocator(shape_numel(ac.shape));
-        const Tensor yd = adaptive_avg_pool2d(xd, ac.oh, ac.ow), yr = adaptive_avg_pool2d(xr, ac.oh, ac.ow);
-        check_on_gpu(yd, yr, gpu_tol_for(t), what + " y", sq);
-        const Tensor g64 = rnd(yr.shape(), ++seed);
-        poison_allocator(shape_numel(ac.shape));
-        yd.backward(to_gpu(g64, t, f));
-        yr.backward(to_ref(g64, t, f));
-        check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), what + " dx");
-
-        if (ac.oh != 1 || ac.ow != 1) continue;
-        Tensor gd = to_gpu(x64, t, f).set_requires_grad(true), gr = to_ref(x64, t, f).set_requires_grad(true);
-        const Tensor zd = global_avg_pool(gd), zr = global_avg_pool(gr);
-        check_on_gpu(zd, zr, gpu_tol_for(t), label("global_avg_pool", t, ac.shape, f) + " y", sq);
-        const Tensor h64 = rnd(zr.shape(), ++seed);
-        zd.backward(to_gpu(h64, t));
-        zr.backward(to_ref(h64, t));
-        check_on_gpu(gd.grad(), gr.grad(), gpu_tol_for(t), label("global_avg_pool", t, ac.shape, f) + " dx");
-      }
+  for (const AvgCase& ac : kAvgCases)
+    for (MemoryFormat f : kFormats) {
+      const std::string what = "adaptive_avg_pool2d -> " + std::to_string(ac.oh) + "x" + std::to_string(ac.ow);
+      // Sums of a window: errors grow like sqrt(window) (<= the whole plane); dx's scale 1 (a
+      // sum of at most a few overlapping windows' shares), as before the harness.
+      const double sq = std::sqrt(double(ac.shape[2] * ac.shape[3]));
+      const MatchOptions opt = MatchOptions()
+                                   .with_formats({f})
+                                   .with_seed(++seed)
+                                   .with_forward_scale([sq](const Tensor&, const std::vector<Tensor>&) { return sq; })
+                                   .with_grad_scale([](size_t, const Tensor&, const Tensor&) { return 1.0; });
+      const int oh = ac.oh, ow = ac.ow;
+      check_matches_cpu(
+          what, [oh, ow](const std::vector<Tensor>& in) { return adaptive_avg_pool2d(in[0], oh, ow); }, {ac.shape},
+          {DType::f32, DType::f64, DType::bf16, DType::f16}, opt);
+      if (ac.oh != 1 || ac.ow != 1) continue;
+      check_matches_cpu(
+          "global_avg_pool",
+          [](const std::vector<Tensor>& in) { return global_avg_pool(in[0]); }, {ac.shape},
+          {DType::f32, DType::f64, DType::bf16, DType::f16}, opt);
     }
-  }
 }
 
 TEST_CASE("pooling on CUDA rejects what the CPU rejects") {

@@ -86,6 +86,7 @@ void check_same_after(Generator& gpu_gen, Generator& cpu_gen, uint64_t seed, uin
                 ": next host randn differs");
 }
 
+// By hand: RNG streams against the host loop, and the generator's state.
 TEST_CASE("randn on CUDA equals the host loop (Note [tolerance]) and advances the Generator alike") {
   if (!have_gpu("randn")) return;
   for (const Case& c : kCases) {
@@ -111,6 +112,7 @@ TEST_CASE("randn on CUDA equals the host loop (Note [tolerance]) and advances th
   }
 }
 
+// By hand: RNG streams against the host loop, bit for bit.
 TEST_CASE("rand_uniform on CUDA equals the host loop bit for bit") {
   if (!have_gpu("rand_uniform")) return;
   for (const Case& c : kCases) {
@@ -127,6 +129,7 @@ TEST_CASE("rand_uniform on CUDA equals the host loop bit for bit") {
   }
 }
 
+// By hand: RNG streams against the host loop, exactly.
 TEST_CASE("randint on CUDA equals the host loop, any int64 range") {
   if (!have_gpu("randint")) return;
   constexpr int64_t kMin = std::numeric_limits<int64_t>::min(), kMax = std::numeric_limits<int64_t>::max();

@@ -111,6 +111,7 @@ TEST_CASE("sum and mean over dims on CUDA match the CPU: forward and backward, e
     }
 }
 
+// By hand: exact (kExact) values, argmax and gradient; the harness allows gpu_tol_for.
 TEST_CASE("max and argmax over a dim on CUDA match the CPU exactly; the gradient to the same index") {
   if (!have_gpu("max and argmax over a dim")) return;
   uint64_t seed = 200;
@@ -134,6 +135,7 @@ TEST_CASE("max and argmax over a dim on CUDA match the CPU exactly; the gradient
     }
 }
 
+// By hand: fixed NaN and tied inputs, which random inputs never give.
 TEST_CASE("max on CUDA: NaN wins and ties go to the first index, along rows and columns") {
   if (!have_gpu("max NaN and ties")) return;
   const double nan = std::numeric_limits<double>::quiet_NaN();
@@ -151,6 +153,7 @@ TEST_CASE("max on CUDA: NaN wins and ties go to the first index, along rows and 
   }
 }
 
+// By hand: determinism, two GPU runs bit for bit.
 TEST_CASE("sum over dims on CUDA is deterministic: the same bits on every run") {
   if (!have_gpu("sum over dims determinism")) return;
   const Tensor x = to_gpu(rnd({6, 3000, 37}, 7), DType::f32);

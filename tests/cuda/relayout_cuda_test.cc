@@ -12,6 +12,7 @@ using namespace cuda_test;
 
 constexpr MemoryFormat kNCHW = MemoryFormat::contiguous, kNHWC = MemoryFormat::channels_last;
 
+// By hand: bit for bit, integer and u8 dtypes too, and no gradient: the harness allows gpu_tol_for.
 TEST_CASE("NCHW <-> NHWC on CUDA equals the CPU relayout, bit for bit") {
   if (!have_gpu("relayout")) return;
   for (const Shape& s : {Shape{3, 5, 7, 9}, Shape{1, 3, 1, 1}, Shape{2, 64, 56, 56}, Shape{4, 33, 2, 65}}) {

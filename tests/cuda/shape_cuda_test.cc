@@ -64,6 +64,7 @@ Pair make(const Tensor& v64, DType t, MemoryFormat f) {
 
 constexpr DType kTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::u8};
 
+// By hand: exact (kExact) in every dtype, integers too; the harness allows gpu_tol_for.
 TEST_CASE("permute, narrow, split and concat on CUDA equal the CPU exactly (every dtype, both formats)") {
   if (!have_gpu("shape ops forward")) return;
   Generator g(61);
@@ -98,6 +99,7 @@ TEST_CASE("permute, narrow, split and concat on CUDA equal the CPU exactly (ever
   }
 }
 
+// By hand: y must be exact (kExact), the harness would allow gpu_tol_for; the seed is permuted.
 TEST_CASE("shape ops on CUDA: gradients equal the CPU's (every float dtype, both formats)") {
   if (!have_gpu("shape ops backward")) return;
   Generator g(62);
