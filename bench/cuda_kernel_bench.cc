@@ -49,12 +49,12 @@
 #include "engine/ops.h"
 #include "engine/random.h"
 #include "engine/stream.h"
-#include "kernels/cuda/batch_norm.cuh"
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/cross_entropy.cuh"
-#include "kernels/cuda/elementwise.cuh"
-#include "kernels/cuda/optim.cuh"
-#include "kernels/cuda/pool.cuh"
+#include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/cross_entropy.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/optim.h"
+#include "kernels/cuda/pool.h"
 #include "kernels/cuda/runtime.h"
 #include "models/registry.h"
 #include "profile/peaks.h"
@@ -263,7 +263,7 @@ cuda::BatchNormGeom bn_geom(const Shape& s, MemoryFormat f) { return {s[0], s[1]
 std::string layout(MemoryFormat f) { return f == kNHWC ? " NHWC" : " NCHW"; }
 Tensor bn_workspace(size_t bytes) { return Tensor::empty({int64_t(bytes)}, DType::u8, gpu()); }
 
-// Statistics: read x once (n e; one pass, Welford states: batch_norm.cuh); write mean,
+// Statistics: read x once (n e; one pass, Welford states: batch_norm.h); write mean,
 // invstd (f32, C each); read + write the f32 running mean and var: n e + 24 C. The
 // partials of the two-stage reduction (channel_reduce.cuh) are a few KB.
 Case bn_stats(const Shape& s, DType t, MemoryFormat f) {
@@ -379,7 +379,7 @@ Case bn_relu_forward_op(const Shape& s, DType t, bool add) {
 }
 
 // Their backward (launcher): read x, the relu's bits (n e / 16: Note [Relu mask bits] in
-// kernels/cuda/batch_norm.cuh) and dy, write dx (3 n e + n e / 16), and with a residual also
+// kernels/cuda/batch_norm.h) and dy, write dx (3 n e + n e / 16), and with a residual also
 // write its gradient, which the dx pass then reads instead of dy and the bits (4 n e); + 20 C
 // (mean, invstd, gamma, dgamma, dbeta: f32). A reduction pass over x, the bits
 // and dy precedes the dx pass: 5.1 n e moved for 3.1 n e (ceiling 60%), 6.1 n e for 4 n e (66%).

@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "cli/doctor_probe.h"
 
 namespace rt::cli::probe {

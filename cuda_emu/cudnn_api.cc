@@ -65,6 +65,122 @@ cudnnStatus_t execute_arg(cudnnBackendDescriptor_t p, cudnnBackendDescriptorType
   return CUDNN_STATUS_SUCCESS;
 }
 
+// The plan's device against the handle's, and the handle's stream against both.
+cudnnStatus_t check_execute_device(const HandleInfo& h, const PlanInfo& plan) {
+  const char* where = "cudnnBackendExecute";
+  if (plan.device != h.device)
+    return fail(CUDNN_STATUS_BAD_PARAM, where,
+                "the plan was built with a handle of cuda:" + std::to_string(plan.device) +
+                    " and is executed with one of cuda:" + std::to_string(h.device));
+  const int sd = rt::emu::stream_device(h.stream);
+  if (sd < 0) return fail(CUDNN_STATUS_BAD_PARAM, where, "the handle's stream was destroyed; cudnnSetStream another");
+  if (sd != h.device)
+    return fail(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, where,
+                "the handle belongs to cuda:" + std::to_string(h.device) + " but its stream" +
+                    (h.stream ? "" : " (the legacy default stream of the current device)") + " is on cuda:" +
+                    std::to_string(sd) + "; cudaSetDevice(" + std::to_string(h.device) + ") first");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// Which slot the operation writes (Note [Execution]): y forward, x backward data, w backward filter.
+int written_slot(const ConvProblem& p) { return p.op == ConvOp::forward ? 2 : p.op == ConvOp::backward_data ? 0 : 1; }
+
+// The device memory an execution touches: ptrs[i] for the i-th real tensor of the graph (the
+// convolution's x, w, y slots, then the prologue's scale and bias, then genstats' sum and
+// sqsum), uses[i] its range and access, then the workspace's range when the plan has one.
+struct Bound {
+  std::vector<void*> ptrs;
+  std::vector<rt::emu::MemUse> uses;
+};
+
+// Finds every real tensor of the graph in the variant pack (Note [Fused graphs the fake
+// runs]: X in place of a prologue's virtual x) and checks its pointer: present, not null,
+// aligned as its descriptor promises; then the workspace.
+cudnnStatus_t bind_pack(const PlanInfo& plan, const PackInfo& pack, Bound* out) {
+  const char* where = "cudnnBackendExecute";
+  const GraphInfo& graph = plan.graph();
+  const OpInfo& op = graph.op->as<OpInfo>();
+  const Fusion& fusion = graph.fusion;
+  const ConvProblem& p = graph.conv.p;
+  const char* slot_names[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
+  const int written = written_slot(p);
+  const auto conv_out = op.beta != 0.0 ? rt::emu::MemUse::read_write : rt::emu::MemUse::write;
+  struct Binding {
+    std::string name;
+    NodePtr tensor;
+    rt::emu::MemUse::Access access;
+  };
+  std::vector<Binding> binds;
+  for (int i = 0; i < 3; ++i) {
+    const NodePtr& t = i == 0 && fusion.prologue() ? fusion.x : i == 0 ? op.x : i == 1 ? op.w : op.y;
+    binds.push_back({slot_names[int(p.op)][i], t, i == written ? conv_out : rt::emu::MemUse::read});
+  }
+  if (fusion.prologue()) {
+    binds.push_back({"the prologue's scale", fusion.scale, rt::emu::MemUse::read});
+    binds.push_back({"the prologue's bias", fusion.bias, rt::emu::MemUse::read});
+  }
+  if (fusion.genstats()) {
+    binds.push_back({"genstats' sum", fusion.sum, rt::emu::MemUse::write});
+    binds.push_back({"genstats' sqsum", fusion.sqsum, rt::emu::MemUse::write});
+  }
+  for (const Binding& b : binds) {
+    const TensorInfo& t = b.tensor->as<TensorInfo>();
+    const std::string name = b.name + " (unique id " + std::to_string(t.uid) + ")";
+    const auto it = std::find(pack.uids.begin(), pack.uids.end(), t.uid);
+    if (it == pack.uids.end())
+      return fail(CUDNN_STATUS_BAD_PARAM, where,
+                  "the variant pack has no pointer for " + name + "; add its unique id and pointer");
+    void* ptr = pack.ptrs[size_t(it - pack.uids.begin())];
+    if (!ptr)
+      return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, where, "the variant pack's pointer for " + name + " is null");
+    if (reinterpret_cast<uintptr_t>(ptr) % uint64_t(t.alignment) != 0)
+      return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, where,
+                  "the pointer for " + name + " is not aligned to the " + std::to_string(t.alignment) +
+                      " bytes its descriptor's CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT promises");
+    out->ptrs.push_back(ptr);
+    const size_t bytes =
+        size_t(extent_elements(t.dims.data(), t.strides.data(), int(t.dims.size()))) * dtype_size(t.dtype);
+    out->uses.push_back({ptr, bytes, b.access});
+  }
+  const size_t ws_bytes = size_t(plan.workspace);
+  if (ws_bytes > 0 && !pack.workspace)
+    return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, where,
+                "the plan needs " + std::to_string(ws_bytes) +
+                    " bytes of workspace (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) and the variant pack has none");
+  if (ws_bytes > 0) out->uses.push_back({pack.workspace, ws_bytes, rt::emu::MemUse::write});
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The kernel lab's view (emu.h): 2 FLOPs per multiply-add of the direct convolution, in
+// each of the three directions; each operand read once, the output written once (and
+// read when beta != 0); bounded by the tensor cores of the storage type (f32: TF32 when
+// the engine rounds its inputs so, else the CUDA cores). A fused graph adds only its
+// per-channel tensors: the prologue is applied as x is loaded and the statistics taken as
+// y is stored, which is the fusion's point (no extra pass over the activations).
+rt::emu::LibraryCost conv_cost(const GraphInfo& graph, const Numerics& num, const Bound& bound) {
+  const ConvProblem& p = graph.conv.p;
+  rt::emu::LibraryCost cost;
+  cost.api = "cudnnBackendExecute";
+  cost.shape = p.str();
+  cost.flops = 2.0 * double(p.N) * double(p.O) * double(p.HO) * double(p.WO) * double(p.C / p.groups) * double(p.KH) *
+               double(p.KW);
+  const double esz = double(dtype_size(p.dtype));
+  const double x_bytes = double(p.N * p.C * p.H * p.W) * esz,
+               w_bytes = double(p.O * (p.C / p.groups) * p.KH * p.KW) * esz,
+               y_bytes = double(p.N * p.O * p.HO * p.WO) * esz;
+  const int written = written_slot(p);
+  const double out_bytes = written == 2 ? y_bytes : written == 0 ? x_bytes : w_bytes;
+  cost.min_bytes = x_bytes + w_bytes + y_bytes + (graph.op->as<OpInfo>().beta != 0 ? out_bytes : 0.0);
+  for (size_t i = 3; i < bound.ptrs.size(); ++i)
+    cost.min_bytes += double(bound.uses[i].bytes);  // scale, bias, sum, sqsum
+  cost.math = p.dtype == CUDNN_DATA_BFLOAT16       ? "bf16"
+              : p.dtype == CUDNN_DATA_HALF         ? "f16"
+              : p.dtype == CUDNN_DATA_DOUBLE       ? "f64"
+              : num.input == Numerics::Input::tf32 ? "tf32"
+                                                   : "f32";
+  return cost;
+}
+
 }  // namespace
 
 bool handle_info(cudnnHandle_t h, HandleInfo* out) {
@@ -113,7 +229,8 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t handle, cudaStream_t stream) {
   if (!handle_info(handle, &h)) return fail(CUDNN_STATUS_BAD_PARAM, where, "not a live handle");
   if (stream) {
     const int d = rt::emu::stream_device(stream);
-    if (d < 0) return fail(CUDNN_STATUS_BAD_PARAM, where, "not a live stream (destroyed, or not from cudaStreamCreate)");
+    if (d < 0)
+      return fail(CUDNN_STATUS_BAD_PARAM, where, "not a live stream (destroyed, or not from cudaStreamCreate)");
     if (d != h.device)
       return fail(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, where,
                   "the stream is on cuda:" + std::to_string(d) + " but the handle belongs to cuda:" +
@@ -198,110 +315,32 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
     return st;
   const PlanInfo& plan = plan_d->node->as<PlanInfo>();
   const PackInfo& pack = pack_d->node->as<PackInfo>();
-  if (plan.device != h.device)
-    return fail(CUDNN_STATUS_BAD_PARAM, where,
-                "the plan was built with a handle of cuda:" + std::to_string(plan.device) +
-                    " and is executed with one of cuda:" + std::to_string(h.device));
-  const int sd = rt::emu::stream_device(h.stream);
-  if (sd < 0) return fail(CUDNN_STATUS_BAD_PARAM, where, "the handle's stream was destroyed; cudnnSetStream another");
-  if (sd != h.device)
-    return fail(CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH, where,
-                "the handle belongs to cuda:" + std::to_string(h.device) + " but its stream" +
-                    (h.stream ? "" : " (the legacy default stream of the current device)") + " is on cuda:" +
-                    std::to_string(sd) + "; cudaSetDevice(" + std::to_string(h.device) + ") first");
+  if (cudnnStatus_t st = check_execute_device(h, plan)) return st;
+  Bound bound;
+  if (cudnnStatus_t st = bind_pack(plan, pack, &bound)) return st;
 
   const GraphInfo& graph = plan.graph();
   const EngineSpec& spec = plan.engine().spec();
   const OpInfo& op = graph.op->as<OpInfo>();
   const Fusion& fusion = graph.fusion;
   const ConvProblem& p = graph.conv.p;
-  // The real tensors the variant pack binds (Note [Fused graphs the fake runs]): the
-  // convolution's three slots, X in place of a prologue's virtual x, then the fusion's own.
-  // Which slot the operation writes (Note [Execution]): y forward, x backward data, w backward filter.
-  const char* slot_names[3][3] = {{"x", "w", "y"}, {"dx", "w", "dy"}, {"x", "dw", "dy"}};
-  const int written = p.op == ConvOp::forward ? 2 : p.op == ConvOp::backward_data ? 0 : 1;
-  const auto conv_out = op.beta != 0.0 ? rt::emu::MemUse::read_write : rt::emu::MemUse::write;
-  struct Binding {
-    std::string name;
-    NodePtr tensor;
-    rt::emu::MemUse::Access access;
-  };
-  std::vector<Binding> binds;
-  for (int i = 0; i < 3; ++i) {
-    const NodePtr& t = i == 0 && fusion.prologue() ? fusion.x : i == 0 ? op.x : i == 1 ? op.w : op.y;
-    binds.push_back({slot_names[int(p.op)][i], t, i == written ? conv_out : rt::emu::MemUse::read});
-  }
-  if (fusion.prologue()) {
-    binds.push_back({"the prologue's scale", fusion.scale, rt::emu::MemUse::read});
-    binds.push_back({"the prologue's bias", fusion.bias, rt::emu::MemUse::read});
-  }
-  if (fusion.genstats()) {
-    binds.push_back({"genstats' sum", fusion.sum, rt::emu::MemUse::write});
-    binds.push_back({"genstats' sqsum", fusion.sqsum, rt::emu::MemUse::write});
-  }
-  std::vector<void*> ptrs;
-  std::vector<rt::emu::MemUse> uses;
-  for (const Binding& b : binds) {
-    const TensorInfo& t = b.tensor->as<TensorInfo>();
-    const std::string name = b.name + " (unique id " + std::to_string(t.uid) + ")";
-    const auto it = std::find(pack.uids.begin(), pack.uids.end(), t.uid);
-    if (it == pack.uids.end())
-      return fail(CUDNN_STATUS_BAD_PARAM, where,
-                  "the variant pack has no pointer for " + name + "; add its unique id and pointer");
-    void* ptr = pack.ptrs[size_t(it - pack.uids.begin())];
-    if (!ptr) return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, where, "the variant pack's pointer for " + name + " is null");
-    if (reinterpret_cast<uintptr_t>(ptr) % uint64_t(t.alignment) != 0)
-      return fail(CUDNN_STATUS_BAD_PARAM_MISALIGNED_POINTER, where,
-                  "the pointer for " + name + " is not aligned to the " + std::to_string(t.alignment) +
-                      " bytes its descriptor's CUDNN_ATTR_TENSOR_BYTE_ALIGNMENT promises");
-    ptrs.push_back(ptr);
-    const size_t bytes =
-        size_t(extent_elements(t.dims.data(), t.strides.data(), int(t.dims.size()))) * dtype_size(t.dtype);
-    uses.push_back({ptr, bytes, b.access});
-  }
-  void* ws = pack.workspace;
-  const size_t ws_bytes = size_t(plan.workspace);
-  if (ws_bytes > 0 && !ws)
-    return fail(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, where,
-                "the plan needs " + std::to_string(ws_bytes) +
-                    " bytes of workspace (CUDNN_ATTR_EXECUTION_PLAN_WORKSPACE_SIZE) and the variant pack has none");
-  if (ws_bytes > 0) uses.push_back({ws, ws_bytes, rt::emu::MemUse::write});
-
   const Numerics num = numerics_of(spec, graph.conv, 0);
   const double alpha = op.alpha, beta = op.beta;
   note_engine_executed(spec.name);
   const std::string name = "cudnn " + spec.name + " convolution " + conv_op_name(p.op) +
                            (fusion.prologue() ? fusion.relu ? " +scale_bias_relu" : " +scale_bias" : "") +
                            (fusion.genstats() ? " +genstats" : "");
-  // The kernel lab's view (emu.h): 2 FLOPs per multiply-add of the direct convolution, in
-  // each of the three directions; each operand read once, the output written once (and
-  // read when beta != 0); bounded by the tensor cores of the storage type (f32: TF32 when
-  // the engine rounds its inputs so, else the CUDA cores). A fused graph adds only its
-  // per-channel tensors: the prologue is applied as x is loaded and the statistics taken as
-  // y is stored, which is the fusion's point (no extra pass over the activations).
-  rt::emu::LibraryCost cost;
-  cost.api = where;
-  cost.shape = p.str();
-  cost.flops = 2.0 * double(p.N) * double(p.O) * double(p.HO) * double(p.WO) * double(p.C / p.groups) *
-               double(p.KH) * double(p.KW);
-  const double esz = double(dtype_size(p.dtype));
-  const double x_bytes = double(p.N * p.C * p.H * p.W) * esz, w_bytes = double(p.O * (p.C / p.groups) * p.KH * p.KW) * esz,
-               y_bytes = double(p.N * p.O * p.HO * p.WO) * esz;
-  const double out_bytes = written == 2 ? y_bytes : written == 0 ? x_bytes : w_bytes;
-  cost.min_bytes = x_bytes + w_bytes + y_bytes + (beta != 0 ? out_bytes : 0.0);
-  for (size_t i = 3; i < binds.size(); ++i) cost.min_bytes += double(uses[i].bytes);  // scale, bias, sum, sqsum
-  cost.math = p.dtype == CUDNN_DATA_BFLOAT16 ? "bf16"
-              : p.dtype == CUDNN_DATA_HALF   ? "f16"
-              : p.dtype == CUDNN_DATA_DOUBLE ? "f64"
-              : num.input == Numerics::Input::tf32 ? "tf32"
-                                                   : "f32";
+  rt::emu::LibraryCost cost = conv_cost(graph, num, bound);
   // A nondeterministic engine's order is drawn per execution: when queued, and anew at each
   // launch of a CUDA graph that captured it (emu.h, enqueue_issued). The fusion's tensors are
   // held (Note [Descriptors are copied]) and read on the stream's worker.
+  const std::vector<void*>& ptrs = bound.ptrs;
   void* const scale = fusion.prologue() ? ptrs[3] : nullptr;
   void* const bias = fusion.prologue() ? ptrs[4] : nullptr;
-  void* const sum = fusion.genstats() ? ptrs[binds.size() - 2] : nullptr;
-  void* const sqsum = fusion.genstats() ? ptrs[binds.size() - 1] : nullptr;
+  void* const sum = fusion.genstats() ? ptrs[ptrs.size() - 2] : nullptr;
+  void* const sqsum = fusion.genstats() ? ptrs[ptrs.size() - 1] : nullptr;
+  void* const ws = pack.workspace;
+  const size_t ws_bytes = size_t(plan.workspace);
   auto issue = [p, num, fusion, x = ptrs[0], w = ptrs[1], y = ptrs[2], scale, bias, sum, sqsum, ws, ws_bytes, alpha,
                 beta]() -> std::function<void()> {
     Numerics run_num = num;
@@ -320,7 +359,8 @@ cudnnStatus_t cudnnBackendExecute(cudnnHandle_t handle, cudnnBackendDescriptor_t
       if (fusion.genstats()) run_genstats(p, fusion, y, sum, sqsum);
     };
   };
-  const cudaError_t e = rt::emu::enqueue_issued(h.stream, name, std::move(uses), std::move(issue), std::move(cost));
+  const cudaError_t e =
+      rt::emu::enqueue_issued(h.stream, name, std::move(bound.uses), std::move(issue), std::move(cost));
   if (e != cudaSuccess)
     return fail(CUDNN_STATUS_EXECUTION_FAILED_CUDART, where,
                 std::string("queueing the convolution failed: ") + cudaGetErrorString(e) +

@@ -226,163 +226,193 @@ cudnnStatus_t finalize_genstats(Descriptor& d) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t match_fusion(const std::vector<NodePtr>& ops, NodePtr* conv_op, Fusion* f) {
-  std::string found;
-  std::vector<size_t> convs, stats;
-  for (size_t i = 0; i < ops.size(); ++i) {
-    found += (i ? ", " : "") + op_label(ops[i]);
-    if (ops[i]->is<OpInfo>()) convs.push_back(i);
-    if (ops[i]->is<GenStatsInfo>()) stats.push_back(i);
-  }
-  auto pattern = [&](const std::string& why) {
-    return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, kFinalize,
-                why + " (the graph: " + found +
-                    "); the fake runs one convolution per graph, alone or fused with a prologue x * scale + bias "
-                    "(then relu) on its x (forward, backward filter) and/or genstats of its y (forward): "
-                    "Note [Fused graphs the fake runs] in cuda_emu/cudnn_finalize.cc");
-  };
-  if (convs.size() != 1) return pattern("the graph has " + std::to_string(convs.size()) + " convolutions");
+namespace {
 
-  // Who writes and reads each tensor, in the order tensors first appear (for stable messages).
-  std::vector<NodePtr> tensors;
-  std::vector<std::vector<size_t>> producers, consumers;
-  auto slot = [&](const NodePtr& t) {
+// One graph's operations as match_fusion walks them: who writes and reads each tensor, which
+// operations a pattern has claimed, and the refusal naming the whole graph.
+struct FusionWalk {
+  explicit FusionWalk(const std::vector<NodePtr>& ops_) : ops(ops_), used(ops_.size()) {
+    for (size_t i = 0; i < ops.size(); ++i) {
+      found += (i ? ", " : "") + op_label(ops[i]);
+      std::vector<NodePtr> in, out;
+      ins_outs(ops[i], &in, &out);
+      for (const NodePtr& t : in) consumers[slot(t)].push_back(i);
+      for (const NodePtr& t : out) producers[slot(t)].push_back(i);
+    }
+  }
+
+  // Tensors in the order they first appear (for stable messages).
+  size_t slot(const NodePtr& t) {
     for (size_t k = 0; k < tensors.size(); ++k)
       if (tensors[k] == t) return k;
     tensors.push_back(t);
     producers.emplace_back();
     consumers.emplace_back();
     return tensors.size() - 1;
-  };
-  for (size_t i = 0; i < ops.size(); ++i) {
-    std::vector<NodePtr> in, out;
-    ins_outs(ops[i], &in, &out);
-    for (const NodePtr& t : in) consumers[slot(t)].push_back(i);
-    for (const NodePtr& t : out) producers[slot(t)].push_back(i);
   }
-  auto producer = [&](const NodePtr& t) -> long {
+  long producer(const NodePtr& t) {
     const size_t k = slot(t);
     return producers[k].empty() ? -1 : long(producers[k][0]);
-  };
-  for (size_t k = 0; k < tensors.size(); ++k) {
-    const TensorInfo& t = tensors[k]->as<TensorInfo>();
-    if (producers[k].size() > 1)
-      return pattern(tname(tensors[k]) + " is written by " + std::to_string(producers[k].size()) +
-                     " operations; give each output its own tensor");
-    if (t.is_virtual && (producers[k].size() != 1 || consumers[k].size() != 1))
-      return pattern(tname(tensors[k]) + " is produced by " + std::to_string(producers[k].size()) +
-                     " and consumed by " + std::to_string(consumers[k].size()) +
-                     " operations; a virtual tensor links one operation's output to one other's input (make it real "
-                     "to read it twice)");
   }
-  for (size_t i = 0; i < tensors.size(); ++i)
-    for (size_t j = 0; j < i; ++j) {
-      const TensorInfo &a = tensors[i]->as<TensorInfo>(), &b = tensors[j]->as<TensorInfo>();
-      if (!a.is_virtual && !b.is_virtual && a.uid == b.uid)
-        return fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES, kFinalize,
-                    tname(tensors[j]) + " and " + tname(tensors[i]) +
-                        " have one unique id; the variant pack binds pointers by id, so give each tensor its own");
-    }
-
-  const NodePtr& cop = ops[convs[0]];
-  const OpInfo& conv = cop->as<OpInfo>();
-  std::vector<bool> used(ops.size());
-  used[convs[0]] = true;
-  auto pointwise = [&](long i, cudnnPointwiseMode_t mode) -> const PointwiseOpInfo* {
+  // Operation i when it is a pointwise op of `mode`, claimed; else null.
+  const PointwiseOpInfo* pointwise(long i, cudnnPointwiseMode_t mode) {
     if (i < 0 || !ops[size_t(i)]->is<PointwiseOpInfo>()) return nullptr;
     const PointwiseOpInfo& p = ops[size_t(i)]->as<PointwiseOpInfo>();
     if (p.mode != mode) return nullptr;
     used[size_t(i)] = true;
     return &p;
-  };
-  auto by = [&](long i) { return i < 0 ? std::string("no operation") : op_label(ops[size_t(i)]); };
+  }
+  std::string by(long i) const { return i < 0 ? std::string("no operation") : op_label(ops[size_t(i)]); }
+  cudnnStatus_t pattern(const std::string& why) const {
+    return fail(CUDNN_STATUS_NOT_SUPPORTED_GRAPH_PATTERN, kFinalize,
+                why + " (the graph: " + found +
+                    "); the fake runs one convolution per graph, alone or fused with a prologue x * scale + bias "
+                    "(then relu) on its x (forward, backward filter) and/or genstats of its y (forward): "
+                    "Note [Fused graphs the fake runs] in cuda_emu/cudnn_finalize.cc");
+  }
 
-  // The prologue, walked back from the convolution's x: [RELU_FWD <-] ADD(., bias) <- MUL(X, scale).
-  const cudnnDataType_t data = conv.w->as<TensorInfo>().dtype;
-  if (conv.op != ConvOp::backward_data && producer(conv.x) >= 0) {
-    const char* xname = "x";
-    NodePtr t = conv.x;
-    std::vector<NodePtr> links = {t};  // the prologue's virtual tensors
-    if (const PointwiseOpInfo* relu = pointwise(producer(t), CUDNN_POINTWISE_RELU_FWD)) {
-      f->relu = true;
-      t = relu->x;
-      links.push_back(t);
+  const std::vector<NodePtr>& ops;
+  std::string found;  // the operations' labels, for messages
+  std::vector<NodePtr> tensors;
+  std::vector<std::vector<size_t>> producers, consumers;  // [tensor]: operation indices
+  std::vector<bool> used;                                 // [operation]: part of the pattern
+};
+
+// Each tensor written once, a virtual tensor linking exactly one producer to one consumer,
+// and every real tensor its own unique id (the variant pack binds pointers by id).
+cudnnStatus_t check_tensor_links(const FusionWalk& g) {
+  for (size_t k = 0; k < g.tensors.size(); ++k) {
+    const TensorInfo& t = g.tensors[k]->as<TensorInfo>();
+    if (g.producers[k].size() > 1)
+      return g.pattern(tname(g.tensors[k]) + " is written by " + std::to_string(g.producers[k].size()) +
+                       " operations; give each output its own tensor");
+    if (t.is_virtual && (g.producers[k].size() != 1 || g.consumers[k].size() != 1))
+      return g.pattern(tname(g.tensors[k]) + " is produced by " + std::to_string(g.producers[k].size()) +
+                       " and consumed by " + std::to_string(g.consumers[k].size()) +
+                       " operations; a virtual tensor links one operation's output to one other's input (make it "
+                       "real to read it twice)");
+  }
+  for (size_t i = 0; i < g.tensors.size(); ++i)
+    for (size_t j = 0; j < i; ++j) {
+      const TensorInfo &a = g.tensors[i]->as<TensorInfo>(), &b = g.tensors[j]->as<TensorInfo>();
+      if (!a.is_virtual && !b.is_virtual && a.uid == b.uid)
+        return fail(CUDNN_STATUS_BAD_PARAM_DUPLICATED_ENTRIES, kFinalize,
+                    tname(g.tensors[j]) + " and " + tname(g.tensors[i]) +
+                        " have one unique id; the variant pack binds pointers by id, so give each tensor its own");
     }
-    const PointwiseOpInfo* add = pointwise(producer(t), CUDNN_POINTWISE_ADD);
-    if (!add)
-      return pattern(std::string("the convolution's ") + xname + " comes from " + by(producer(t)) + " through " +
-                     tname(t) +
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The prologue's tensors once matched: the links virtual and shaped like X, X a real tensor
+// the graph reads and 4-D, scale and bias real per-channel tensors, X of the convolution's
+// data type.
+cudnnStatus_t check_prologue_tensors(FusionWalk& g, const std::vector<NodePtr>& links, const Fusion& f,
+                                     cudnnDataType_t data) {
+  const TensorInfo& X = f.x->as<TensorInfo>();
+  for (const NodePtr& l : links) {
+    const TensorInfo& li = l->as<TensorInfo>();
+    if (!li.is_virtual)
+      return g.pattern("the prologue's intermediate " + tname(l) +
+                       " is real; the fused kernel never writes it: set CUDNN_ATTR_TENSOR_IS_VIRTUAL");
+    if (li.dims != X.dims)
+      return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, kFinalize,
+                  "the prologue's " + tname(l) + " must have x's dims " + dims_str(X.dims));
+    if (!fused_dtype(li.dtype, X.dtype))
+      return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
+                  "the prologue's " + tname(l) + " has data type " + std::to_string(int(li.dtype)) +
+                      "; the fake's virtual tensors are f32 or x's data type");
+  }
+  if (X.is_virtual || g.producer(f.x) >= 0)
+    return g.pattern("the prologue's input " + tname(f.x) + " comes from " + g.by(g.producer(f.x)) +
+                     "; it must be a real tensor the graph reads");
+  if (X.dims.size() != 4)
+    return g.pattern("the prologue's input " + tname(f.x) + " is not 4-D; the fake fuses 2-D convolutions only");
+  const std::vector<int64_t> per_c = {1, X.dims[1], 1, 1};
+  for (const auto& [name, p] : {std::pair<const char*, const NodePtr*>{"scale", &f.scale}, {"bias", &f.bias}}) {
+    const TensorInfo& ti = (*p)->as<TensorInfo>();
+    if (ti.is_virtual)
+      return g.pattern(std::string("the prologue's ") + name + " (" + tname(*p) +
+                       ") is virtual; scale and bias are real per-channel tensors the variant pack binds");
+    if (ti.dims != per_c)
+      return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, kFinalize,
+                  std::string("the prologue's ") + name + " is " + tname(*p) +
+                      "; it holds one value per channel of x " + dims_str(X.dims) + ": give it dims " +
+                      dims_str(per_c));
+    if (!fused_dtype(ti.dtype, X.dtype))
+      return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
+                  std::string("the prologue's ") + name + " (" + tname(*p) + ") has data type " +
+                      std::to_string(int(ti.dtype)) + "; make it f32 or x's data type");
+  }
+  if (X.dtype != data)
+    return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
+                "the prologue's input " + tname(f.x) + " has data type " + std::to_string(int(X.dtype)) +
+                    " and the convolution's w " + std::to_string(int(data)) + "; give them one data type");
+  return CUDNN_STATUS_SUCCESS;
+}
+
+// The prologue, walked back from the convolution's x: [RELU_FWD <-] ADD(., bias) <- MUL(X, scale).
+cudnnStatus_t match_prologue(FusionWalk& g, const OpInfo& conv, Fusion* f) {
+  if (conv.op == ConvOp::backward_data || g.producer(conv.x) < 0) return CUDNN_STATUS_SUCCESS;
+  NodePtr t = conv.x;
+  std::vector<NodePtr> links = {t};  // the prologue's virtual tensors
+  if (const PointwiseOpInfo* relu = g.pointwise(g.producer(t), CUDNN_POINTWISE_RELU_FWD)) {
+    f->relu = true;
+    t = relu->x;
+    links.push_back(t);
+  }
+  const PointwiseOpInfo* add = g.pointwise(g.producer(t), CUDNN_POINTWISE_ADD);
+  if (!add)
+    return g.pattern("the convolution's x comes from " + g.by(g.producer(t)) + " through " + tname(t) +
                      "; a prologue is pointwise MUL (x, scale) then ADD (., bias), then optionally "
                      "RELU_FWD: MUL and ADD always together");
-    const PointwiseOpInfo* mul = pointwise(producer(add->x), CUDNN_POINTWISE_MUL);
-    if (!mul)
-      return pattern("the prologue's ADD takes its x (" + tname(add->x) + ") from " + by(producer(add->x)) +
+  const PointwiseOpInfo* mul = g.pointwise(g.producer(add->x), CUDNN_POINTWISE_MUL);
+  if (!mul)
+    return g.pattern("the prologue's ADD takes its x (" + tname(add->x) + ") from " + g.by(g.producer(add->x)) +
                      "; it must be the output of a pointwise MUL (x, scale): MUL and ADD always together");
-    links.push_back(add->x);
-    f->x = mul->x, f->scale = mul->b, f->bias = add->b;
-    const TensorInfo& X = f->x->as<TensorInfo>();
-    for (const NodePtr& l : links) {
-      const TensorInfo& li = l->as<TensorInfo>();
-      if (!li.is_virtual)
-        return pattern("the prologue's intermediate " + tname(l) +
-                       " is real; the fused kernel never writes it: set CUDNN_ATTR_TENSOR_IS_VIRTUAL");
-      if (li.dims != X.dims)
-        return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, kFinalize,
-                    "the prologue's " + tname(l) + " must have x's dims " + dims_str(X.dims));
-      if (!fused_dtype(li.dtype, X.dtype))
-        return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
-                    "the prologue's " + tname(l) + " has data type " + std::to_string(int(li.dtype)) +
-                        "; the fake's virtual tensors are f32 or x's data type");
-    }
-    if (X.is_virtual || producer(f->x) >= 0)
-      return pattern("the prologue's input " + tname(f->x) + " comes from " + by(producer(f->x)) +
-                     "; it must be a real tensor the graph reads");
-    if (X.dims.size() != 4)
-      return pattern("the prologue's input " + tname(f->x) + " is not 4-D; the fake fuses 2-D convolutions only");
-    const std::vector<int64_t> per_c = {1, X.dims[1], 1, 1};
-    for (const auto& [name, p] : {std::pair<const char*, const NodePtr*>{"scale", &f->scale}, {"bias", &f->bias}}) {
-      const TensorInfo& ti = (*p)->as<TensorInfo>();
-      if (ti.is_virtual)
-        return pattern(std::string("the prologue's ") + name + " (" + tname(*p) +
-                       ") is virtual; scale and bias are real per-channel tensors the variant pack binds");
-      if (ti.dims != per_c)
-        return fail(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH, kFinalize,
-                    std::string("the prologue's ") + name + " is " + tname(*p) +
-                        "; it holds one value per channel of x " + dims_str(X.dims) + ": give it dims " +
-                        dims_str(per_c));
-      if (!fused_dtype(ti.dtype, X.dtype))
-        return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
-                    std::string("the prologue's ") + name + " (" + tname(*p) + ") has data type " +
-                        std::to_string(int(ti.dtype)) + "; make it f32 or x's data type");
-    }
-    if (X.dtype != data)
-      return fail(CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE, kFinalize,
-                  "the prologue's input " + tname(f->x) + " has data type " + std::to_string(int(X.dtype)) +
-                      " and the convolution's w " + std::to_string(int(data)) + "; give them one data type");
-  }
+  links.push_back(add->x);
+  f->x = mul->x, f->scale = mul->b, f->bias = add->b;
+  return check_prologue_tensors(g, links, *f, conv.w->as<TensorInfo>().dtype);
+}
 
-  // Genstats of the convolution's y.
+// Genstats of the convolution's y: at most one, on a forward's real y, with real outputs.
+cudnnStatus_t match_genstats(FusionWalk& g, const OpInfo& conv, const std::vector<size_t>& stats, Fusion* f) {
   if (stats.size() > 1)
-    return pattern("the graph has " + std::to_string(stats.size()) + " genstats; the fake runs one");
-  if (stats.size() == 1) {
-    const GenStatsInfo& g = ops[stats[0]]->as<GenStatsInfo>();
-    if (conv.op != ConvOp::forward || g.x != conv.y)
-      return pattern("genstats reads " + tname(g.x) +
-                     ", not a convolution forward's y; the fake runs genstats on the "
-                     "forward's output only");
-    if (conv.y->as<TensorInfo>().is_virtual)
-      return pattern("the convolution's y (" + tname(conv.y) +
+    return g.pattern("the graph has " + std::to_string(stats.size()) + " genstats; the fake runs one");
+  if (stats.empty()) return CUDNN_STATUS_SUCCESS;
+  const GenStatsInfo& gs = g.ops[stats[0]]->as<GenStatsInfo>();
+  if (conv.op != ConvOp::forward || gs.x != conv.y)
+    return g.pattern("genstats reads " + tname(gs.x) +
+                     ", not a convolution forward's y; the fake runs genstats on the forward's output only");
+  if (conv.y->as<TensorInfo>().is_virtual)
+    return g.pattern("the convolution's y (" + tname(conv.y) +
                      ") is virtual; with genstats the fused graph writes y and its statistics: make y real");
-    for (const NodePtr& s : {g.sum, g.sqsum})
-      if (s->as<TensorInfo>().is_virtual)
-        return pattern("genstats' output " + tname(s) + " is virtual; sum and sqsum are real f32 tensors");
-    f->sum = g.sum, f->sqsum = g.sqsum;
-    used[stats[0]] = true;
+  for (const NodePtr& s : {gs.sum, gs.sqsum})
+    if (s->as<TensorInfo>().is_virtual)
+      return g.pattern("genstats' output " + tname(s) + " is virtual; sum and sqsum are real f32 tensors");
+  f->sum = gs.sum, f->sqsum = gs.sqsum;
+  g.used[stats[0]] = true;
+  return CUDNN_STATUS_SUCCESS;
+}
+
+}  // namespace
+
+cudnnStatus_t match_fusion(const std::vector<NodePtr>& ops, NodePtr* conv_op, Fusion* f) {
+  FusionWalk g(ops);
+  std::vector<size_t> convs, stats;
+  for (size_t i = 0; i < ops.size(); ++i) {
+    if (ops[i]->is<OpInfo>()) convs.push_back(i);
+    if (ops[i]->is<GenStatsInfo>()) stats.push_back(i);
   }
+  if (convs.size() != 1) return g.pattern("the graph has " + std::to_string(convs.size()) + " convolutions");
+  if (cudnnStatus_t st = check_tensor_links(g)) return st;
+  const OpInfo& conv = ops[convs[0]]->as<OpInfo>();
+  g.used[convs[0]] = true;
+  if (cudnnStatus_t st = match_prologue(g, conv, f)) return st;
+  if (cudnnStatus_t st = match_genstats(g, conv, stats, f)) return st;
   for (size_t i = 0; i < ops.size(); ++i)
-    if (!used[i])
-      return pattern("operation " + std::to_string(i) + " (" + op_label(ops[i]) + ") is not part of a pattern");
-  *conv_op = cop;
+    if (!g.used[i])
+      return g.pattern("operation " + std::to_string(i) + " (" + op_label(ops[i]) + ") is not part of a pattern");
+  *conv_op = ops[convs[0]];
   return CUDNN_STATUS_SUCCESS;
 }
 

@@ -17,7 +17,7 @@
 #include "distributed/nccl_check.h"
 #include "distributed/reduce_kernel_cuda.h"
 #include "engine/stream.h"
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::dist {

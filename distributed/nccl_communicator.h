@@ -19,7 +19,7 @@
 //
 // `library` is NCCL's own collective; ring and tree (distributed/allreduce_algos.h) run on
 // ncclSend/ncclRecv (one ncclGroupStart/End per step) and our reduce kernel
-// (distributed/reduce_kernel_cuda.cc, the kernels of kernels/cuda/elementwise.cuh), all on the
+// (distributed/reduce_kernel_cuda.cc, the kernels of kernels/cuda/elementwise.h), all on the
 // communication stream. Reductions: f32, f64, bf16, f16
 // (ours widen 16-bit types to float per step and round once per step). On the one stream a
 // step's transfers and the previous step's reduction run one after the other: the slices

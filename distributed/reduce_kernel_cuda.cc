@@ -1,11 +1,11 @@
 // distributed/reduce_kernel_cuda.h: the all-reduce algorithms' local step on the
-// communicator's stream, with the engine's elementwise kernels (kernels/cuda/elementwise.cuh):
+// communicator's stream, with the engine's elementwise kernels (kernels/cuda/elementwise.h):
 // a sum is binary add, the maximum is maximum, the 1/N of an average is affine. Host code:
 // every CUDA kernel lives in kernels/cuda.
 #include "distributed/reduce_kernel_cuda.h"
 
 #include "base/error.h"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/elementwise.h"
 
 namespace rt::dist {
 

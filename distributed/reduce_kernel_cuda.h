@@ -8,7 +8,7 @@
 
 #include "distributed/communicator_ops.h"
 #include "base/dtype.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::dist {
 

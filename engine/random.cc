@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "engine/stream.h"
-#include "kernels/cuda/random.cuh"
+#include "kernels/cuda/random.h"
 
 namespace rt {
 
@@ -50,7 +50,7 @@ Tensor draw(const Shape& shape, DType dtype, Device device, MemoryFormat format,
   return host.to(dtype).to(format).to(device);
 }
 
-// Where a CUDA fill writes logical element i (kernels/cuda/random.cuh).
+// Where a CUDA fill writes logical element i (kernels/cuda/random.h).
 cuda::RandomLayout layout_of(const Tensor& t) {
   if (t.format() == MemoryFormat::channels_last) return {t.size(0), t.size(1), t.size(2), t.size(3), true};
   return {t.numel(), 1, 1, 1, false};

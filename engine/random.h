@@ -11,7 +11,7 @@ namespace rt {
 class Generator {
  public:
   // splitmix64 adds this to the state before every draw, so draw k (0-based) after state s
-  // is mix(s + (k + 1) * kIncrement): the CUDA fills (kernels/cuda/random.cuh) compute
+  // is mix(s + (k + 1) * kIncrement): the CUDA fills (kernels/cuda/random.h) compute
   // each element's draws from the state alone.
   static constexpr uint64_t kIncrement = 0x9e3779b97f4a7c15ull;
 
@@ -31,7 +31,7 @@ class Generator {
 // Element i (in logical order) is the i-th value of the host loop: fma(std, g.normal(), mean),
 // fma(hi - lo, g.uniform(), lo) or g.randint(lo, hi), rounded to dtype (bf16/f16 through
 // f32), stored in `format`. The CPU draws in that order. On CUDA a kernel computes
-// each element from g's state (kernels/cuda/random.cuh) and g then skips the draws the host
+// each element from g's state (kernels/cuda/random.h) and g then skips the draws the host
 // loop would have made (2 per randn element, 1 otherwise): the same values and the same
 // final state on both devices (randn in double: equal up to libm vs CUDA log/cos ulps).
 Tensor randn(const Shape& shape, Generator& g, DType dtype = DType::f32, Device device = Device::cpu(),

@@ -6,8 +6,8 @@
 #include "engine/autograd.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
-#include "kernels/cuda/cast.cuh"
-#include "kernels/cuda/relayout.cuh"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/relayout.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt {

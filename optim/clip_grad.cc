@@ -8,7 +8,7 @@
 #include "engine/autograd.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
-#include "kernels/cuda/grad_norm.cuh"
+#include "kernels/cuda/grad_norm.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
 

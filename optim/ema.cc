@@ -11,7 +11,7 @@
 #include "engine/autograd.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
-#include "kernels/cuda/ema.cuh"
+#include "kernels/cuda/ema.h"
 #include "optim/param_util.h"
 
 namespace rt::optim {

@@ -9,7 +9,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
-#include "kernels/cuda/loss_scale.cuh"
+#include "kernels/cuda/loss_scale.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::optim {

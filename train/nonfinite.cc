@@ -9,7 +9,7 @@
 
 #include "engine/autograd.h"
 #include "engine/stream.h"
-#include "kernels/cuda/loss_scale.cuh"
+#include "kernels/cuda/loss_scale.h"
 
 namespace rt::train {
 namespace {

@@ -24,7 +24,7 @@ namespace rt::train {
 
 // The name of the first tensor holding a NaN or Inf, nullopt when all are finite (integer
 // tensors always are). CUDA tensors are checked on the device with loss scaling's kernel
-// (kernels/cuda/loss_scale.cuh with a scale of 1: check only), one launch per dtype and a
+// (kernels/cuda/loss_scale.h with a scale of 1: check only), one launch per dtype and a
 // single read of the result; only when it finds something are tensors copied to the host,
 // one by one, to name the culprit.
 std::optional<std::string> first_nonfinite(const nn::NamedTensors& tensors);

@@ -2,8 +2,8 @@
 
 #include "optim/clip_grad.h"
 
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/linear.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::train {

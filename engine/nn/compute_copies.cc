@@ -4,7 +4,7 @@
 #include "engine/ops.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
-#include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/cast.h"
 
 namespace rt::nn {
 

@@ -18,7 +18,7 @@
 // Gradient-ready hooks on the masters do not fire for parameters that have copies: their
 // gradients arrive in accumulate_grads(), after backward.
 // On a GPU, refresh() and accumulate_grads() are one launch each for all parameters
-// (kernels/cuda/cast.cuh's cast_many, Note [Multi-tensor apply]), with the same arithmetic
+// (kernels/cuda/cast.h's cast_many, Note [Multi-tensor apply]), with the same arithmetic
 // as the per-tensor cast and add_: ResNet50 has 161 copies, so 322 launches fewer a step.
 #pragma once
 

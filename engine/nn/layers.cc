@@ -4,7 +4,7 @@
 
 #include "engine/nn/compute_copies.h"
 #include "engine/profiler.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 
 namespace rt::nn {
 namespace {

@@ -3,7 +3,7 @@
 // are the caller's (data/batch_augment.h). Kernels: kernels/cpu/batch_augment.cc and
 // kernels/cuda/batch_augment.cu; cross_entropy_soft is composed of differentiable ops.
 #include "kernels/cpu/batch_augment.h"
-#include "kernels/cuda/batch_augment.cuh"
+#include "kernels/cuda/batch_augment.h"
 
 #include <algorithm>
 #include <cmath>

@@ -5,7 +5,7 @@
 // elementwise passes. With a BatchNormSync the batch is every process's
 // (Note [Synchronised batch norm] in engine/ops/batch_norm_sync.h).
 #include "kernels/cpu/batch_norm.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/channel_reduce.h"
 
 #include <algorithm>
@@ -36,7 +36,7 @@ void blend_running(Tensor& r, const std::vector<double>& v, double momentum) {
 
 // The fused tails (Note [Fused batch_norm + relu] in kernels/cpu/batch_norm.h): relu(bn(x)
 // [+ residual]). Their backward reads dy masked by the saved output y (CPU) or by the relu's
-// bits the forward wrote (CUDA: Note [Relu mask bits] in kernels/cuda/batch_norm.cuh).
+// bits the forward wrote (CUDA: Note [Relu mask bits] in kernels/cuda/batch_norm.h).
 struct Tail {
   bool relu = false;
   Tensor residual;    // undefined, or x's shape, dtype and device (relu only): recorded
@@ -348,7 +348,7 @@ Tensor batch_norm_any(const char* op, const Tensor& x, const Tensor& weight, con
   // A training batch norm's statistics cost a pass over its input x. When x comes straight
   // from a convolution, cuDNN's runtime fusion computes sum(x) and sum(x^2) per channel (f32)
   // in the convolution's epilogue while the output is still on chip
-  // (Note [Fused convolutions] in kernels/cuda/conv2d.cuh; conv2d with ChannelSums), and a
+  // (Note [Fused convolutions] in kernels/cuda/conv2d.h; conv2d with ChannelSums), and a
   // kernel of one thread per channel turns them into mean and invstd (cuda::batch_norm_stats_from_sums):
   // the pass disappears. The models ask for it (nn::BatchNorm2d::wants_sums) where it
   // applies: CUDA training without SyncBN, whose statistics need the moments of every

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "engine/ops.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 
 namespace rt::ops {
 
@@ -28,7 +28,7 @@ BatchNormCudaStats batch_norm_cuda_stats(const char* op, const Tensor& x, Tensor
                                          const std::shared_ptr<BatchNormSync>& sync, const ChannelSums& sums);
 
 // A batch-norm parameter in the statistics dtype st
-// (Note [Batch norm parameters in the statistics dtype] in kernels/cuda/batch_norm.cuh): as it
+// (Note [Batch norm parameters in the statistics dtype] in kernels/cuda/batch_norm.h): as it
 // is when it already is, else a detached copy (the caller converts the gradient back).
 Tensor batch_norm_param_in(const Tensor& p, DType st);
 

@@ -2,8 +2,8 @@
 // op: conv2d(batch_norm_relu(x, ...), conv_weight). On CUDA the convolution applies the
 // normalisation as its prologue; kernels: cuDNN's runtime fusion (kernels/cuda/cudnn_conv.cu)
 // and kernels/cuda/batch_norm.cu's coefficients and backward.
-#include "kernels/cuda/batch_norm.cuh"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/conv2d.h"
 
 #include "engine/ops.h"
 #include "engine/ops/batch_norm_parts.h"
@@ -18,7 +18,7 @@ namespace {
 // relu(bn1(.)) only conv2). Unfused, each writes its activation a = relu(bn(x)) in a pass
 // that reads x, the convolution reads a, and a is kept for the weight gradient. cuDNN's
 // runtime fusion instead applies x' = relu(x * scale + bias) while the convolution loads x
-// (Note [Fused convolutions] in kernels/cuda/conv2d.cuh), scale = gamma * invstd and bias =
+// (Note [Fused convolutions] in kernels/cuda/conv2d.h), scale = gamma * invstd and bias =
 // beta - mean * scale per channel (f32, cuda::batch_norm_prologue_coefs): the apply pass
 // and the stored activation disappear.
 //   forward:  the statistics (from the previous convolution's sums:

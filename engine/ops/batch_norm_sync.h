@@ -19,7 +19,7 @@
 //
 // On CUDA the blocks never visit the host: the statistics' reduction writes the block on the
 // device, the all-gather runs on the communication stream ordered after it, and the merge
-// kernel runs on the compute stream ordered after the all-gather (kernels/cuda/batch_norm.cuh,
+// kernel runs on the compute stream ordered after the all-gather (kernels/cuda/batch_norm.h,
 // "synchronised batch norm"); the host does not wait.
 #pragma once
 

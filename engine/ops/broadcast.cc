@@ -4,7 +4,7 @@
 #include <vector>
 
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/elementwise.h"
 
 #include "engine/ops/op_util.h"
 

@@ -1,7 +1,7 @@
 // conv2d: checks, output geometry, dispatch, backward. Kernels: kernels/cpu/conv2d.cc and,
 // on CUDA, cuDNN (kernels/cuda/cudnn_conv.cu) with the bias kernels of kernels/cuda/conv2d.cu.
 #include "kernels/cpu/conv2d.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 
 #include <map>
 #include <mutex>

@@ -8,7 +8,7 @@
 #include "engine/ops.h"
 #include "engine/profiler.h"
 #include "kernels/cpu/conv2d.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 
 namespace rt::ops {
 
@@ -18,7 +18,7 @@ cpu::Conv2dGeom conv2d_geom(const char* op, const Tensor& x, const Tensor& weigh
 // The profiler's cost of a convolution of geometry g in dtype t, forward and backward.
 prof::OpCost conv2d_cost(const cpu::Conv2dGeom& g, DType t);
 // The plan key of one cuDNN convolution of geometry g on like's device and dtype (the x/w/y
-// slots of kernels/cuda/conv2d.cuh, for the pointers' alignment).
+// slots of kernels/cuda/conv2d.h, for the pointers' alignment).
 cuda::ConvKey conv_key(cuda::ConvKind kind, const cpu::Conv2dGeom& g, const Tensor& like, const void* x, const void* w,
                        const void* y, bool accumulate);
 // The device's cuDNN workspace of at least `bytes` (Note [Conv workspace] in engine/ops/conv2d.cc).

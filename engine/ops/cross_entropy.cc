@@ -3,7 +3,7 @@
 // Kernels: kernels/cpu/cross_entropy.cc; for CUDA tensors (f32, f64, bf16, f16)
 // kernels/cuda/cross_entropy.cu, where the loss and its gradient stay on the device.
 #include "kernels/cpu/cross_entropy.h"
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy.h"
 
 #include <cstdlib>
 #include <string>
@@ -14,7 +14,7 @@
 namespace rt {
 namespace {
 
-// Note [CUDA target validation] (kernels/cuda/cross_entropy.cuh): CUDA targets are checked
+// Note [CUDA target validation] (kernels/cuda/cross_entropy.h): CUDA targets are checked
 // on the device; a bad one makes the loss NaN. With RINGTAPE_SYNC_CHECKS set (a debug
 // switch: it waits for the GPU on every call) the op also reads the device's error flag and
 // throws like the CPU does.

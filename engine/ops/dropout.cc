@@ -7,7 +7,7 @@
 // random number is drawn; p = 1 gives x * 0 (zeros; NaN stays NaN), also without drawing.
 // Otherwise the generator advances by numel(x) draws, as rand_uniform(x's shape) would.
 #include "kernels/cpu/dropout.h"
-#include "kernels/cuda/dropout.cuh"
+#include "kernels/cuda/dropout.h"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"

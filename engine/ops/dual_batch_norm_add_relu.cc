@@ -3,7 +3,7 @@
 // op. Kernels: kernels/cuda/batch_norm.cu (dual_batch_norm_apply_relu,
 // dual_batch_norm_backward_relu); elsewhere the composition of batch_norm and
 // batch_norm_add_relu.
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 
 #include "engine/ops.h"
 #include "engine/ops/batch_norm_parts.h"

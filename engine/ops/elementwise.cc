@@ -8,7 +8,7 @@
 // needs (and only those are saved); a broadcast operand's gradient is then summed over its
 // broadcast dims (ops::sum_to).
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/elementwise.h"
 
 #include "engine/ops.h"
 #include "engine/ops/broadcast.h"

@@ -1,7 +1,7 @@
 // linear: y = x W^T + b, PyTorch's weight layout (out, in). Kernels: kernels/cpu/linear.cc
 // (f32, f64) and kernels/cuda/linear.cu (cuBLAS; f32, f64, bf16, f16).
 #include "kernels/cpu/linear.h"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear.h"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"

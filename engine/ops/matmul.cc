@@ -3,7 +3,7 @@
 // (cuBLAS strided-batched; f32, f64, bf16, f16). The backward runs the same GEMMs:
 // da = dc b^T, db = a^T dc (transposes are the GEMMs' flags, nothing is copied).
 #include "kernels/cpu/matmul.h"
-#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/matmul.h"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"

@@ -1,7 +1,7 @@
 // normalize_pixels: the loader's uint8 NHWC batch becomes the model's input on its device.
 // Kernels: kernels/cpu/normalize_pixels.cc and kernels/cuda/normalize_pixels.cu.
 #include "kernels/cpu/normalize_pixels.h"
-#include "kernels/cuda/normalize_pixels.cuh"
+#include "kernels/cuda/normalize_pixels.h"
 
 #include <cmath>
 

@@ -5,7 +5,7 @@
 #include "engine/profiler.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::ops {
 

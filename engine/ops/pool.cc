@@ -2,7 +2,7 @@
 // pooling and the global average pool of a ResNet head. Kernels: kernels/cpu/pool.cc and,
 // for CUDA tensors (f32, f64, bf16, f16), kernels/cuda/pool.cu.
 #include "kernels/cpu/pool.h"
-#include "kernels/cuda/pool.cuh"
+#include "kernels/cuda/pool.h"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"

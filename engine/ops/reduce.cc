@@ -2,9 +2,9 @@
 // dims (Note [Reductions over dims]).
 #include "kernels/cpu/elementwise.h"
 #include "kernels/cpu/reduce_dims.h"
-#include "kernels/cuda/elementwise.cuh"
-#include "kernels/cuda/reduce.cuh"
-#include "kernels/cuda/reduce_dims.cuh"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/reduce.h"
+#include "kernels/cuda/reduce_dims.h"
 
 #include <algorithm>
 
@@ -63,7 +63,7 @@ Tensor mean(const Tensor& x) {
 // (Note [Memory order of logical dims] in engine/ops/strided.h). After dropping size-1 dims
 // and merging neighbours that are both reduced or both kept, each reduced block is one
 // (outer, n, inner) pass of the kernels (kernels/cpu/reduce_dims.h,
-// kernels/cuda/reduce_dims.cuh), innermost block first; a reduction over H, W of an NCHW or
+// kernels/cuda/reduce_dims.h), innermost block first; a reduction over H, W of an NCHW or
 // an NHWC tensor is a single pass, so is any reduction over adjacent dims. What remains is
 // the kept dims in x's memory order: with keepdim a 4-D result is exactly a tensor in x's
 // format; otherwise the result is contiguous and, when the kept dims' memory order is not

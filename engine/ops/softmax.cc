@@ -3,7 +3,7 @@
 // shape and format. The backward reads only the output: one pass per row each
 // (kernels/cpu/softmax.h).
 #include "kernels/cpu/softmax.h"
-#include "kernels/cuda/softmax.cuh"
+#include "kernels/cuda/softmax.h"
 
 #include "engine/ops.h"
 #include "engine/ops/op_util.h"

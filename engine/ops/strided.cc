@@ -6,7 +6,7 @@
 
 #include "engine/ops/op_util.h"
 #include "kernels/cpu/strided_copy.h"
-#include "kernels/cuda/strided_copy.cuh"
+#include "kernels/cuda/strided_copy.h"
 
 namespace rt::ops {
 

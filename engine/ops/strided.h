@@ -34,7 +34,7 @@ Around around_dim(const Tensor& x, int dim);
 // elements, from the tensors' data pointers plus the given offsets); a src stride of 0
 // broadcasts. Same dtype and device; any dtype (the bits are copied). Dims of size 1 are
 // dropped and adjacent dims that are contiguous in both merged before the kernel runs
-// (kernels/cpu/strided_copy.h, kernels/cuda/strided_copy.cuh).
+// (kernels/cpu/strided_copy.h, kernels/cuda/strided_copy.h).
 void strided_copy(const Shape& shape, const Tensor& src, int64_t src_offset, const std::vector<int64_t>& src_strides,
                   const Tensor& dst, int64_t dst_offset, const std::vector<int64_t>& dst_strides);
 

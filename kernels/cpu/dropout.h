@@ -6,7 +6,7 @@
 // state (Generator::uniform: the top 53 bits of splitmix64 draw i, times 2^-53), so P(keep) =
 // 1 - p. y = x * (kept ? scale : 0), the product in double rounded once: a dropped element is
 // 0 (-0 for a negative x, NaN for a NaN, like PyTorch's x * mask). Every element computes its
-// own draw from the state, so the CPU and CUDA kernels (kernels/cuda/dropout.cuh) give the
+// own draw from the state, so the CPU and CUDA kernels (kernels/cuda/dropout.h) give the
 // same mask bit for bit, and the backward recomputes the mask from the saved state instead of
 // keeping it.
 #pragma once

@@ -4,7 +4,7 @@
 // row (blockIdx.y) per box.
 #include <algorithm>
 
-#include "kernels/cuda/batch_augment.cuh"
+#include "kernels/cuda/batch_augment.h"
 #include "kernels/cuda/common.cuh"
 
 namespace rt::cuda {

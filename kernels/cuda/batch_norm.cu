@@ -15,8 +15,8 @@
 // per thread. A pack may straddle NCHW rows or NHWC pixels: each of its elements gets its own
 // channel. The fused relu / residual variants (Note [Fused batch_norm + relu] in
 // kernels/cpu/batch_norm.h) are the same passes with the relu, the residual and the relu's
-// mask bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh) switched on.
-#include "kernels/cuda/batch_norm.cuh"
+// mask bits (Note [Relu mask bits] in kernels/cuda/batch_norm.h) switched on.
+#include "kernels/cuda/batch_norm.h"
 #include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
 
@@ -89,7 +89,7 @@ void with_write_stats(DType t, DType rt, void* mean, void* invstd, double eps, v
 }
 
 // Bit k of byte i / W: whether element i of relu(bn(x) [+ residual]) was kept
-// (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh).
+// (Note [Relu mask bits] in kernels/cuda/batch_norm.h).
 template <typename T>
 __device__ __forceinline__ bool kept(const uint8_t* mask, int64_t i) {
   constexpr int W = Pack<T>::kWidth;
@@ -104,7 +104,7 @@ __device__ __forceinline__ bool prologue_keeps(float x, float scale, float bias)
 }
 
 // Which elements the backward lets through: all (no relu), those whose bit the fused forward
-// set (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh), or those the prologue kept,
+// set (Note [Relu mask bits] in kernels/cuda/batch_norm.h), or those the prologue kept,
 // recomputed from x and the (C) f32 scale and bias (batch_norm_backward_relu_prologue).
 struct ReluKeep {
   const uint8_t* bits = nullptr;
@@ -318,7 +318,7 @@ __global__ void eval_stats_kernel(int64_t C, const R* rm, const R* rv, double ep
 // op over the n elements: op.pack(p, channels) for the 16-byte packs p < n / W when `vec`,
 // then op.one(i, channel) for the elements left (all of them without `vec`), a group of the
 // W elements of one pack position per thread, and op.group_done(p, bits) with the bits
-// op.one returned (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh: one thread per
+// op.one returned (Note [Relu mask bits] in kernels/cuda/batch_norm.h: one thread per
 // mask byte).
 template <typename T, typename Op>
 __global__ void channel_map_kernel(int64_t n, int64_t C, int64_t S, bool vec, Op op) {
@@ -428,7 +428,7 @@ struct ApplyOp {
   Norm<A> n;
   bool relu;
   T* y;
-  uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh)
+  uint8_t* mask;  // null, or the relu's bits (Note [Relu mask bits] in kernels/cuda/batch_norm.h)
   Norm<A> rn;     // kDual only: the residual's batch norm
   __device__ A apply(A xv, A rv, A m, A scale, A shift, A rm, A rscale, A rshift) const {
     A v = (xv - m) * scale + shift;
@@ -693,7 +693,7 @@ void apply_impl(const BatchNormGeom& g, DType t, const void* x, const void* resi
 }
 
 // The backward's reduction (pass 1). mask: null, or the fused forward's relu bits
-// (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh). The residual's gradient dres is dz
+// (Note [Relu mask bits] in kernels/cuda/batch_norm.h). The residual's gradient dres is dz
 // itself: the reduction writes it, and the dx pass reads it back as its dy (no mask, one read
 // less), as kernels/cpu/batch_norm.cc does. Writes the dx coefficients at the start of the
 // workspace, or this process's sums into `sums` (SyncBN) instead.

@@ -1,4 +1,4 @@
-#include "kernels/cuda/blas.cuh"
+#include "kernels/cuda/blas.h"
 
 #include <array>
 #include <climits>
@@ -7,7 +7,7 @@
 #include <mutex>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear.h"
 
 namespace rt::cuda {
 namespace {

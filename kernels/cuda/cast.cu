@@ -2,7 +2,7 @@
 // Floating pairs convert through the wider of the two compute types (double when either
 // side is f64, so f64 <-> f32 rounds once, and f64 -> bf16/f16 rounds via float: see the
 // note at to_storage).
-#include "kernels/cuda/cast.cuh"
+#include "kernels/cuda/cast.h"
 #include "kernels/cuda/common.cuh"
 #include "kernels/cuda/multi_tensor_apply.cuh"
 

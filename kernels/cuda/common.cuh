@@ -13,7 +13,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.cuh"
 
 namespace rt::cuda::detail {

@@ -1,7 +1,7 @@
 // conv2d's bias on CUDA (the convolutions themselves: cudnn_conv.cu). Bias is rare in
 // ResNets (convolutions feed batch norm), so these are plain, not fast.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 
 namespace rt::cuda {
 namespace {

@@ -5,7 +5,7 @@
 // probabilities and the row's loss; then one block sums the row losses in a fixed order and
 // writes the mean. Backward: one thread per logit, reading the loss gradient on the device.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy.h"
 
 namespace rt::cuda {
 namespace {

@@ -1,7 +1,7 @@
 // conv2d through cuDNN 9's backend API: tensor/convolution/operation descriptors, an
 // operation graph, mode-A heuristics (then the fallback list), the first engine config
 // that finalizes and passes the numerical filter, cached per ConvKey (Note [Conv plans]
-// in conv2d.cuh).
+// in conv2d.h).
 //
 // Note [Conv numerics]
 // The engines the heuristics offer are filtered by engine_rejection() (cudnn_policy.h,
@@ -37,9 +37,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "kernels/cuda/check.cuh"
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/check.h"
+#include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/cudnn_backend.cuh"
 #include "kernels/cuda/cudnn_policy.h"
 
 namespace rt::cuda {
@@ -65,7 +65,7 @@ constexpr int kMaxBenchmarkCandidates = 8;  // the heuristic's best few
 constexpr int kBenchmarkRuns = 3;
 
 enum Uid : int64_t { kX = 1, kW = 2, kY = 3 };
-// The fused graph's (Note [Fused convolutions] in conv2d.cuh): tensors the variant pack binds,
+// The fused graph's (Note [Fused convolutions] in conv2d.h): tensors the variant pack binds,
 // then the prologue's virtual ones (real cuDNN links the operations by these ids).
 enum FusedUid : int64_t { kScale = 4, kBias = 5, kSum = 6, kSqsum = 7, kScaled = 8, kShifted = 9, kActivated = 10 };
 
@@ -107,7 +107,7 @@ Desc tensor_desc(Uid uid, const ConvKey& k, const std::vector<int64_t>& dims) {
   return tensor_desc(uid, cudnn_dtype(k.dtype), dims, k.nhwc, k.align);
 }
 
-// ---- the fused graph's other operations (Note [Fused convolutions] in conv2d.cuh) ----------
+// ---- the fused graph's other operations (Note [Fused convolutions] in conv2d.h) ----------
 
 Desc pointwise_op(cudnnPointwiseMode_t mode, const Desc& x, const Desc* b, const Desc& y, std::vector<Desc>& keep) {
   Desc pw(CUDNN_BACKEND_POINTWISE_DESCRIPTOR);

@@ -3,7 +3,7 @@
 // kernels/cpu/dropout.h); the draw, the uniform and the comparison are exact integer and
 // correctly rounded steps, so the mask equals the CPU's bit for bit.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/dropout.cuh"
+#include "kernels/cuda/dropout.h"
 
 namespace rt::cuda {
 namespace {

@@ -14,7 +14,7 @@
 // Not optimal: no 16-byte packs there, and the backward writes an output-sized gradient
 // that sum_to then folds (one extra pass over it; a fused reduction would save it).
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/elementwise.cuh"
+#include "kernels/cuda/elementwise.h"
 
 #include <atomic>
 #include <climits>

@@ -11,7 +11,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/ema.cuh"
+#include "kernels/cuda/ema.h"
 #include "kernels/cuda/multi_tensor_apply.cuh"
 
 namespace rt::cuda {

@@ -12,7 +12,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/grad_norm.cuh"
+#include "kernels/cuda/grad_norm.h"
 #include "kernels/cuda/multi_tensor_apply.cuh"
 
 namespace rt::cuda {

@@ -8,15 +8,15 @@
 //   dx^T (in x N)  = w^T (in x out)    * dy^T (out x N)      m=in  n=N   k=out
 //   dw^T (in x out) = x^T (in x N)     * op_T(dy^T: out x N) m=in  n=out k=N
 //
-// cuBLAS's handle, types and checks are shared with matmul (blas.cuh).
+// cuBLAS's handle, types and checks are shared with matmul (blas.h).
 #include <cublas_v2.h>
 
 #include <atomic>
 
 #include "kernels/cuda/channel_reduce.cuh"
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/blas.cuh"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/linear.h"
 
 namespace rt::cuda {
 namespace {

@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/loss_scale.cuh"
+#include "kernels/cuda/loss_scale.h"
 #include "kernels/cuda/multi_tensor_apply.cuh"
 
 namespace rt::cuda {

@@ -1,4 +1,4 @@
-// matmul: one cuBLAS call (blas.cuh's gemm: a strided batch, or one GEMM for batch 1).
+// matmul: one cuBLAS call (blas.h's gemm: a strided batch, or one GEMM for batch 1).
 //
 // Row-major through column-major cuBLAS (as Note [Row-major through column-major cuBLAS] in
 // linear.cu): a row-major r x c buffer is the column-major c x r matrix (its transpose),
@@ -7,13 +7,13 @@
 // second is a (transposed iff ta), m = N, n = M, ldc = N.
 //
 // cuBLAS's handle (one per device, bound to the stream before every call), types and checks
-// are shared with linear (blas.cuh).
+// are shared with linear (blas.h).
 #include <cublas_v2.h>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/blas.cuh"
-#include "kernels/cuda/linear.cuh"
-#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/blas.h"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/matmul.h"
 
 namespace rt::cuda {
 

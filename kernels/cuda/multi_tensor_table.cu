@@ -2,7 +2,7 @@
 #include <atomic>
 #include <cstring>
 
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/multi_tensor_table.h"
 
 namespace rt::cuda {

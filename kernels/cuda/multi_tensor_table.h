@@ -16,7 +16,7 @@
 #include <vector>
 
 #include "kernels/cuda/multi_tensor_plan.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 

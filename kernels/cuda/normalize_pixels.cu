@@ -3,7 +3,7 @@
 // output both sides are contiguous, with NCHW output consecutive threads write
 // consecutive w of one plane (coalesced) and read with a stride of C bytes.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/normalize_pixels.cuh"
+#include "kernels/cuda/normalize_pixels.h"
 
 namespace rt::cuda {
 namespace {

@@ -15,9 +15,9 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/grad_norm.cuh"
+#include "kernels/cuda/grad_norm.h"
 #include "kernels/cuda/multi_tensor_apply.cuh"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/optim.h"
 
 namespace rt::cuda {
 namespace {

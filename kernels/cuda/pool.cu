@@ -10,7 +10,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/pool.cuh"
+#include "kernels/cuda/pool.h"
 
 namespace rt::cuda {
 namespace {

@@ -13,7 +13,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/random.cuh"
+#include "kernels/cuda/random.h"
 
 namespace rt::cuda {
 namespace {

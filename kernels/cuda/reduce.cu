@@ -4,7 +4,7 @@
 // tree-reduces to one partial. Pass 2: one block of kSumBlocks threads tree-reduces the
 // partials and writes scale * total in the output dtype.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/reduce.h"
 
 namespace rt::cuda {
 namespace {

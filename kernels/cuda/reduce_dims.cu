@@ -9,7 +9,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/reduce_dims.cuh"
+#include "kernels/cuda/reduce_dims.h"
 
 namespace rt::cuda {
 namespace {

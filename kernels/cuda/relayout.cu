@@ -2,7 +2,7 @@
 // source row) and the writes (along a destination row) are coalesced. The tile has one
 // padding column so the column reads of the staged tile hit 32 different banks.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/relayout.cuh"
+#include "kernels/cuda/relayout.h"
 
 namespace rt::cuda {
 namespace {

@@ -2,7 +2,7 @@
 #include <atomic>
 #include <cstdio>
 
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::cuda {

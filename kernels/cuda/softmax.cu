@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/softmax.cuh"
+#include "kernels/cuda/softmax.h"
 
 namespace rt::cuda {
 namespace {

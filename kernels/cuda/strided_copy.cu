@@ -2,7 +2,7 @@
 // coordinates from the last dim, both offsets summed from them. Bits are moved, never
 // converted, so one kernel per element size serves every dtype.
 #include "kernels/cuda/common.cuh"
-#include "kernels/cuda/strided_copy.cuh"
+#include "kernels/cuda/strided_copy.h"
 
 namespace rt::cuda {
 namespace {

@@ -9,7 +9,7 @@
 
 #include "data/batch_augment.h"
 #include "engine/ops.h"
-#include "kernels/cuda/batch_augment.cuh"
+#include "kernels/cuda/batch_augment.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -11,7 +11,7 @@
 
 #include "engine/ops.h"
 #include "engine/stream.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt::cuda_test {
@@ -91,7 +91,7 @@ R* ptr_or_null(const Tensor& t, bool on) {
   return on ? t.data<R>() : nullptr;
 }
 
-// The relu's bits for outputs y (Note [Relu mask bits] in kernels/cuda/batch_norm.cuh), built
+// The relu's bits for outputs y (Note [Relu mask bits] in kernels/cuda/batch_norm.h), built
 // on the host from y's values in dtype t: bit k of byte i / W set when y[i] > 0, W = 16 / size.
 inline std::vector<uint8_t> mask_bits(const Tensor& y, DType t) {
   const std::vector<double> v = y.to_vector<double>();

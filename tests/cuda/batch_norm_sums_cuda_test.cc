@@ -16,8 +16,8 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cpu/batch_norm.h"
-#include "kernels/cuda/batch_norm.cuh"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/batch_norm.h"
+#include "kernels/cuda/conv2d.h"
 #include "tests/cuda/batch_norm_cuda_util.h"
 #include "tests/cuda/cuda_test_util.h"
 

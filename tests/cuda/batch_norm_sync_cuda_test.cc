@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "engine/ops.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 #include "tests/batch_norm_sync_util.h"
 #include "tests/cuda/batch_norm_cuda_util.h"
 #include "tests/cuda/cuda_test_util.h"

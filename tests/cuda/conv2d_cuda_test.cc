@@ -10,7 +10,7 @@
 #include "engine/ops.h"
 #include "engine/profiler.h"
 #include "engine/stream.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 #include "tests/conv2d_cases.h"
 #include "tests/cuda/cuda_test_util.h"
 

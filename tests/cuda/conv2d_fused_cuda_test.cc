@@ -1,4 +1,4 @@
-// The fused cuDNN convolutions (Note [Fused convolutions] in kernels/cuda/conv2d.cuh) against
+// The fused cuDNN convolutions (Note [Fused convolutions] in kernels/cuda/conv2d.h) against
 // their unfused composition on the CPU: the batch-norm prologue x' = relu?(x * scale + bias)
 // computed on the host in f32 and rounded to the data's dtype, then the CPU backend's conv2d
 // (forward, and the weight gradient through autograd); genstats' sums against the sums of
@@ -13,7 +13,7 @@
 #include "engine/autograd.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

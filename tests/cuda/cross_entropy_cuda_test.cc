@@ -11,7 +11,7 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cpu/cross_entropy.h"
-#include "kernels/cuda/cross_entropy.cuh"
+#include "kernels/cuda/cross_entropy.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

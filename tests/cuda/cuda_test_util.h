@@ -112,7 +112,7 @@ inline void check_on_gpu(const Tensor& got, const Tensor& want, Tol tol, const s
 
 // Per channel of y (N, C, ...) on any device, in logical NCHW order: the sum and the sum of
 // squares in double, and the sum of |y| (the scale of f32 accumulation's error), as fused
-// convolutions' statistics are checked (Note [Fused convolutions] in kernels/cuda/conv2d.cuh).
+// convolutions' statistics are checked (Note [Fused convolutions] in kernels/cuda/conv2d.h).
 inline void channel_sums(const Tensor& y, std::vector<double>* sum, std::vector<double>* sqsum,
                          std::vector<double>* abs) {
   const std::vector<double> v = y.to(Device::cpu()).to(MemoryFormat::contiguous).to_vector<double>();

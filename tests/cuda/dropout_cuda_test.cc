@@ -4,7 +4,7 @@
 // tests print SKIPPED lines; the launcher's host-side checks still run.
 #include "engine/ops.h"
 #include "engine/random.h"
-#include "kernels/cuda/dropout.cuh"
+#include "kernels/cuda/dropout.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -13,7 +13,7 @@
 #include "engine/gradcheck.h"
 #include "engine/ops.h"
 #include "kernels/cpu/batch_norm.h"
-#include "kernels/cuda/batch_norm.cuh"
+#include "kernels/cuda/batch_norm.h"
 #include "tests/cuda/batch_norm_cuda_util.h"
 #include "tests/cuda/cuda_test_util.h"
 

@@ -14,9 +14,9 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cpu/elementwise.h"
-#include "kernels/cuda/cast.cuh"
-#include "kernels/cuda/elementwise.cuh"
-#include "kernels/cuda/reduce.cuh"
+#include "kernels/cuda/cast.h"
+#include "kernels/cuda/elementwise.h"
+#include "kernels/cuda/reduce.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "engine/tensor.h"
-#include "kernels/cuda/ema.cuh"
+#include "kernels/cuda/ema.h"
 #include "optim/ema.h"
 #include "tests/cuda/cuda_test_util.h"
 

@@ -9,8 +9,8 @@
 
 #include "engine/ops.h"
 #include "engine/stream.h"
-#include "kernels/cuda/grad_norm.cuh"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/grad_norm.h"
+#include "kernels/cuda/optim.h"
 #include "optim/clip_grad.h"
 #include "optim/optimizer.h"
 #include "tests/cuda/cuda_test_util.h"

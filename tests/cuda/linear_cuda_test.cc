@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "engine/ops.h"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/linear.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

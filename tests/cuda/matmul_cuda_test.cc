@@ -4,8 +4,8 @@
 #include <cmath>
 
 #include "engine/ops.h"
-#include "kernels/cuda/linear.cuh"
-#include "kernels/cuda/matmul.cuh"
+#include "kernels/cuda/linear.h"
+#include "kernels/cuda/matmul.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -8,8 +8,8 @@
 
 #include "engine/ops.h"
 #include "engine/stream.h"
-#include "kernels/cuda/loss_scale.cuh"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/loss_scale.h"
+#include "kernels/cuda/optim.h"
 #include "optim/grad_scaler.h"
 #include "optim/optimizer.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -9,7 +9,7 @@
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "kernels/cpu/pool.h"
-#include "kernels/cuda/pool.cuh"
+#include "kernels/cuda/pool.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -24,7 +24,7 @@
 #include <utility>
 #include <vector>
 
-#include "kernels/cuda/random.cuh"
+#include "kernels/cuda/random.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

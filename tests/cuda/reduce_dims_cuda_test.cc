@@ -8,7 +8,7 @@
 #include <limits>
 
 #include "engine/ops.h"
-#include "kernels/cuda/reduce_dims.cuh"
+#include "kernels/cuda/reduce_dims.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -2,7 +2,7 @@
 // the CPU's host_copy: every dtype, odd sizes, batch 1, 1x1 images, ResNet-sized planes,
 // and a dtype change combined with a format change. Moves of bits: results must be equal.
 #include "engine/ops.h"
-#include "kernels/cuda/relayout.cuh"
+#include "kernels/cuda/relayout.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

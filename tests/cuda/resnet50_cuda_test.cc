@@ -73,8 +73,8 @@
 #include <vector>
 
 #include "engine/ops.h"
-#include "kernels/cuda/conv2d.cuh"
-#include "kernels/cuda/linear.cuh"
+#include "kernels/cuda/conv2d.h"
+#include "kernels/cuda/linear.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -28,7 +28,7 @@
 
 #include "engine/autograd.h"
 #include "engine/ops.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 #include "models/resnet.h"
 #include "optim/optimizer.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "engine/ops.h"
-#include "kernels/cuda/strided_copy.cuh"
+#include "kernels/cuda/strided_copy.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -6,7 +6,7 @@
 #include <limits>
 
 #include "engine/ops.h"
-#include "kernels/cuda/softmax.cuh"
+#include "kernels/cuda/softmax.h"
 #include "tests/cuda/cuda_test_util.h"
 
 namespace rt {

@@ -16,7 +16,7 @@
 #include <thread>
 #include <vector>
 
-#include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/cudnn_backend.cuh"
 #include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {

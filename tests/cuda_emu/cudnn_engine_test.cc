@@ -26,7 +26,7 @@
 #include "cuda_emu/cudnn_engines.h"
 #include "cuda_emu/cudnn_numbers.h"
 #include "base/error.h"
-#include "kernels/cuda/conv2d.cuh"
+#include "kernels/cuda/conv2d.h"
 
 namespace {
 

@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "cuda_emu/cudnn_engines.h"
-#include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/cudnn_backend.cuh"
 #include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {

@@ -1,4 +1,4 @@
-// The cuDNN fake's graph path, built with kernels/cuda/cudnn_backend.h's Desc as the engine
+// The cuDNN fake's graph path, built with kernels/cuda/cudnn_backend.cuh's Desc as the engine
 // builds it: finalize checks and their messages (Note [Finalize checks] in
 // cuda_emu/cudnn_finalize.cc), heuristics and engine notes of the default engine list,
 // engines that do not support a shape failing their plan with NOT_SUPPORTED, the checks of
@@ -20,7 +20,7 @@
 
 #include "cuda_emu/cudnn_engines.h"
 #include "cuda_emu/emu.h"
-#include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/cudnn_backend.cuh"
 #include "tests/cuda_emu/cudnn_test_util.h"
 
 namespace {

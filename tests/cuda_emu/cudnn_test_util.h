@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "kernels/cuda/cudnn_backend.h"
+#include "kernels/cuda/cudnn_backend.cuh"
 
 namespace cudnn_test {
 

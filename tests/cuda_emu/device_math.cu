@@ -1,7 +1,7 @@
 // The kernels of device_math.h.
 #include <cmath>
 
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.cuh"
 #include "tests/cuda_emu/device_math.h"
 

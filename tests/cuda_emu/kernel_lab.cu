@@ -1,6 +1,6 @@
 // The kernels of kernel_lab.h: memory patterns whose Nsight Compute counters are known
 // exactly (kernel_lab_test.cc states them).
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.cuh"
 #include "tests/cuda_emu/kernel_lab.h"
 

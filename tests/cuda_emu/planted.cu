@@ -1,5 +1,5 @@
 // The kernels of planted.h: each right version next to its planted bug.
-#include "kernels/cuda/check.cuh"
+#include "kernels/cuda/check.h"
 #include "kernels/cuda/launch.cuh"
 #include "tests/cuda_emu/planted.h"
 

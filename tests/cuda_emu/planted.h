@@ -5,7 +5,7 @@
 
 #include <cstdint>
 
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::emu_test {
 

@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "cuda_emu/ptxas.h"
-#include "kernels/cuda/relayout.cuh"
+#include "kernels/cuda/relayout.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // The local step of ring and tree on CUDA (distributed/reduce_kernel_cuda.cc, with the kernels of
-// kernels/cuda/elementwise.cuh) against the CPU one
+// kernels/cuda/elementwise.h) against the CPU one
 // (distributed/reduce_kernel_cpu.cc): sum and max for f32, f64, bf16 and f16, and the 1/N scale.
 // 16-bit types: the CPU reference computes in f32 on the same (rounded) values and rounds
 // once, as the kernel does, so every result must be equal, not only close. Without a GPU

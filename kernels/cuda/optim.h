@@ -13,7 +13,7 @@
 
 #include "base/dtype.h"
 #include "kernels/cuda/multi_tensor_table.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 
@@ -89,7 +89,7 @@ void count_if_set(const float* flag, int64_t* count, cudaStream_t s);
 void take_count(int64_t* count, int64_t take, cudaStream_t s);
 
 // LARS (the rule in optim/optimizer.h) without a host synchronisation: the kernel of
-// sum_squares_partials (kernels/cuda/grad_norm.cuh) over every parameter and gradient of
+// sum_squares_partials (kernels/cuda/grad_norm.h) over every parameter and gradient of
 // the list, then one fused update launch, each block reading its tensor's trust ratio from
 // the partials (the same operations as optim/update_cpu.cc's
 // lars_update; the norms are summed in another order, so results match within rounding).

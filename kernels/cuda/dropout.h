@@ -7,8 +7,8 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/random.cuh"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/random.h"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 

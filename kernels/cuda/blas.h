@@ -6,7 +6,7 @@
 
 #include "base/dtype.h"
 #include "base/error.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 #define CUBLAS_CHECK(call)                                                                        \
   do {                                                                                            \
@@ -22,7 +22,7 @@ namespace rt::cuda {
 // bound to stream s.
 cublasHandle_t blas_handle_for(cudaStream_t s);
 
-// cuBLAS's data and compute types for a GEMM in t: f32 (TF32 when allow_tf32(), linear.cuh),
+// cuBLAS's data and compute types for a GEMM in t: f32 (TF32 when allow_tf32(), linear.h),
 // f64, and bf16/f16 summing in f32. Any other dtype is refused, naming the caller `op`.
 struct GemmTypes {
   cudaDataType_t data;

@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 

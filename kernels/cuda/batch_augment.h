@@ -8,7 +8,7 @@
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 

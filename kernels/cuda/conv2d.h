@@ -44,7 +44,7 @@
 #include <string>
 
 #include "base/dtype.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 
@@ -118,7 +118,7 @@ inline int64_t conv_out_size(int64_t in, int64_t k, int64_t s, int64_t p, int64_
 int pointer_alignment(std::initializer_list<const void*> ptrs);
 
 // TF32 for f32 convolutions (like torch.backends.cudnn.allow_tf32; the matmul flag is
-// linear.cuh's set_allow_tf32): off by default, so f32 results match the CPU backend.
+// linear.h's set_allow_tf32): off by default, so f32 results match the CPU backend.
 void set_cudnn_allow_tf32(bool on);
 bool cudnn_allow_tf32();
 

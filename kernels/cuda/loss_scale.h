@@ -7,7 +7,7 @@
 
 #include "base/dtype.h"
 #include "kernels/cuda/multi_tensor_table.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 

@@ -2,14 +2,14 @@
 // kernels/cpu/matmul.h, same arguments and layout (row-major dense matrices, a batch's
 // matrices one after another). f32 and f64 compute in their own type; bf16 and f16 are
 // multiplied with f32 accumulation. f32 uses TF32 tensor cores only when
-// cuda::set_allow_tf32(true) was called (kernels/cuda/linear.cuh; default off). Pointers are
+// cuda::set_allow_tf32(true) was called (kernels/cuda/linear.h; default off). Pointers are
 // device pointers on the current device; work is queued on `s`. Readable by the host compiler.
 #pragma once
 
 #include <cstdint>
 
 #include "base/dtype.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::cuda {
 
