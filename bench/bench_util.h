@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <exception>
 #include <fstream>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -59,6 +60,22 @@ inline int usage_failure(const char* binary, const std::exception& e, std::vecto
                          const std::string& usage_line) {
   std::fprintf(stderr, "%s: %s\n%s\n", binary, e.what(), rt::cli::Flags(std::move(table)).help(usage_line).c_str());
   return 2;
+}
+
+// A benchmark's main(): run(parse(argc, argv)), whose status it returns. A UsageError is
+// answered as usage_failure does (the flags' help from table(), status 2); any other exception
+// is printed as "<binary>: <message>", status 1.
+template <typename Options>
+int bench_main(const char* binary, int argc, char** argv, Options (*parse)(int, char**), int (*run)(const Options&),
+               std::vector<rt::cli::Flag> (*table)(), const std::string& usage_line) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const rt::UsageError& e) {
+    return usage_failure(binary, e, table(), usage_line);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n", binary, e.what());
+    return 1;
+  }
 }
 
 inline double median(std::vector<double> v) {
@@ -128,6 +145,24 @@ inline std::string num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.6g", v);
   return buf;
+}
+
+// A JSON array of numbers, num() each: "[1, 2.5, 3]".
+inline std::string num_list(const std::vector<double>& v) {
+  std::string s = "[";
+  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + num(v[i]);
+  return s + "]";
+}
+
+// Writes a benchmark's --json file: `text` as it is, replacing the file. Throws
+// std::runtime_error naming the path when it cannot be created or written whole (a full
+// disk), so a comparison script never reads a truncated result as a real one.
+inline void write_json_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path);
+  if (!out) throw std::runtime_error("cannot write '" + path + "'");
+  out << text;
+  out.flush();
+  if (!out) throw std::runtime_error("error writing '" + path + "'");
 }
 
 }  // namespace rt::bench

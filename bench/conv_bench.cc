@@ -195,10 +195,10 @@ void print_result(const Result& r) {
 }
 
 
-void write_json(const std::string& path, const Options& opt, int threads, const std::vector<Result>& results,
-                double total_ms, double total_flops, int64_t convs, double others_cpu) {
-  std::ofstream out(path);
-  if (!out) throw std::runtime_error("cannot write '" + path + "'");
+// The --json file's text: the run's settings, each shape's result, the count-weighted total.
+std::string results_json(const Options& opt, int threads, const std::vector<Result>& results, double total_ms,
+                         double total_flops, int64_t convs, double others_cpu) {
+  std::ostringstream out;
   out << "{\n  \"impl\": \"ringtape\",\n  \"version\": \"ringtape cpu (Eigen)\",\n  \"threads\": " << threads
       << ",\n  \"format\": \"" << (opt.channels_last ? "nhwc" : "nchw") << "\",\n  \"dtype\": \"f32\",\n"
       << "  \"warmup\": " << opt.warmup << ",\n  \"repeats\": " << opt.repeats << ",\n  \"shapes\": [\n";
@@ -210,13 +210,13 @@ void write_json(const std::string& path, const Options& opt, int threads, const 
         << ", \"stride\": " << s.stride << ", \"pad\": " << s.pad << ", \"count\": " << s.count
         << ", \"HO\": " << r.ho << ", \"WO\": " << r.wo << ", \"input_grad\": " << (r.input_grad ? "true" : "false")
         << ", \"flops\": " << num(r.flops) << ", \"fwd_ms\": " << num(r.fwd_ms) << ", \"bwd_ms\": " << num(r.bwd_ms)
-        << ", \"ms\": " << num(r.ms) << ", \"gflops\": " << num(r.gflops()) << ", \"ms_all\": [";
-    for (size_t j = 0; j < r.ms_all.size(); ++j) out << (j ? ", " : "") << num(r.ms_all[j]);
-    out << "]}" << (i + 1 < results.size() ? "," : "") << "\n";
+        << ", \"ms\": " << num(r.ms) << ", \"gflops\": " << num(r.gflops()) << ", \"ms_all\": " << num_list(r.ms_all)
+        << "}" << (i + 1 < results.size() ? "," : "") << "\n";
   }
-  out << "  ],\n  \"others_cpu\": " << num(others_cpu) << ",\n  \"total\": {\"convs\": " << convs << ", \"ms\": " << num(total_ms)
-      << ", \"flops\": " << num(total_flops) << ", \"gflops\": " << num(total_flops / (total_ms * 1e6)) << "}\n}\n";
-  if (!out) throw std::runtime_error("error writing '" + path + "'");
+  out << "  ],\n  \"others_cpu\": " << num(others_cpu) << ",\n  \"total\": {\"convs\": " << convs
+      << ", \"ms\": " << num(total_ms) << ", \"flops\": " << num(total_flops)
+      << ", \"gflops\": " << num(total_flops / (total_ms * 1e6)) << "}\n}\n";
+  return out.str();
 }
 
 int run(const Options& opt) {
@@ -251,19 +251,13 @@ int run(const Options& opt) {
   if (others >= 0)
     std::printf("other processes used %.1f%% of the machine's CPU time during the run%s\n", 100 * others,
                 others > kBusyShare ? ": the timings are distorted, rerun when the machine is idle" : "");
-  if (!opt.json_path.empty()) write_json(opt.json_path, opt, threads, results, total_ms, total_flops, convs, others);
+  if (!opt.json_path.empty())
+    write_json_file(opt.json_path, results_json(opt, threads, results, total_ms, total_flops, convs, others));
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_args(argc, argv));
-  } catch (const rt::UsageError& e) {
-    return usage_failure("conv_bench", e, flag_table(), kUsage);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "conv_bench: %s\n", e.what());
-    return 1;
-  }
+  return rt::bench::bench_main("conv_bench", argc, argv, parse_args, run, flag_table, kUsage);
 }

@@ -32,7 +32,6 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
-#include <fstream>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -186,12 +185,6 @@ Epoch run_epoch(rt::data::Loader& loader, int64_t epoch, const Options& opt, Fir
   return e;
 }
 
-std::string num_list(const std::vector<double>& v) {
-  std::string s = "[";
-  for (size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + num(v[i]);
-  return s + "]";
-}
-
 int run(const Options& opt) {
   const std::string cpus = opt.pin ? pin_to_cpus(std::max(1, opt.workers)) : "";
   if (opt.pin && cpus.empty())
@@ -264,23 +257,12 @@ int run(const Options& opt) {
       ", \"first_batch_mean\": " + num(first.mean_value) + ", \"open_s\": " + num(open_s) +
       ", \"sink\": " + num(sink) + "}";
   std::printf("%s\n", line.c_str());
-  if (!opt.json_path.empty()) {
-    std::ofstream out(opt.json_path);
-    out << line << '\n';
-    if (!out) throw std::runtime_error("cannot write '" + opt.json_path + "'");
-  }
+  if (!opt.json_path.empty()) write_json_file(opt.json_path, line + "\n");
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_args(argc, argv));
-  } catch (const rt::UsageError& e) {
-    return usage_failure("dataset_bench", e, flag_table(), kUsage);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "dataset_bench: %s\n", e.what());
-    return 1;
-  }
+  return rt::bench::bench_main("dataset_bench", argc, argv, parse_args, run, flag_table, kUsage);
 }

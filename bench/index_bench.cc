@@ -179,12 +179,5 @@ int run(const Options& o) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse(argc, argv));
-  } catch (const rt::UsageError& e) {
-    return rt::bench::usage_failure("index_bench", e, flag_table(), kUsage);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "index_bench: %s\n", e.what());
-    return 1;
-  }
+  return rt::bench::bench_main("index_bench", argc, argv, parse, run, flag_table, kUsage);
 }

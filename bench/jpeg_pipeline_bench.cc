@@ -34,6 +34,7 @@
 // times reading, header, decoding alone, resize + flip alone and the whole transform per
 // image, and the policy and normalize_pixels alone when they are on.
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <barrier>
 #include <cctype>
@@ -46,7 +47,7 @@
 #include <cstring>
 #include <exception>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -504,6 +505,97 @@ double run_round(const std::vector<std::string>& files, const Options& opt, Batc
 }
 
 
+// The outputs checked at the timed size, and at a quarter of it: on ImageNet-sized files a
+// 224 crop is rarely >= 448 pixels on both sides, so only the smaller size exercises the
+// DCT-scaled decode. Against the full decode the difference then grows with the content's
+// fine detail (the scaled IDCT averages it, bilinear point-samples it); against
+// reference_transform, which averages too, it should stay small. Printed, with a warning when
+// they look wrong.
+std::array<Sanity, 2> check_outputs(const std::vector<std::string>& files, const Options& opt, const char* policy) {
+  std::array<Sanity, 2> sanity;
+  for (int k = 0; k < 2; ++k) {
+    const Sanity& s = sanity[size_t(k)] = sanity_check(files, opt, k == 0 ? opt.size : std::max(1, opt.size / 4));
+    std::printf("sanity at %d (%d of %d images DCT-scaled): region vs full decode: mean |diff| %.3f (image 0: "
+                "%.3f), max %d; region vs block-average reference: mean |diff| %.3f, max %d; mean value %.1f; %s\n",
+                s.size, s.dct_scaled, s.images, s.mad_full, s.mad_full_image0, s.max_full, s.mad_ref, s.max_ref,
+                s.mean_value, s.deterministic ? "deterministic" : "NOT deterministic");
+    if (s.augmented_changed >= 0)
+      std::printf("sanity at %d, policy %s: %d of %d images changed by it; mean value %.1f\n", s.size, policy,
+                  s.augmented_changed, s.images, s.augmented_mean_value);
+    if (!s.deterministic || s.mad_ref > 4.0 || s.mean_value < 5.0 || s.mean_value > 250.0 ||
+        s.augmented_changed == 0)
+      std::printf("WARNING: the outputs look wrong (want deterministic, mean |diff| vs the reference <= 4, a "
+                  "plausible mean value, some images changed by the policy)\n");
+  }
+  return sanity;
+}
+
+// --breakdown's one-thread costs per stage, printed.
+Breakdown print_breakdown(const std::vector<std::string>& files, const Options& opt, const char* policy) {
+  const Breakdown bd = breakdown(files, opt);
+  const double tr = opt.mode == DecodeMode::full ? bd.transform_full_us : bd.transform_region_us;
+  std::printf("breakdown, 1 thread, us/image: read %.0f | header %.0f | decode region %.0f, full %.0f | "
+              "resize+flip %.0f | train_transform region %.0f, full %.0f | read share of read+transform(%s) "
+              "%.1f%%\n",
+              bd.read_us, bd.header_us, bd.decode_region_us, bd.decode_full_us, bd.resize_flip_us,
+              bd.transform_region_us, bd.transform_full_us, mode_name(opt.mode),
+              100.0 * bd.read_us / (bd.read_us + tr));
+  std::printf("crops: mean area %.1f%% of the image; %.1f%% of the images DCT-scaled (crop >= 2x%d on both sides)\n",
+              100.0 * bd.crop_area_share, 100.0 * bd.dct_scaled_share, opt.size);
+  if (opt.augment.policy != AutoAugmentPolicy::none || opt.normalize)
+    std::printf("breakdown, us/image: auto_augment(%s) %.0f (1 thread) | normalize_pixels %.0f (batch of %d / %d, "
+                "OpenMP team)\n",
+                policy, bd.augment_us, bd.normalize_us, opt.batch, opt.batch);
+  return bd;
+}
+
+// The timed rounds' measurements, each round's and the run's.
+struct Rounds {
+  std::vector<double> rates, others, normalize_shares;  // per round: images/s, others' CPU share, normalize's
+  double others_all = -1;                               // others' CPU share over all timed rounds
+};
+
+// The --json file's text (compare_jpeg_pipeline_bench.py reads it beside the PyTorch script's).
+std::string results_json(const Options& opt, const char* policy, size_t files, double mean_kb, const Rounds& r,
+                         const std::array<Sanity, 2>& sanity, const Breakdown& bd) {
+  const char* omp = std::getenv("OMP_NUM_THREADS");
+  const double rate = median(r.rates);
+  std::ostringstream out;
+  out << "{\n  \"impl\": \"ringtape\",\n  \"version\": " << json_str(kJpegLib) << ",\n  \"mode\": \""
+      << mode_name(opt.mode) << "\",\n  \"policy\": \"" << policy << "\",\n  \"normalize\": "
+      << (opt.normalize ? "true" : "false") << ",\n  \"omp_num_threads\": " << json_str(omp ? omp : "")
+      << ",\n  \"threads\": " << opt.threads << ",\n  \"batch\": " << opt.batch
+      << ",\n  \"size\": " << opt.size << ",\n  \"files\": " << files << ",\n  \"mean_kb\": " << num(mean_kb)
+      << ",\n  \"warmup\": " << opt.warmup << ",\n  \"rounds\": " << opt.rounds << ",\n  \"img_per_s\": " << num(rate)
+      << ",\n  \"img_per_s_per_thread\": " << num(rate / opt.threads) << ",\n  \"round_img_per_s\": "
+      << num_list(r.rates) << ",\n  \"round_others_cpu\": " << num_list(r.others)
+      << ",\n  \"round_normalize_share\": " << num_list(r.normalize_shares) << ",\n  \"others_cpu\": "
+      << num(r.others_all) << ",\n  \"sanity\": [";
+  for (int k = 0; k < 2; ++k) {
+    const Sanity& s = sanity[size_t(k)];
+    out << (k ? ",\n    " : "\n    ") << "{\"size\": " << s.size << ", \"images\": " << s.images
+        << ", \"dct_scaled\": " << s.dct_scaled << ", \"mean_abs_diff_full_vs_region\": " << num(s.mad_full)
+        << ", \"mean_abs_diff_image0\": " << num(s.mad_full_image0) << ", \"max_abs_diff\": " << s.max_full
+        << ", \"mean_abs_diff_vs_reference\": " << num(s.mad_ref) << ", \"max_abs_diff_vs_reference\": "
+        << s.max_ref << ", \"mean_value\": " << num(s.mean_value)
+        << ", \"deterministic\": " << (s.deterministic ? "true" : "false")
+        << ", \"augmented_changed\": " << s.augmented_changed
+        << ", \"augmented_mean_value\": " << num(s.augmented_mean_value) << "}";
+  }
+  out << "]";
+  if (opt.breakdown)
+    out << ",\n  \"breakdown_us\": {\"read\": " << num(bd.read_us) << ", \"header\": " << num(bd.header_us)
+        << ", \"decode_region\": " << num(bd.decode_region_us) << ", \"decode_full\": " << num(bd.decode_full_us)
+        << ", \"resize_flip\": " << num(bd.resize_flip_us)
+        << ", \"transform_region\": " << num(bd.transform_region_us)
+        << ", \"transform_full\": " << num(bd.transform_full_us)
+        << ", \"dct_scaled_share\": " << num(bd.dct_scaled_share)
+        << ", \"crop_area_share\": " << num(bd.crop_area_share) << ", \"augment\": " << num(bd.augment_us)
+        << ", \"normalize\": " << num(bd.normalize_us) << "}";
+  out << "\n}\n";
+  return out.str();
+}
+
 int run(const Options& opt) {
   const std::vector<std::string> files = list_jpegs(opt.files_dir);
   uint64_t total_bytes = 0;
@@ -520,126 +612,43 @@ int run(const Options& opt) {
                             : "no (uint8 batch)",
               opt.warmup, opt.rounds);
   std::fflush(stdout);
-
-  // At the timed size, and at a quarter of it: on ImageNet-sized files a 224 crop is rarely
-  // >= 448 pixels on both sides, so only the smaller size exercises the DCT-scaled decode.
-  // Against the full decode the difference then grows with the content's fine detail (the
-  // scaled IDCT averages it, bilinear point-samples it); against reference_transform, which
-  // averages too, it should stay small.
-  Sanity sanity[2];
-  for (int k = 0; k < 2; ++k) {
-    const Sanity& s = sanity[k] = sanity_check(files, opt, k == 0 ? opt.size : std::max(1, opt.size / 4));
-    std::printf("sanity at %d (%d of %d images DCT-scaled): region vs full decode: mean |diff| %.3f (image 0: "
-                "%.3f), max %d; region vs block-average reference: mean |diff| %.3f, max %d; mean value %.1f; %s\n",
-                s.size, s.dct_scaled, s.images, s.mad_full, s.mad_full_image0, s.max_full, s.mad_ref, s.max_ref,
-                s.mean_value, s.deterministic ? "deterministic" : "NOT deterministic");
-    if (s.augmented_changed >= 0)
-      std::printf("sanity at %d, policy %s: %d of %d images changed by it; mean value %.1f\n", s.size, policy,
-                  s.augmented_changed, s.images, s.augmented_mean_value);
-    if (!s.deterministic || s.mad_ref > 4.0 || s.mean_value < 5.0 || s.mean_value > 250.0 ||
-        s.augmented_changed == 0)
-      std::printf("WARNING: the outputs look wrong (want deterministic, mean |diff| vs the reference <= 4, a "
-                  "plausible mean value, some images changed by the policy)\n");
-  }
-
-  Breakdown bd;
-  if (opt.breakdown) {
-    bd = breakdown(files, opt);
-    const double tr = opt.mode == DecodeMode::full ? bd.transform_full_us : bd.transform_region_us;
-    std::printf("breakdown, 1 thread, us/image: read %.0f | header %.0f | decode region %.0f, full %.0f | "
-                "resize+flip %.0f | train_transform region %.0f, full %.0f | read share of read+transform(%s) "
-                "%.1f%%\n",
-                bd.read_us, bd.header_us, bd.decode_region_us, bd.decode_full_us, bd.resize_flip_us,
-                bd.transform_region_us, bd.transform_full_us, mode_name(opt.mode),
-                100.0 * bd.read_us / (bd.read_us + tr));
-    std::printf("crops: mean area %.1f%% of the image; %.1f%% of the images DCT-scaled (crop >= 2x%d on both sides)\n",
-                100.0 * bd.crop_area_share, 100.0 * bd.dct_scaled_share, opt.size);
-    if (opt.augment.policy != AutoAugmentPolicy::none || opt.normalize)
-      std::printf("breakdown, us/image: auto_augment(%s) %.0f (1 thread) | normalize_pixels %.0f (batch of %d / %d, "
-                  "OpenMP team)\n",
-                  policy, bd.augment_us, bd.normalize_us, opt.batch, opt.batch);
-  }
+  const std::array<Sanity, 2> sanity = check_outputs(files, opt, policy);
+  const Breakdown bd = opt.breakdown ? print_breakdown(files, opt, policy) : Breakdown{};
 
   // (B, size, size, 3) uint8, the batch every round writes into.
   BatchBuffers bufs = make_batch_buffers(files.size(), opt);
   for (int w = 0; w < opt.warmup; ++w) run_round(files, opt, bufs);
-  std::vector<double> rates, others, normalize_shares;
+  Rounds rounds;
   const CpuSample start = sample_cpu();
   for (int r = 0; r < opt.rounds; ++r) {
     const CpuSample a = sample_cpu();
     const double sec = run_round(files, opt, bufs);
-    others.push_back(others_cpu_share(a, sample_cpu()));
-    rates.push_back(double(files.size()) / sec);
-    normalize_shares.push_back(bufs.normalize_s / sec);
-    std::printf("round %d: %.3f s, %.1f images/s (%.1f per thread), others %.1f%%", r + 1, sec, rates.back(),
-                rates.back() / opt.threads, 100.0 * others.back());
-    if (opt.normalize) std::printf(", normalize_pixels %.1f%% of the time", 100.0 * normalize_shares.back());
+    rounds.others.push_back(others_cpu_share(a, sample_cpu()));
+    rounds.rates.push_back(double(files.size()) / sec);
+    rounds.normalize_shares.push_back(bufs.normalize_s / sec);
+    std::printf("round %d: %.3f s, %.1f images/s (%.1f per thread), others %.1f%%", r + 1, sec, rounds.rates.back(),
+                rounds.rates.back() / opt.threads, 100.0 * rounds.others.back());
+    if (opt.normalize) std::printf(", normalize_pixels %.1f%% of the time", 100.0 * rounds.normalize_shares.back());
     std::printf("\n");
     std::fflush(stdout);
   }
-  const double others_all = others_cpu_share(start, sample_cpu());
-  const double rate = median(rates);
+  rounds.others_all = others_cpu_share(start, sample_cpu());
+  const double rate = median(rounds.rates);
   std::printf("RESULT ringtape threads %d mode %s policy %s%s: %.1f images/s, %.1f per thread (median of %d "
               "rounds)\n",
               opt.threads, mode_name(opt.mode), policy, opt.normalize ? " normalize" : "", rate, rate / opt.threads,
               opt.rounds);
-  if (others_all >= 0)
+  if (rounds.others_all >= 0)
     std::printf("other processes used %.1f%% of the machine's CPU time during the timed rounds%s\n",
-                100 * others_all,
-                others_all > kBusyShare ? ": WARNING: the timings are distorted, rerun when idle" : "");
-
-  if (!opt.json_path.empty()) {
-    std::ofstream out(opt.json_path);
-    if (!out) throw std::runtime_error("cannot write '" + opt.json_path + "'");
-    out << "{\n  \"impl\": \"ringtape\",\n  \"version\": " << json_str(kJpegLib) << ",\n  \"mode\": \""
-        << mode_name(opt.mode) << "\",\n  \"policy\": \"" << policy << "\",\n  \"normalize\": "
-        << (opt.normalize ? "true" : "false") << ",\n  \"omp_num_threads\": " << json_str(omp ? omp : "")
-        << ",\n  \"threads\": " << opt.threads << ",\n  \"batch\": " << opt.batch
-        << ",\n  \"size\": " << opt.size << ",\n  \"files\": " << files.size() << ",\n  \"mean_kb\": " << num(mean_kb)
-        << ",\n  \"warmup\": " << opt.warmup << ",\n  \"rounds\": " << opt.rounds << ",\n  \"img_per_s\": " << num(rate)
-        << ",\n  \"img_per_s_per_thread\": " << num(rate / opt.threads) << ",\n  \"round_img_per_s\": [";
-    for (size_t i = 0; i < rates.size(); ++i) out << (i ? ", " : "") << num(rates[i]);
-    out << "],\n  \"round_others_cpu\": [";
-    for (size_t i = 0; i < others.size(); ++i) out << (i ? ", " : "") << num(others[i]);
-    out << "],\n  \"round_normalize_share\": [";
-    for (size_t i = 0; i < normalize_shares.size(); ++i) out << (i ? ", " : "") << num(normalize_shares[i]);
-    out << "],\n  \"others_cpu\": " << num(others_all) << ",\n  \"sanity\": [";
-    for (int k = 0; k < 2; ++k) {
-      const Sanity& s = sanity[k];
-      out << (k ? ",\n    " : "\n    ") << "{\"size\": " << s.size << ", \"images\": " << s.images
-          << ", \"dct_scaled\": " << s.dct_scaled << ", \"mean_abs_diff_full_vs_region\": " << num(s.mad_full)
-          << ", \"mean_abs_diff_image0\": " << num(s.mad_full_image0) << ", \"max_abs_diff\": " << s.max_full
-          << ", \"mean_abs_diff_vs_reference\": " << num(s.mad_ref) << ", \"max_abs_diff_vs_reference\": "
-          << s.max_ref << ", \"mean_value\": " << num(s.mean_value)
-          << ", \"deterministic\": " << (s.deterministic ? "true" : "false")
-          << ", \"augmented_changed\": " << s.augmented_changed
-          << ", \"augmented_mean_value\": " << num(s.augmented_mean_value) << "}";
-    }
-    out << "]";
-    if (opt.breakdown)
-      out << ",\n  \"breakdown_us\": {\"read\": " << num(bd.read_us) << ", \"header\": " << num(bd.header_us)
-          << ", \"decode_region\": " << num(bd.decode_region_us) << ", \"decode_full\": " << num(bd.decode_full_us)
-          << ", \"resize_flip\": " << num(bd.resize_flip_us)
-          << ", \"transform_region\": " << num(bd.transform_region_us)
-          << ", \"transform_full\": " << num(bd.transform_full_us)
-          << ", \"dct_scaled_share\": " << num(bd.dct_scaled_share)
-          << ", \"crop_area_share\": " << num(bd.crop_area_share) << ", \"augment\": " << num(bd.augment_us)
-          << ", \"normalize\": " << num(bd.normalize_us) << "}";
-    out << "\n}\n";
-    if (!out) throw std::runtime_error("error writing '" + opt.json_path + "'");
-  }
+                100 * rounds.others_all,
+                rounds.others_all > kBusyShare ? ": WARNING: the timings are distorted, rerun when idle" : "");
+  if (!opt.json_path.empty())
+    write_json_file(opt.json_path, results_json(opt, policy, files.size(), mean_kb, rounds, sanity, bd));
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  try {
-    return run(parse_args(argc, argv));
-  } catch (const rt::UsageError& e) {
-    return usage_failure("jpeg_pipeline_bench", e, flag_table(), kUsage);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "jpeg_pipeline_bench: %s\n", e.what());
-    return 1;
-  }
+  return rt::bench::bench_main("jpeg_pipeline_bench", argc, argv, parse_args, run, flag_table, kUsage);
 }

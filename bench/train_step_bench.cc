@@ -29,6 +29,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -173,8 +174,12 @@ int main(int argc, char** argv) {
   }
 }
 
-int run(const Options& o) {
-  rt::cpu::set_conv_algo(o.cpu_conv);
+namespace {
+
+// The model the flags describe, on `dev` in `fmt`, in train or eval mode (--inference).
+// --unfused turns off what the engine fuses by default (batch norm's ReLU, gradients
+// accumulated in place), process-wide, to time the step without it.
+std::shared_ptr<rt::nn::Module> bench_model(const Options& o, const rt::Device& dev, rt::MemoryFormat fmt) {
   rt::models::ModelOptions mo;
   mo.num_classes = o.classes;
   mo.in_channels = o.C;
@@ -188,13 +193,21 @@ int run(const Options& o) {
     rt::set_accumulate_in_place(false);
   }
   rt::nn::name_modules_for_profiling(*model);
+  model->to(dev, fmt);
+  if (o.inference) model->eval();
+  else model->train();
+  return model;
+}
+
+}  // namespace
+
+int run(const Options& o) {
+  rt::cpu::set_conv_algo(o.cpu_conv);
   const rt::MemoryFormat fmt = o.channels_last ? rt::MemoryFormat::channels_last : rt::MemoryFormat::contiguous;
   const rt::Device dev = rt::Device::parse(o.device);
   const rt::train::Precision prec = rt::train::resolve_precision(o.precision, dev);
   if (dev.is_cuda()) rt::train::set_cuda_math(prec, o.cudnn_benchmark);
-  model->to(dev, fmt);
-  if (o.inference) model->eval();
-  else model->train();
+  const auto model = bench_model(o, dev, fmt);
   rt::optim::SgdOptions so;
   so.lr = 0.01;
   so.momentum = 0.9;
@@ -292,12 +305,15 @@ int run(const Options& o) {
   const double med = ms.empty() ? profiled_ms[profiled_ms.size() / 2] : ms[ms.size() / 2];
   const double pmed = profiled_ms.empty() ? 0.0 : profiled_ms[profiled_ms.size() / 2];
   const rt::AllocatorStats st = rt::allocator_for(dev).stats();
+  auto flag = [](bool b) { return b ? "true" : "false"; };
   std::printf("{\"impl\": \"ringtape\", \"model\": \"%s\", \"batch\": %ld, \"size\": \"%ldx%ldx%ld\", \"width\": %ld, "
-              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, \"cpu_conv\": \"%s\", \"inference\": %s, \"fused\": %s, \"cuda_graphs\": %s, \"threads\": %d, "
+              "\"device\": \"%s\", \"precision\": \"%s\", \"channels_last\": %s, \"cudnn_benchmark\": %s, "
+              "\"cpu_conv\": \"%s\", \"inference\": %s, \"fused\": %s, \"cuda_graphs\": %s, \"threads\": %d, "
               "\"steps\": %d, \"step_ms\": %.3f, \"img_per_s\": %.1f, \"loss\": %.4f, \"peak_bytes\": %ld, "
               "\"reserved_bytes\": %ld, \"profiled_step_ms\": %.3f}\n",
               o.model.c_str(), o.batch, o.C, o.H, o.W, o.width, dev.str().c_str(), rt::train::precision_name(prec),
-              o.channels_last ? "true" : "false", o.cudnn_benchmark ? "true" : "false", rt::cpu::conv_algo_name(o.cpu_conv), o.inference ? "true" : "false", o.unfused ? "false" : "true", o.cuda_graphs ? "true" : "false", omp_get_max_threads(), o.steps,
-              med, 1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
+              flag(o.channels_last), flag(o.cudnn_benchmark), rt::cpu::conv_algo_name(o.cpu_conv), flag(o.inference),
+              flag(!o.unfused), flag(o.cuda_graphs), omp_get_max_threads(), o.steps, med,
+              1000.0 * double(o.batch) / med, loss, st.peak_bytes, st.reserved_bytes, pmed);
   return 0;
 }

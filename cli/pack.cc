@@ -99,9 +99,7 @@ int pack_command(const std::vector<std::string>& args) {
   o.progress = !flags.boolean("no-progress");
   o.cache_dir = flags.str("cache-dir");
   o.max_image_pixels = flags.integer("max-image-pixels");
-  if (o.shard_bytes < (int64_t(1) << 16))
-    throw UsageError("--shard-size " + flags.str("shard-size") + " is below 64 KiB; shards are meant to be hundreds "
-                     "of MB (WebDataset's usual size: 0.1-1 GB)");
+  // pack_image_folder checks the options' limits (a shard size under 64 KiB, ...) as usage errors.
   const data::PackResult r = data::pack_image_folder(o);
   std::printf("pack: %lld images -> %lld samples in %lld shard(s) %s-*.tar (%lld kept from an earlier run), %lld "
               "skipped as unreadable, %lld re-encoded; %.1f s, %.0f images/s; read %.1f MB, wrote %.1f MB\n",

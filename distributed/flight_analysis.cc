@@ -66,7 +66,116 @@ std::string fate_of(const RankRecords& r) {
   return out;
 }
 
-// The first divergence on communicator `comm`, or "" when none.
+// "rank 3" or "ranks 1, 2": the ranks a sentence is about.
+std::string ranks_text(const std::vector<int>& ranks) {
+  return "rank" + std::string(ranks.size() > 1 ? "s " : " ") + rank_list(ranks);
+}
+
+// One collective's records, grouped by signature (the ranks that agree on the call).
+using BySignature = std::map<std::string, std::vector<const RankView*>>;
+
+// Collective #s, issued with different signatures: which ranks issued what, and, where the odd
+// call is the majority's next one (or a later bucket of the same step), that those ranks
+// skipped #s.
+std::string disagreement(uint64_t s, const std::string& on, const BySignature& by_sig) {
+  const auto most = std::max_element(
+      by_sig.begin(), by_sig.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
+  const Record& common = *most->second.front()->by_seq.at(s);
+  std::string out = "ranks disagree on collective #" + std::to_string(s) + on + ":";
+  std::string skipped;
+  for (const auto& [sig, vs] : by_sig) {
+    if (sig == most->first) continue;
+    std::vector<int> who;
+    for (const RankView* v : vs) who.push_back(v->ranks->rank);
+    const Record& odd = *vs.front()->by_seq.at(s);
+    out += " " + ranks_text(who) + " issued " + call_text(odd, false) + ";";
+    // The odd call is the others' next one (or a later bucket of the same step: buckets
+    // launch in order, and the others may not have issued it yet): the odd ranks skipped
+    // this one.
+    const auto next = most->second.front()->by_seq.find(s + 1);
+    const std::string them = who.size() > 1 ? "their" : "its";
+    const std::string odd_ranks = "; " + ranks_text(who);
+    if (next != most->second.front()->by_seq.end() && signature(*next->second) == sig &&
+        next->second->bucket == odd.bucket && next->second->purpose == odd.purpose)
+      skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
+                 " is the others' #" + std::to_string(s + 1);
+    else if (odd.purpose == "gradients" && common.purpose == "gradients" && odd.step == common.step &&
+             odd.bucket > common.bucket)
+      skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
+                 " is bucket " + std::to_string(odd.bucket) + "'s of the same step";
+  }
+  std::vector<int> others;
+  for (const RankView* v : most->second) others.push_back(v->ranks->rank);
+  return out + " " + ranks_text(others) + " issued " + call_text(common, false) + skipped + "\n";
+}
+
+// Collective #s, entered by the ranks `in` and never by those `absent`: for each absent rank,
+// where it was instead (its last completed call, the one it waits in, its step, its fate).
+std::string never_entered(uint64_t s, const std::string& on, const std::vector<const RankView*>& in,
+                          const std::vector<const RankView*>& absent) {
+  const Record& call = *in.front()->by_seq.at(s);
+  std::vector<int> waiting, done;
+  double since = std::numeric_limits<double>::max();
+  for (const RankView* v : in) {
+    const Record& r = *v->by_seq.at(s);
+    (r.state == CallState::completed ? done : waiting).push_back(v->ranks->rank);
+    if (r.state != CallState::completed) since = std::min(since, r.started > 0 ? r.started : r.queued);
+  }
+  std::string out;
+  for (const RankView* a : absent) {
+    const RankRecords& rr = *a->ranks;
+    out += "rank " + std::to_string(rr.rank) + " never entered " + call_text(call) + on;
+    if (!waiting.empty()) out += "; " + ranks_text(waiting) + " have waited in it since " + clock_time(since);
+    if (!done.empty()) out += "; " + ranks_text(done) + " completed it";
+    const Record* last = nullptr;
+    for (auto it = a->by_seq.rbegin(); it != a->by_seq.rend(); ++it)
+      if (it->second->state == CallState::completed) {
+        last = it->second;
+        break;
+      }
+    out += "; rank " + std::to_string(rr.rank) + "'s last completed collective" + on + " is " +
+           (last ? call_text(*last) : std::string("none"));
+    if (!a->by_seq.empty() && !finished(*a->by_seq.rbegin()->second))
+      out += ", and it waits in " + call_text(*a->by_seq.rbegin()->second);
+    if (rr.step >= 0) out += "; rank " + std::to_string(rr.rank) + " was at step " + std::to_string(rr.step);
+    out += fate_of(rr) + "\n";
+  }
+  return out;
+}
+
+// Collective #s, entered by every rank: "" when all completed it, else who is still in it and
+// who saw it fail.
+std::string stuck_in(uint64_t s, const std::string& on, const BySignature& by_sig, const std::vector<RankView>& views) {
+  std::vector<int> waiting, done, failed;
+  double since = std::numeric_limits<double>::max(), failed_at = 0;
+  for (const auto& [sig, vs] : by_sig)
+    for (const RankView* v : vs) {
+      const Record& r = *v->by_seq.at(s);
+      if (r.state == CallState::completed) {
+        done.push_back(v->ranks->rank);
+      } else if (r.state == CallState::failed) {
+        failed.push_back(v->ranks->rank);
+        failed_at = std::max(failed_at, r.ended);
+      } else {
+        waiting.push_back(v->ranks->rank);
+        since = std::min(since, r.started > 0 ? r.started : r.queued);
+      }
+    }
+  if (waiting.empty() && failed.empty()) return "";
+  const Record& call = *by_sig.begin()->second.front()->by_seq.at(s);
+  std::string stuck = "every rank entered " + call_text(call) + on;
+  if (!waiting.empty())
+    stuck += "; " + ranks_text(waiting) + " did not complete it (in it since " + clock_time(since) + ")";
+  if (!failed.empty()) stuck += "; on " + ranks_text(failed) + " it failed at " + clock_time(failed_at);
+  if (!done.empty()) stuck += "; " + ranks_text(done) + " completed it";
+  for (const RankView& v : views) stuck += fate_of(*v.ranks);
+  return stuck + "\n";
+}
+
+// The first divergence on communicator `comm`, or "" when none. The sequence numbers every
+// rank's ring still holds are walked in order; the first that ranks disagree on, or that a rank
+// never entered, is the answer, after the first call every rank entered and some did not
+// complete (which the divergence after it may explain).
 std::string diverge(const std::string& comm, const std::vector<RankView>& views) {
   uint64_t lo = 0, hi = 0;
   bool any = false;
@@ -82,7 +191,7 @@ std::string diverge(const std::string& comm, const std::vector<RankView>& views)
   const std::string on = " on " + comm;
   std::string stuck;  // a call every rank entered and some did not complete: the next divergence may say more
   for (uint64_t s = lo; s <= hi; ++s) {
-    std::map<std::string, std::vector<const RankView*>> by_sig;
+    BySignature by_sig;
     std::vector<const RankView*> absent;
     for (const RankView& v : views) {
       const auto it = v.by_seq.find(s);
@@ -92,103 +201,9 @@ std::string diverge(const std::string& comm, const std::vector<RankView>& views)
         absent.push_back(&v);
       // else: a slot torn or overwritten on this rank; the others decide
     }
-    if (by_sig.size() > 1) {  // a disagreement
-      const auto most = std::max_element(
-          by_sig.begin(), by_sig.end(), [](const auto& a, const auto& b) { return a.second.size() < b.second.size(); });
-      const Record& common = *most->second.front()->by_seq.at(s);
-      std::string out = "ranks disagree on collective #" + std::to_string(s) + on + ":";
-      std::string skipped;
-      for (const auto& [sig, vs] : by_sig) {
-        if (sig == most->first) continue;
-        std::vector<int> who;
-        for (const RankView* v : vs) who.push_back(v->ranks->rank);
-        const Record& odd = *vs.front()->by_seq.at(s);
-        out += " rank" + std::string(who.size() > 1 ? "s " : " ") + rank_list(who) + " issued " +
-               call_text(odd, false) + ";";
-        // The odd call is the others' next one (or a later bucket of the same step: buckets
-        // launch in order, and the others may not have issued it yet): the odd ranks skipped
-        // this one.
-        const auto next = most->second.front()->by_seq.find(s + 1);
-        const std::string them = who.size() > 1 ? "their" : "its";
-        const std::string odd_ranks = "; rank" + std::string(who.size() > 1 ? "s " : " ") + rank_list(who);
-        if (next != most->second.front()->by_seq.end() && signature(*next->second) == sig &&
-            next->second->bucket == odd.bucket && next->second->purpose == odd.purpose)
-          skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
-                     " is the others' #" + std::to_string(s + 1);
-        else if (odd.purpose == "gradients" && common.purpose == "gradients" && odd.step == common.step &&
-                 odd.bucket > common.bucket)
-          skipped += odd_ranks + " skipped " + call_text(common) + ": " + them + " #" + std::to_string(s) +
-                     " is bucket " + std::to_string(odd.bucket) + "'s of the same step";
-      }
-      std::vector<int> others;
-      for (const RankView* v : most->second) others.push_back(v->ranks->rank);
-      out += " rank" + std::string(others.size() > 1 ? "s " : " ") + rank_list(others) + " issued " +
-             call_text(common, false) + skipped + "\n";
-      return stuck + out;
-    }
-    if (!absent.empty() && !by_sig.empty()) {  // a rank never entered it
-      const std::vector<const RankView*>& in = by_sig.begin()->second;
-      const Record& call = *in.front()->by_seq.at(s);
-      std::vector<int> waiting, done;
-      double since = std::numeric_limits<double>::max();
-      for (const RankView* v : in) {
-        const Record& r = *v->by_seq.at(s);
-        (r.state == CallState::completed ? done : waiting).push_back(v->ranks->rank);
-        if (r.state != CallState::completed) since = std::min(since, r.started > 0 ? r.started : r.queued);
-      }
-      std::string out;
-      for (const RankView* a : absent) {
-        const RankRecords& rr = *a->ranks;
-        out += "rank " + std::to_string(rr.rank) + " never entered " + call_text(call) + on;
-        if (!waiting.empty())
-          out += "; rank" + std::string(waiting.size() > 1 ? "s " : " ") + rank_list(waiting) +
-                 " have waited in it since " + clock_time(since);
-        if (!done.empty())
-          out += "; rank" + std::string(done.size() > 1 ? "s " : " ") + rank_list(done) + " completed it";
-        const Record* last = nullptr;
-        for (auto it = a->by_seq.rbegin(); it != a->by_seq.rend(); ++it)
-          if (it->second->state == CallState::completed) {
-            last = it->second;
-            break;
-          }
-        out += "; rank " + std::to_string(rr.rank) + "'s last completed collective" + on + " is " +
-               (last ? call_text(*last) : std::string("none"));
-        if (!a->by_seq.empty() && !finished(*a->by_seq.rbegin()->second))
-          out += ", and it waits in " + call_text(*a->by_seq.rbegin()->second);
-        if (rr.step >= 0) out += "; rank " + std::to_string(rr.rank) + " was at step " + std::to_string(rr.step);
-        out += fate_of(rr) + "\n";
-      }
-      return stuck + out;
-    }
-    std::vector<int> waiting, done, failed;
-    double since = std::numeric_limits<double>::max(), failed_at = 0;
-    for (const auto& [sig, vs] : by_sig)
-      for (const RankView* v : vs) {
-        const Record& r = *v->by_seq.at(s);
-        if (r.state == CallState::completed) {
-          done.push_back(v->ranks->rank);
-        } else if (r.state == CallState::failed) {
-          failed.push_back(v->ranks->rank);
-          failed_at = std::max(failed_at, r.ended);
-        } else {
-          waiting.push_back(v->ranks->rank);
-          since = std::min(since, r.started > 0 ? r.started : r.queued);
-        }
-      }
-    if ((!waiting.empty() || !failed.empty()) && stuck.empty()) {  // everyone entered; some never got out
-      const Record& call = *by_sig.begin()->second.front()->by_seq.at(s);
-      stuck = "every rank entered " + call_text(call) + on;
-      if (!waiting.empty())
-        stuck += "; rank" + std::string(waiting.size() > 1 ? "s " : " ") + rank_list(waiting) +
-                 " did not complete it (in it since " + clock_time(since) + ")";
-      if (!failed.empty())
-        stuck += "; on rank" + std::string(failed.size() > 1 ? "s " : " ") + rank_list(failed) + " it failed at " +
-                 clock_time(failed_at);
-      if (!done.empty())
-        stuck += "; rank" + std::string(done.size() > 1 ? "s " : " ") + rank_list(done) + " completed it";
-      for (const RankView& v : views) stuck += fate_of(*v.ranks);
-      stuck += "\n";
-    }
+    if (by_sig.size() > 1) return stuck + disagreement(s, on, by_sig);
+    if (!absent.empty() && !by_sig.empty()) return stuck + never_entered(s, on, by_sig.begin()->second, absent);
+    if (stuck.empty()) stuck = stuck_in(s, on, by_sig, views);
   }
   return stuck;
 }

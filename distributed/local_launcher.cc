@@ -238,11 +238,15 @@ struct RoundEnd {
   std::string run_dir;  // where the workers said the run is ("" = none got that far)
 };
 
-RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& command, int port, int round,
-                   const std::string& cause, const std::string& flight_dir, LauncherRounds* rounds) {
+// This node's workers for round `round`, started: each in a process group of its own, with
+// the torchrun environment; rank 0 writes to the console, the others into a pipe whose tail
+// is kept for the failure report. The last round's flight-recorder rings are removed
+// first (Note [Elastic restarts]).
+std::vector<Worker> start_workers(const LocalLaunchOptions& o, const std::vector<std::string>& command, int port,
+                                  int round, const std::string& cause, const std::string& flight_dir) {
   const int world = o.nproc_per_node * o.nnodes;
   std::vector<Worker> workers(size_t(o.nproc_per_node));
-  for (int lr = 0; lr < o.nproc_per_node; ++lr) {  // the last round's rings (Note [Elastic restarts])
+  for (int lr = 0; lr < o.nproc_per_node; ++lr) {
     const int rank = o.node_rank * o.nproc_per_node + lr;
     std::error_code ec;
     std::filesystem::remove(std::filesystem::path(flight_dir) / flight::mapped_name(rank), ec);
@@ -277,7 +281,68 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
     w.out = fds[0];
     w.running = true;
   }
+  return workers;
+}
 
+// Waits up to 50 ms for output (exits are not pollable), then appends what the pipes hold to
+// each worker's tail, kept to its last kTailBytes.
+void read_output(std::vector<Worker>& workers) {
+  std::vector<pollfd> fds;
+  for (Worker& w : workers)
+    if (w.out >= 0) fds.push_back({w.out, POLLIN, 0});
+  poll(fds.data(), fds.size(), 50);
+  for (Worker& w : workers) {
+    if (w.out < 0) continue;
+    char buf[16384];
+    ssize_t k;
+    while ((k = read(w.out, buf, sizeof buf)) > 0) w.tail.append(buf, size_t(k));
+    if (w.tail.size() > kTailBytes) w.tail.erase(0, w.tail.size() - kTailBytes);
+  }
+}
+
+// How the round ended, once every worker has: stopped by a signal the launcher forwarded
+// (`forwarded`), moved on to another node's next round, failed (`first_failed`, an index into
+// workers: its exit and last lines are printed) or done. Also where the workers said the run is.
+RoundEnd finish_round(const LocalLaunchOptions& o, std::vector<Worker>& workers, const std::string& flight_dir,
+                      RoundEnd end, int forwarded, bool moved_on, int first_failed) {
+  for (Worker& w : workers)
+    if (w.out >= 0) close(w.out);
+  for (const Worker& w : workers)
+    if (const std::filesystem::path told = std::filesystem::path(flight_dir) / flight::run_dir_name(w.rank);
+        end.run_dir.empty() && std::filesystem::exists(told))
+      end.run_dir = read_text(told);
+
+  if (forwarded) {
+    end.kind = RoundEnd::Kind::signalled;
+    end.status = 128 + forwarded;
+    return end;
+  }
+  if (moved_on) {
+    end.kind = RoundEnd::Kind::moved_on;
+    end.status = 1;
+    return end;
+  }
+  if (first_failed < 0) return end;
+  end.kind = RoundEnd::Kind::failed;
+  const Worker& f = workers[size_t(first_failed)];
+  std::fprintf(o.console, "ringtape launcher: rank %d (local rank %d, pid %d) ended with %s", f.rank, f.local_rank,
+               int(f.pid), exit_text(f.status).c_str());
+  if (!f.tail.empty())
+    std::fprintf(o.console, "; its last lines:\n%s\n", last_lines(f.tail, 20).c_str());
+  else
+    std::fprintf(o.console, "%s\n", f.rank == 0 ? " (its output is above)" : " (no output)");
+  end.status = f.status == kReapedElsewhere ? 1
+               : WIFEXITED(f.status)          ? WEXITSTATUS(f.status)
+                                              : 128 + WTERMSIG(f.status);
+  return end;
+}
+
+// One round: its workers started, watched until the last has ended; the first failure (or a
+// forwarded signal, or another node's request for the next round) stops the others, SIGTERM
+// then SIGKILL after the grace period.
+RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& command, int port, int round,
+                   const std::string& cause, const std::string& flight_dir, LauncherRounds* rounds) {
+  std::vector<Worker> workers = start_workers(o, command, port, round, cause, flight_dir);
   RoundEnd end;
   int first_failed = -1;  // index into workers
   int forwarded = 0;      // the signal forwarded to the workers
@@ -293,17 +358,7 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
       }
   };
   for (;;) {
-    std::vector<pollfd> fds;
-    for (Worker& w : workers)
-      if (w.out >= 0) fds.push_back({w.out, POLLIN, 0});
-    poll(fds.data(), fds.size(), 50);  // exits are not pollable: 50 ms slices
-    for (Worker& w : workers) {
-      if (w.out < 0) continue;
-      char buf[16384];
-      ssize_t k;
-      while ((k = read(w.out, buf, sizeof buf)) > 0) w.tail.append(buf, size_t(k));
-      if (w.tail.size() > kTailBytes) w.tail.erase(0, w.tail.size() - kTailBytes);
-    }
+    read_output(workers);
     if (g_usr1.exchange(false))
       for (Worker& w : workers)
         if (w.running) kill(w.pid, SIGUSR1);  // the worker only: its group may hold helpers
@@ -367,36 +422,7 @@ RoundEnd run_round(const LocalLaunchOptions& o, const std::vector<std::string>& 
       kill_at = Clock::time_point::max();
     }
   }
-  for (Worker& w : workers)
-    if (w.out >= 0) close(w.out);
-  for (const Worker& w : workers)
-    if (const std::filesystem::path told = std::filesystem::path(flight_dir) / flight::run_dir_name(w.rank);
-        end.run_dir.empty() && std::filesystem::exists(told))
-      end.run_dir = read_text(told);
-
-  if (forwarded) {
-    end.kind = RoundEnd::Kind::signalled;
-    end.status = 128 + forwarded;
-    return end;
-  }
-  if (moved_on) {
-    end.kind = RoundEnd::Kind::moved_on;
-    end.status = 1;
-    return end;
-  }
-  if (first_failed < 0) return end;
-  end.kind = RoundEnd::Kind::failed;
-  const Worker& f = workers[size_t(first_failed)];
-  std::fprintf(o.console, "ringtape launcher: rank %d (local rank %d, pid %d) ended with %s", f.rank, f.local_rank,
-               int(f.pid), exit_text(f.status).c_str());
-  if (!f.tail.empty())
-    std::fprintf(o.console, "; its last lines:\n%s\n", last_lines(f.tail, 20).c_str());
-  else
-    std::fprintf(o.console, "%s\n", f.rank == 0 ? " (its output is above)" : " (no output)");
-  end.status = f.status == kReapedElsewhere ? 1
-               : WIFEXITED(f.status)          ? WEXITSTATUS(f.status)
-                                              : 128 + WTERMSIG(f.status);
-  return end;
+  return finish_round(o, workers, flight_dir, std::move(end), forwarded, moved_on, first_failed);
 }
 
 // Note [Elastic restarts]

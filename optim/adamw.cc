@@ -8,7 +8,7 @@
 #include "optim/optimizer.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/optim.h"
 #include "kernels/cuda/runtime.h"
 
 namespace rt::optim {
@@ -321,9 +321,7 @@ class AdamW final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_adamw(nn::NamedTensors params, const AdamWOptions& opt) {
   check_options(opt);
-  check_param_list(params, kWho);
-  check_decay_by_name(opt.weight_decay_of, params, kWho);
-  return std::make_unique<AdamW>(std::move(params), opt);
+  return make_checked<AdamW>(std::move(params), opt, kWho);
 }
 
 }  // namespace rt::optim

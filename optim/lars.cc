@@ -5,8 +5,9 @@
 
 #include "engine/autograd.h"
 #include "engine/stream.h"
-#include "kernels/cuda/grad_norm.cuh"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/grad_norm.h"
+#include "kernels/cuda/optim.h"
+#include "optim/momentum_optimizer.h"
 #include "optim/optimizer.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
@@ -15,7 +16,6 @@ namespace rt::optim {
 namespace {
 
 constexpr const char* kWho = "LARS";
-const std::string kMomentumBuffer = "momentum_buffer";
 
 void check_options(const LarsOptions& o) {
   check_non_negative(o.lr, "lr", kWho);
@@ -25,10 +25,10 @@ void check_options(const LarsOptions& o) {
   check_non_negative(o.epsilon, "epsilon", kWho);
 }
 
-class Lars final : public Optimizer {
+class Lars final : public MomentumOptimizer {
  public:
   Lars(nn::NamedTensors params, const LarsOptions& opt)
-      : Optimizer(std::move(params), opt.lr), opt_(opt), buffers_(params_.size()) {}
+      : MomentumOptimizer(std::move(params), opt.lr, kWho), opt_(opt) {}
 
   void step() override {
     Device cuda_device = Device::cpu();
@@ -38,8 +38,8 @@ class Lars final : public Optimizer {
         [&](size_t i, const Tensor& p, const Tensor& g, CudaUpdates<cuda::LarsTensor>& on_cuda) {
           const bool excluded = opt_.exclude_bn_bias && p.ndim() <= 1;
           const double wd = excluded ? 0.0 : decay_of(params_, i, opt_.weight_decay, false, opt_.weight_decay_of);
-          check_state_before_skip(params_[i].first, p, buffers_[i].defined(), kWho);
-          if (!buffers_[i].defined()) buffers_[i] = Tensor::zeros(p.shape(), p.dtype(), p.device(), p.format());
+          // The velocity starts at zero: the update reads it from the first step on.
+          make_buffer(i, p, /*zeros=*/true);
           const Tensor& v = buffers_[i];
           const int64_t n = p.numel();
           if (p.device().is_cuda()) {
@@ -84,16 +84,6 @@ class Lars final : public Optimizer {
         });
   }
 
-  bool takes_device_lr() const override { return true; }
-  bool takes_skip_flag() const override { return true; }
-
-  std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
-
-  // A parameter without a saved buffer starts at zero, as when it never stepped.
-  void load_state(const std::map<std::string, Tensor>& state) override {
-    buffers_ = restore_buffers(state, kMomentumBuffer, params_, kWho);
-  }
-
  private:
   template <typename T>
   double trust_ratio(const T* p, const T* g, int64_t n, double wd) const {
@@ -102,17 +92,14 @@ class Lars final : public Optimizer {
   }
 
   LarsOptions opt_;
-  std::vector<Tensor> buffers_;  // per parameter; undefined until its first step
-  cuda::LarsTables tables_[2];   // the f32 and f64 lists on the device
+  cuda::LarsTables tables_[2];  // the f32 and f64 lists on the device
 };
 
 }  // namespace
 
 std::unique_ptr<Optimizer> make_lars(nn::NamedTensors params, const LarsOptions& opt) {
   check_options(opt);
-  check_param_list(params, kWho);
-  check_decay_by_name(opt.weight_decay_of, params, kWho);
-  return std::make_unique<Lars>(std::move(params), opt);
+  return make_checked<Lars>(std::move(params), opt, kWho);
 }
 
 }  // namespace rt::optim

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -12,7 +13,7 @@
 #include "engine/profiler.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
-#include "kernels/cuda/stream.cuh"
+#include "kernels/cuda/stream.h"
 
 namespace rt::optim {
 
@@ -74,6 +75,15 @@ double decay_of(const nn::NamedTensors& params, size_t i, double weight_decay, b
 // Every name of `by_name` is one of `params`, every value finite and >= 0.
 void check_decay_by_name(const std::map<std::string, double>& by_name, const nn::NamedTensors& params,
                          const char* who);
+
+// The end of make_sgd, make_lars and make_adamw, once their options are checked: the
+// parameter list and the per-name decays checked (errors name `who`), then the optimizer.
+template <typename Opt, typename Options>
+std::unique_ptr<Opt> make_checked(nn::NamedTensors params, const Options& opt, const char* who) {
+  check_param_list(params, who);
+  check_decay_by_name(opt.weight_decay_of, params, who);
+  return std::make_unique<Opt>(std::move(params), opt);
+}
 
 // One buffer per parameter saved as "<kind>.<param name>" (momentum buffers of SGD and
 // LARS): buffers_state copies the defined ones; restore_buffers takes them back from a saved

@@ -4,16 +4,16 @@
 
 #include "engine/autograd.h"
 #include "engine/stream.h"
+#include "optim/momentum_optimizer.h"
 #include "optim/optimizer.h"
 #include "optim/param_util.h"
 #include "optim/update_cpu.h"
-#include "kernels/cuda/optim.cuh"
+#include "kernels/cuda/optim.h"
 
 namespace rt::optim {
 namespace {
 
 constexpr const char* kWho = "SGD";
-const std::string kMomentumBuffer = "momentum_buffer";
 
 void check_options(const SgdOptions& o) {
   check_non_negative(o.lr, "lr", kWho);
@@ -25,10 +25,12 @@ void check_options(const SgdOptions& o) {
            o.dampening);
 }
 
-class Sgd final : public Optimizer {
+class Sgd final : public MomentumOptimizer {
  public:
   Sgd(nn::NamedTensors params, const SgdOptions& opt)
-      : Optimizer(std::move(params), opt.lr), opt_(opt), buffers_(params_.size()) {}
+      : MomentumOptimizer(std::move(params), opt.lr, kWho,
+                          opt.momentum != 0.0 ? nullptr : "is a momentum buffer, but this optimizer has momentum 0"),
+        opt_(opt) {}
 
   void step() override {
     // p, g, momentum read; p, momentum written; ~5 flops (decay, momentum, step).
@@ -41,9 +43,8 @@ class Sgd final : public Optimizer {
           s.dampening = opt_.dampening;
           s.weight_decay = decay_of(params_, i, opt_.weight_decay, opt_.no_decay_1d, opt_.weight_decay_of);
           s.nesterov = opt_.nesterov;
-          const bool first = opt_.momentum != 0.0 && !buffers_[i].defined();
-          check_state_before_skip(params_[i].first, p, !first, kWho);
-          if (first) buffers_[i] = Tensor::empty(p.shape(), p.dtype(), p.device(), p.format());
+          // The first momentum step writes the buffer whole (it starts as the gradient).
+          const bool first = opt_.momentum != 0.0 && make_buffer(i, p, /*zeros=*/false);
           const Tensor& buf = buffers_[i];
           const int64_t n = p.numel();
           if (p.device().is_cuda()) {
@@ -75,19 +76,8 @@ class Sgd final : public Optimizer {
         });
   }
 
-  bool takes_device_lr() const override { return true; }
-  bool takes_skip_flag() const override { return true; }
-
-  std::map<std::string, Tensor> state() const override { return buffers_state(kMomentumBuffer, params_, buffers_); }
-
-  void load_state(const std::map<std::string, Tensor>& state) override {
-    const char* refuse = "is a momentum buffer, but this optimizer has momentum 0";
-    buffers_ = restore_buffers(state, kMomentumBuffer, params_, kWho, opt_.momentum != 0.0 ? nullptr : refuse);
-  }
-
  private:
   SgdOptions opt_;
-  std::vector<Tensor> buffers_;  // per parameter; undefined until its first momentum step
   cuda::MultiTensorTable tables_[2];  // the f32 and f64 lists on the device
 };
 
@@ -95,9 +85,7 @@ class Sgd final : public Optimizer {
 
 std::unique_ptr<Optimizer> make_sgd(nn::NamedTensors params, const SgdOptions& opt) {
   check_options(opt);
-  check_param_list(params, kWho);
-  check_decay_by_name(opt.weight_decay_of, params, kWho);
-  return std::make_unique<Sgd>(std::move(params), opt);
+  return make_checked<Sgd>(std::move(params), opt, kWho);
 }
 
 }  // namespace rt::optim

@@ -221,10 +221,15 @@ def tracked_files(root):
     return [f for f in out.decode("utf-8", errors="replace").split("\0") if f]
 
 
-def main():
+def repo_root():
+    """The checkout this file is in (`git rev-parse --show-toplevel`), wherever it is run from."""
     here = os.path.dirname(os.path.abspath(__file__))
-    root = subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
+    return subprocess.run(["git", "rev-parse", "--show-toplevel"], cwd=here, check=True,
                           stdout=subprocess.PIPE).stdout.decode().strip()
+
+
+def main():
+    root = repo_root()
     problems, summary = check(root, tracked_files(root))
     for p in problems:
         print(p)

@@ -11,17 +11,14 @@ import unittest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import check_notes  # noqa: E402
+from tree_fixture import write_tree  # noqa: E402
 
 
 class CheckNotesTest(unittest.TestCase):
     def run_check(self, files):
         """Writes {path: text} under a fresh directory and checks those files."""
         with tempfile.TemporaryDirectory() as root:
-            for path, text in files.items():
-                full = os.path.join(root, path)
-                os.makedirs(os.path.dirname(full), exist_ok=True)
-                with open(full, "w") as f:
-                    f.write(text)
+            write_tree(root, files)
             return check_notes.check(root, sorted(files))
 
     def assert_problem(self, problems, where, words):
