@@ -24,7 +24,8 @@ namespace rt::cli {
 // the trajectory set --resume compares (train/resume.h), the flags compared across ranks and
 // the launcher's stripping are all derived from the rows. What one row cannot say (a bound
 // that is another flag's value, a flag that needs another) is in check_combinations, beside
-// the rows. Adding a flag: its row, its field, and the code that uses the field.
+// the rows. Adding a flag: its field (which holds its default: Note [Defaults from the config]),
+// its row, and the code that uses the field.
 
 // The value of the flag a setter is for (its row's name), typed.
 struct FlagValue {

@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <fstream>
 
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
 #include "data/u8_dataset.h"
 #include "base/error.h"
 
@@ -26,8 +26,6 @@ std::vector<std::string> file_names(const std::string& split) {
   for (int i = 1; i <= 5; ++i) names.push_back("data_batch_" + std::to_string(i) + ".bin");
   return names;
 }
-
-}  // namespace
 
 std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::string& split,
                                       const AugmentOptions& augment) {
@@ -69,5 +67,17 @@ std::unique_ptr<Dataset> open_cifar10(const std::string& dir_arg, const std::str
   return std::make_unique<U8Dataset>("cifar10", Shape{3, 32, 32}, kClasses, pixels, std::move(labels),
                                      Normalization{kMean, kStd}, augment, dir.string());
 }
+
+}  // namespace
+
+RT_REGISTER_DATASET("cifar10", [](::rt::data::DatasetEntry& e) {
+  e.order = 20;
+  e.open = [](const std::string& path, const std::string& split, const DatasetOptions& o) {
+    RT_CHECK(!path.empty(), "dataset cifar10 has no default location: download the binary ",
+             "version (cifar-10-binary.tar.gz), unpack it and give the path ",
+             "<folder>/cifar-10-batches-bin");
+    return open_cifar10(path, split, o.augment);
+  };
+});
 
 }  // namespace rt::data

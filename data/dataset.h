@@ -133,16 +133,16 @@ struct DatasetOptions {
 // is a corrupt file, not a class. A real larger count is given explicitly (--num-classes).
 inline constexpr int64_t kMaxDerivedClasses = int64_t(1) << 24;
 
-// The dataset names open_dataset accepts, for help texts: "fashion-mnist, cifar10, ...".
-const char* dataset_names();
 // Where `name` looks when no data path is given ("" when it needs one).
 std::string default_data_path(const std::string& name);
 
-// name: fashion-mnist | cifar10 | imagenet | webdataset | synthetic | tensors; split: "train" | "test"
+// name: a registered dataset (data/dataset_registry.h: fashion-mnist, cifar10, imagenet,
+// webdataset, synthetic, tensors and any a program registers); split: "train" | "test"
 // (imagenet: the train and val folders). data_path: a folder (fashion-mnist, cifar10,
 // imagenet), a .safetensors file or a folder holding <split>.safetensors (tensors),
 // ignored by synthetic; "" = default_data_path(name).
-// Throws rt::Error naming the path, what was expected there and how to fix it.
+// Throws rt::Error naming the path, what was expected there and how to fix it, or listing the
+// registered names for an unknown one.
 std::unique_ptr<Dataset> open_dataset(const std::string& name, const std::string& data_path, const std::string& split,
                                       const DatasetOptions& opt = {});
 

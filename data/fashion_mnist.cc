@@ -3,7 +3,7 @@
 // unpacked files without ".gz" work too.
 #include <filesystem>
 
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
 #include "data/idx.h"
 #include "data/u8_dataset.h"
 #include "base/error.h"
@@ -38,8 +38,6 @@ std::string find_file(const std::string& dir, const std::string& prefix) {
           dir, " to hold {train,t10k}-images-idx3-ubyte.gz and {train,t10k}-labels-idx1-ubyte.gz; ", kInstallHint);
 }
 
-}  // namespace
-
 std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::string& split,
                                             const AugmentOptions& augment) {
   const std::string stem = split == "train" ? "train" : "t10k";
@@ -59,5 +57,17 @@ std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::s
   return std::make_unique<U8Dataset>("fashion-mnist", Shape{1, images.dims[1], images.dims[2]}, kClasses,
                                      images.data, std::move(y), Normalization{{kMean}, {kStd}}, augment, dir);
 }
+
+}  // namespace
+
+// 28-px images: padding 2 for the random crop.
+RT_REGISTER_DATASET("fashion-mnist", [](::rt::data::DatasetEntry& e) {
+  e.order = 10;
+  e.default_path = "/usr/share/datasets/fashion-mnist";
+  e.augment_pad = 2;
+  e.open = [](const std::string& path, const std::string& split, const DatasetOptions& o) {
+    return open_fashion_mnist(path, split, o.augment);
+  };
+});
 
 }  // namespace rt::data

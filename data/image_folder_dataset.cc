@@ -15,7 +15,8 @@
 #include <filesystem>
 #include <memory>
 
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
+#include "data/imagenet_common.h"
 #include "data/image_folder.h"
 #include "data/image_transforms.h"
 #include "data/jpeg_decode.h"
@@ -221,6 +222,8 @@ ImageFolderIndex imagenet_split_index(const std::string& root, const std::string
   return idx;
 }
 
+namespace {
+
 std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
                                            const ImageFolderOptions& opt) {
   check_imagenet_sizes(opt, "imagenet");
@@ -231,5 +234,19 @@ std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::s
   ImageFolderIndex idx = imagenet_split_index(root, split, io, &classes);
   return std::make_unique<ImageFolderDataset>(std::move(idx), split == "train", opt, int64_t(classes.size()));
 }
+
+}  // namespace
+
+RT_REGISTER_DATASET("imagenet", [](::rt::data::DatasetEntry& e) {
+  e.order = 30;
+  e.path_help = "DIR with train/ and val/";
+  e.image_pipeline = true;
+  e.open = [](const std::string& path, const std::string& split, const DatasetOptions& o) {
+    RT_CHECK(!path.empty(), "dataset imagenet needs a path DIR: ImageNet-1k in the ImageFolder ",
+             "layout, DIR/train/<wnid>/*.JPEG and DIR/val/<wnid>/*.JPEG (or DIR/val/*.JPEG with ",
+             "DIR/LOC_val_solution.csv)");
+    return open_image_folder(path, split, o.image_folder);
+  };
+});
 
 }  // namespace rt::data

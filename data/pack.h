@@ -60,7 +60,7 @@ struct PackOptions {
   bool progress = true;   // a progress line on stderr
   std::string cache_dir;  // the folder listing's cache (data/image_folder.h)
   bool use_cache = true;
-  int64_t max_image_pixels = 178956970;  // Note [Decoded-pixel limit] (data/datasets.h); 0 = none
+  int64_t max_image_pixels = 178956970;  // Note [Decoded-pixel limit] (data/imagenet_common.h); 0 = none
 };
 
 struct PackResult {
@@ -77,8 +77,9 @@ struct PackResult {
 
 // Throws rt::Error naming the problem (a bad folder, an output written with other options or
 // from other files, another pack holding the output, an I/O error) and how to fix it, and
-// rt::UsageError for an --output that names a folder without a default prefix. Finished
-// shards are never removed.
+// rt::UsageError for an option outside its range (a shard size under 64 KiB, a quality
+// outside [1, 100], ...) and an --output that names a folder without a default prefix.
+// Finished shards are never removed.
 PackResult pack_image_folder(const PackOptions& opt);
 
 }  // namespace rt::data

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <vector>
 
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
 #include "data/seed.h"
 #include "data/u8_dataset.h"
 #include "base/error.h"
@@ -61,8 +61,6 @@ class SyntheticDataset final : public Dataset {
   AugmentOptions augment_;
 };
 
-}  // namespace
-
 std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::string& split,
                                         const AugmentOptions& augment) {
   RT_CHECK(opt.size > 0, "synthetic dataset: size ", opt.size, " must be positive");
@@ -78,5 +76,15 @@ std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::
   const uint64_t seed = derive_seed(derive_seed(opt.seed, kSyntheticStream), split == "train" ? 0 : 1);
   return std::make_unique<SyntheticDataset>(opt, seed, augment);
 }
+
+}  // namespace
+
+RT_REGISTER_DATASET("synthetic", [](::rt::data::DatasetEntry& e) {
+  e.order = 50;
+  e.generated = true;
+  e.open = [](const std::string&, const std::string& split, const DatasetOptions& o) {
+    return make_synthetic(o.synthetic, split, o.augment);
+  };
+});
 
 }  // namespace rt::data

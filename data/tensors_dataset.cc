@@ -7,7 +7,7 @@
 #include <filesystem>
 #include <new>
 
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
 #include "data/u8_dataset.h"
 #include "base/error.h"
 #include "engine/io/safetensors.h"
@@ -75,8 +75,6 @@ std::string resolve(const std::string& path, const std::string& split) {
   return path;
 }
 
-}  // namespace
-
 std::unique_ptr<Dataset> open_tensors(const std::string& path_arg, const std::string& split,
                                       const DatasetOptions& opt) {
   const std::string path = resolve(path_arg, split);
@@ -123,5 +121,18 @@ std::unique_ptr<Dataset> open_tensors(const std::string& path_arg, const std::st
             "more images than this machine can hold");
   }
 }
+
+}  // namespace
+
+RT_REGISTER_DATASET("tensors", [](::rt::data::DatasetEntry& e) {
+  e.order = 60;
+  e.path_help = "a .safetensors file";
+  e.open = [](const std::string& path, const std::string& split, const DatasetOptions& o) {
+    RT_CHECK(!path.empty(), "dataset tensors needs a path: a .safetensors file with \"images\" ",
+             "(N,C,H,W) and \"labels\" (N), or a folder holding train.safetensors and ",
+             "test.safetensors");
+    return open_tensors(path, split, o);
+  };
+});
 
 }  // namespace rt::data

@@ -21,7 +21,8 @@
 #include <sstream>
 
 #include "base/error.h"
-#include "data/datasets.h"
+#include "data/dataset_registry.h"
+#include "data/imagenet_common.h"
 #include "data/shard_index.h"
 #include "data/tar.h"
 #include "data/u8_dataset.h"
@@ -208,8 +209,6 @@ std::vector<std::string> split_shards(const std::string& path, const std::string
   return found;
 }
 
-}  // namespace
-
 std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::string& split,
                                          const ImageFolderOptions& image, const WebDatasetOptions& opt) {
   check_imagenet_sizes(image, "webdataset");
@@ -263,5 +262,21 @@ std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::str
   return std::make_unique<WebDataset>(location, std::move(shards), split == "train", image, opt, num_classes,
                                       classes_from);
 }
+
+}  // namespace
+
+RT_REGISTER_DATASET("webdataset", [](::rt::data::DatasetEntry& e) {
+  e.order = 40;
+  e.path_help = "the folder `ringtape pack` wrote (train-*.tar, val-*.tar) or the training shards' "
+                "brace pattern, e.g. 'shards/train-{000000..000146}.tar'";
+  e.image_pipeline = true;
+  e.sharded = true;
+  e.open = [](const std::string& path, const std::string& split, const DatasetOptions& o) {
+    RT_CHECK(!path.empty(), "dataset webdataset needs a path: the folder `ringtape pack` wrote ",
+             "(train-*.tar for training, val-*.tar for evaluation), or a brace pattern like ",
+             "'shards/train-{000000..000146}.tar'");
+    return open_webdataset(path, split, o.image_folder, o.webdataset);
+  };
+});
 
 }  // namespace rt::data

@@ -49,8 +49,12 @@ namespace rt::optim {
 //   alpha = min(1, (1 - decay) * adjust);  returns 1 - alpha
 double ema_decay_for(double decay, int64_t world_size, int64_t batch_size, int64_t ema_steps, int64_t epochs);
 
+// torchvision's --model-ema-decay default (per image, before ema_decay_for's adjustment): the
+// one place it is written (train::EmaConfig and the flag's help take it from here).
+inline constexpr double kModelEmaDecay = 0.99998;
+
 struct ModelEmaOptions {
-  double decay = 0.99998;     // per update, in [0, 1]: already adjusted (ema_decay_for)
+  double decay = kModelEmaDecay;  // per update, in [0, 1]: already adjusted (ema_decay_for)
   int64_t steps = 32;         // --model-ema-steps: update after iterations 0, steps, 2*steps, ... of an epoch
   int64_t warmup_epochs = 0;  // --lr-warmup-epochs: epochs whose updates copy (n_averaged reset after each)
 };

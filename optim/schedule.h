@@ -49,6 +49,8 @@ struct LrScheduleOptions {
   std::vector<int64_t> milestones;  // multistep: epochs after the warmup, increasing
   double lr_min = 0.0;              // cosine, poly: the final lr
   double power = 1.0;               // poly: lr * (1 - t/T)^power
+
+  bool operator==(const LrScheduleOptions&) const = default;
 };
 
 class LrSchedule {

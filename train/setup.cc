@@ -9,6 +9,7 @@
 #include <cstdio>
 #include <set>
 
+#include "data/dataset_registry.h"
 #include "engine/nn/layers.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -46,7 +47,7 @@ models::ModelOptions model_options(const CommonConfig& c, const Shape& image, in
   // The architecture follows the training image size, also in `ringtape eval` (whose
   // ImageNet evaluation crop may sit on the other side of the threshold).
   const int64_t train_px =
-      is_imagenet_like(c.data.dataset) ? c.data.train_crop_size : std::max(image[1], image[2]);
+      data::find_dataset(c.data.dataset).image_pipeline ? c.data.train_crop_size : std::max(image[1], image[2]);
   const bool small = train_px <= 64;
   models::ModelOptions mo;
   mo.num_classes = c.model.num_classes > 0 ? c.model.num_classes : classes;
@@ -69,19 +70,18 @@ models::ModelOptions model_options(const CommonConfig& c, const Shape& image, in
 
 data::DatasetOptions dataset_options(const CommonConfig& c) {
   data::DatasetOptions o;
-  if (c.data.dataset == DatasetKind::synthetic) {
-    const auto [n, ch, h, w] = c.data.synthetic_size;
-    o.synthetic.size = n;
-    o.synthetic.image_shape = {ch, h, w};
-    o.synthetic.seed = c.seed;
-    if (c.model.num_classes > 0) o.synthetic.num_classes = c.model.num_classes;
-  }
+  // Read by the generated datasets only (data::DatasetEntry::generated).
+  const auto [n, ch, h, w] = c.data.synthetic_size;
+  o.synthetic.size = n;
+  o.synthetic.image_shape = {ch, h, w};
+  o.synthetic.seed = c.seed;
+  if (c.model.num_classes > 0) o.synthetic.num_classes = c.model.num_classes;
   // "tensors" files: with --num-classes every label must be below it, checked as the file
   // opens (naming it); 0 = derived from the labels (Note [Label range], data/dataset.h).
   o.num_classes = c.model.num_classes;
-  // Small in-memory datasets: padding 2 for 28-px images, 4 for 32-px ones.
+  // Small in-memory datasets: the dataset's padding (2 for 28-px images, 4 for 32-px ones).
   o.augment.enabled = c.data.augment;
-  o.augment.pad = c.data.dataset == DatasetKind::fashion_mnist ? 2 : 4;
+  o.augment.pad = data::find_dataset(c.data.dataset).augment_pad;
   o.augment.seed = c.seed;
   o.image_folder.train_crop_size = int(c.data.train_crop_size);
   o.image_folder.val_resize_size = int(c.data.val_resize_size);
@@ -101,7 +101,7 @@ Setup set_up(const CommonConfig& cfg, bool training) {
   s.device = pick_device(cfg.compute.device);
   s.precision = pick_precision(cfg.compute, s.device);
   const data::DatasetOptions dopt = dataset_options(cfg);
-  const char* dataset = dataset_name(cfg.data.dataset);
+  const std::string& dataset = cfg.data.dataset;
   if (training) s.train_set = data::open_dataset(dataset, cfg.data.data_path, "train", dopt);
   s.test_set = data::open_dataset(dataset, cfg.data.data_path, "test", dopt);
   const data::Dataset& ref = training ? *s.train_set : *s.test_set;
@@ -167,7 +167,8 @@ void check_checkpoint_fits(const std::string& path, const CommonConfig& cfg, con
   const std::string crop = then.count("train-crop-size") ? then.at("train-crop-size") : "";
   std::string fix;
   // The stem and --width auto follow --train-crop-size (model_options above), here too.
-  if (is_imagenet_like(cfg.data.dataset) && !crop.empty() && crop != std::to_string(cfg.data.train_crop_size) &&
+  if (data::find_dataset(cfg.data.dataset).image_pipeline && !crop.empty() &&
+      crop != std::to_string(cfg.data.train_crop_size) &&
       (differs("arch.small-stem") || differs("arch.width") || differs("arch.stem-stride")))
     fix = "the checkpoint was trained with --train-crop-size " + crop + ", and the model's stem (small for 64 px "
           "or less: --small-stem auto) and --width auto follow it, also when evaluating; pass --train-crop-size " +

@@ -1,8 +1,8 @@
 // The configuration of `ringtape train` and `ringtape eval`, typed. The flags are parsed and
 // checked once, by the command line (cli/train_flags.h: parse_train_config, parse_eval_config);
-// nothing after that looks a flag up by its name. Every field's default is its flag's default (train_config_test checks
-// that parsing no flags gives TrainConfig{}, and EvalConfig{} but for the weights eval
-// requires); "auto" and "none" are nullopt, 0 or "", as each field says.
+// nothing after that looks a flag up by its name. Every field's default is its flag's default: the
+// flag's row takes it from here (Note [Defaults from the config], cli/train_flags.cc); "auto" and
+// "none" are nullopt, 0 or "", as each field says.
 #pragma once
 
 #include <array>
@@ -19,21 +19,12 @@
 #include "distributed/reducer.h"
 #include "engine/device.h"
 #include "engine/tensor.h"
+#include "optim/ema.h"
 #include "optim/schedule.h"
 #include "profile/session.h"
 #include "train/precision.h"
 
 namespace rt::train {
-
-// --dataset; data::open_dataset takes dataset_name() of it.
-enum class DatasetKind : uint8_t { fashion_mnist, cifar10, imagenet, webdataset, synthetic, tensors };
-inline constexpr std::pair<const char*, DatasetKind> kDatasetNames[] = {
-    {"fashion-mnist", DatasetKind::fashion_mnist}, {"cifar10", DatasetKind::cifar10},
-    {"imagenet", DatasetKind::imagenet},           {"webdataset", DatasetKind::webdataset},
-    {"synthetic", DatasetKind::synthetic},         {"tensors", DatasetKind::tensors}};
-// The ImageNet pipeline (crop, resize, policies): folders or shards.
-inline bool is_imagenet_like(DatasetKind d) { return d == DatasetKind::imagenet || d == DatasetKind::webdataset; }
-const char* dataset_name(DatasetKind d);
 
 enum class OptimizerKind : uint8_t { sgd, adamw, lars };
 
@@ -50,7 +41,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  DatasetKind dataset = DatasetKind::fashion_mnist;
+  std::string dataset = "fashion-mnist";  // a data/dataset_registry.h name (the registry is the closed set)
   std::string data_path;  // "" = the dataset's default location
   std::string val_data_path;      // webdataset: the evaluation shards ("" = beside the training ones)
   int64_t shuffle_buffer = 5000;  // webdataset: Note [Shard order]'s buffer, in examples
@@ -155,11 +146,13 @@ struct OutputConfig {
   bool operator==(const OutputConfig&) const = default;
 };
 
-// --lr-scheduler cosine. LrScheduleOptions' other defaults are the flags' too; its milestones
-// are read only with the multistep schedule (where --lr-milestones' default is 30,60,80).
+// --lr-scheduler cosine, and --lr-milestones' 30,60,80 (read only with the multistep
+// schedule: another schedule keeps these and ignores them). LrScheduleOptions' other defaults
+// are the flags' too.
 inline optim::LrScheduleOptions default_lr_schedule() {
   optim::LrScheduleOptions o;
   o.kind = optim::LrScheduleKind::cosine;
+  o.milestones = {30, 60, 80};
   return o;
 }
 
@@ -191,7 +184,7 @@ struct ParallelConfig {
 struct EmaConfig {
   bool enabled = false;
   int64_t steps = 32;       // iterations between updates
-  double decay = 0.99998;   // per update before torchvision's adjustment (optim::ema_decay_for)
+  double decay = optim::kModelEmaDecay;  // per image, before torchvision's adjustment (optim::ema_decay_for)
 
   bool operator==(const EmaConfig&) const = default;
 };
@@ -209,6 +202,8 @@ struct TrainConfig : CommonConfig {
   std::map<std::string, std::string> recorded_flags;
   std::set<std::string> trajectory_flags;
   std::set<std::string> same_on_every_rank_flags;
+
+  bool operator==(const TrainConfig&) const = default;
 };
 
 struct EvalConfig : CommonConfig {

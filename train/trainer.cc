@@ -65,7 +65,7 @@ std::map<std::string, std::string> flags_to_record(const TrainConfig& cfg, const
 // The run's directory: rank 0 opens it (fs checks, another run's files refused, stale
 // temporaries removed) and every rank uses the same one.
 fs::path run_dir(const TrainConfig& cfg, ParallelContext& par, OutputDirLock& lock) {
-  const std::string name = std::string(dataset_name(cfg.data.dataset)) + "-" + cfg.model.name;
+  const std::string name = cfg.data.dataset + "-" + cfg.model.name;
   if (par.world_size() == 1) {
     const fs::path dir = open_output_dir(cfg.output, name, lock);
     if (par.is_data_parallel()) fs::create_directories(dir / "logs");  // rank 0 of 1 under a launcher
@@ -445,13 +445,13 @@ int test_only(const TrainConfig& cfg, ParallelContext& par) {
   const auto t0 = std::chrono::steady_clock::now();
   const EvalResult e = evaluate(s, mp, cfg, par);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  if (par.is_logging_rank()) print_eval(cfg.model.name, dataset_name(cfg.data.dataset), e, dt);
+  if (par.is_logging_rank()) print_eval(cfg.model.name, cfg.data.dataset, e, dt);
   if (cfg.ema.enabled && !cfg.output.resume.empty()) {
     const std::shared_ptr<nn::Module> ema = make_model_like(cfg, s);
     load_checkpoint_model(cfg.output.resume, *ema, /*ema=*/true);
     MixedPrecision ema_mp(*ema, mixed_precision_options(s.precision));
     const EvalResult ee = evaluate(s, ema_mp, cfg, par);
-    if (par.is_logging_rank()) print_eval(cfg.model.name + " (EMA)", dataset_name(cfg.data.dataset), ee, dt);
+    if (par.is_logging_rank()) print_eval(cfg.model.name + " (EMA)", cfg.data.dataset, ee, dt);
   }
   return 0;
 }
@@ -478,7 +478,7 @@ int eval(const EvalConfig& cfg) {
   const auto t0 = std::chrono::steady_clock::now();
   const EvalResult e = evaluate(s, mp, cfg, one, nullptr, &profile);
   const double dt = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  print_eval(cfg.model.name, dataset_name(cfg.data.dataset), e, dt);
+  print_eval(cfg.model.name, cfg.data.dataset, e, dt);
   return 0;
 }
 

@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "data/dataset.h"
-#include "data/datasets.h"
+#include "data/imagenet_common.h"
 #include "data/png_decode.h"
 #include "data/image_transforms.h"
 #include "data/loader.h"

@@ -13,12 +13,12 @@
 #include "train/train_config.h"
 #include "cli/recipes.h"
 #include "cli/train_flags.h"
+#include "data/dataset_registry.h"
 #include "train/setup.h"
 
 namespace rt {
 namespace {
 
-using train::DatasetKind;
 using train::OptimizerKind;
 using train::Precision;
 
@@ -42,6 +42,7 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(got.loop == want.loop);
   CHECK(got.output == want.output);
   CHECK(got.parallel == want.parallel);
+  CHECK(got.ema == want.ema);
   const optim::LrScheduleOptions& s = got.lr_schedule;
   const optim::LrScheduleOptions& w = want.lr_schedule;
   CHECK(s.kind == w.kind);
@@ -56,10 +57,15 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   cli::Flags f(cli::train_flags());
   f.parse({});
   CHECK(got.recorded_flags == f.effective());
+  train::TrainConfig all = got;  // and nothing else differs
+  all.recorded_flags.clear();
+  all.trajectory_flags.clear();
+  all.same_on_every_rank_flags.clear();
+  CHECK(all == want);
 
   // What the help promises, on the struct side.
   CHECK(want.model.name == "resnet18");
-  CHECK(want.data.dataset == DatasetKind::fashion_mnist);
+  CHECK(want.data.dataset == "fashion-mnist");
   CHECK(want.loader.batch_size == 128);
   CHECK(want.loader.workers == 2);
   CHECK_FALSE(want.compute.device);     // auto
@@ -72,12 +78,59 @@ TEST_CASE("no flags give the structs' defaults: each field defaults to its flag'
   CHECK(want.loop.epochs == 15);
   CHECK(want.data.augment);
   CHECK(want.output.print_freq == 50);
+  CHECK(want.ema.decay == 0.99998);  // torchvision's --model-ema-decay
+  CHECK(want.ema.steps == 32);
+  CHECK_FALSE(want.ema.enabled);
 
   // eval: weights are required; everything else defaults the same, the training-only
   // fields stay at theirs.
   train::EvalConfig e;
   e.checkpoint = "c.safetensors";
   CHECK(parse_eval({"--checkpoint", "c.safetensors"}) == e);
+}
+
+// The default the help prints after "--name" (up to its "]"), or "" when the help has no such row.
+std::string printed_default(const std::string& help, const std::string& name) {
+  size_t at = help.find("\n  --" + name + " ");
+  if (at == std::string::npos) at = help.find("\n  --" + name + "\n");
+  if (at == std::string::npos) return "";
+  const size_t from = help.find("[default: ", at);
+  if (from == std::string::npos) return "";
+  const size_t start = from + std::string("[default: ").size();
+  return help.substr(start, help.find(']', start) - start);
+}
+
+// Note [Defaults from the config] (cli/train_flags.cc): a row whose default were a literal
+// other than its field's would set another value here. Every row of both commands.
+TEST_CASE("every row's printed default is its field's default-constructed value") {
+  const std::string train_help = cli::Flags(cli::train_flags()).help("usage", 200);
+  const std::string eval_help = cli::Flags(cli::eval_flags()).help("usage", 200);
+  cli::Flags train_flags(cli::train_flags()), eval_flags(cli::eval_flags());
+  train_flags.parse({});
+  eval_flags.parse({});
+  for (const cli::FlagRow& r : cli::flag_rows()) {
+    CAPTURE(r.flag.name);
+    const std::string shown = r.flag.default_value.empty() ? "none" : r.flag.default_value;
+    if (!r.eval_only) {
+      CHECK(printed_default(train_help, r.flag.name) == shown);
+      CHECK(train_flags.str(r.flag.name) == r.flag.default_value);
+      train::TrainConfig c;
+      const cli::FlagValue v{train_flags, r.flag.name};
+      if (r.common) r.common(v, c);
+      if (r.train) r.train(v, c);
+      CHECK(c == train::TrainConfig{});
+    }
+    if (!r.train_only) {
+      CHECK(printed_default(eval_help, r.flag.name) == shown);
+      train::EvalConfig c;
+      const cli::FlagValue v{eval_flags, r.flag.name};
+      if (r.common) r.common(v, c);
+      if (r.eval) r.eval(v, c);
+      CHECK(c == train::EvalConfig{});
+    }
+  }
+  // A row that only another row's setter reads (--ra-reps: --ra-sampler's), on its default.
+  CHECK(parse_train({"--ra-sampler"}).data.ra_repetitions == 3);
 }
 
 TEST_CASE("every choice a flag offers parses") {
@@ -99,10 +152,10 @@ TEST_CASE("every choice a flag offers parses") {
 }
 
 TEST_CASE("choices become enums; auto becomes nullopt or 0") {
-  for (DatasetKind d : {DatasetKind::fashion_mnist, DatasetKind::cifar10, DatasetKind::imagenet,
-                        DatasetKind::synthetic, DatasetKind::tensors})
-    CHECK(parse_train({"--dataset", train::dataset_name(d)}).data.dataset == d);
-  CHECK(std::string(train::dataset_name(DatasetKind::fashion_mnist)) == "fashion-mnist");
+  // --dataset offers the registry's names (data/dataset_registry.h), in its order.
+  CHECK(cli::Flags(cli::train_flags()).help("", 200).find(
+            "(fashion-mnist, cifar10, imagenet, webdataset, synthetic, tensors)") != std::string::npos);
+  for (const std::string& d : data::dataset_names()) CHECK(parse_train({"--dataset", d}).data.dataset == d);
   CHECK(parse_train({"--optimizer", "adamw"}).optimizer.kind == OptimizerKind::adamw);
   CHECK(parse_train({}).lr_schedule.warmup_method == optim::WarmupMethod::linear);
   CHECK(parse_train({"--lr-warmup-method", "constant"}).lr_schedule.warmup_method == optim::WarmupMethod::constant);
@@ -129,7 +182,7 @@ TEST_CASE("choices become enums; auto becomes nullopt or 0") {
   CHECK(parse_train({"--lr-scheduler", "multistep", "--lr-milestones", "5,7"}).lr_schedule.milestones ==
         std::vector<int64_t>{5, 7});
   // Another schedule's milestones are not read, even when they would not parse.
-  CHECK(parse_train({"--lr-milestones", "x"}).lr_schedule.milestones.empty());
+  CHECK(parse_train({"--lr-milestones", "x"}).lr_schedule.milestones == train::TrainConfig{}.lr_schedule.milestones);
 }
 
 TEST_CASE("values land in their fields") {

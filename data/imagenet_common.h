@@ -1,9 +1,9 @@
-// The constructors behind open_dataset, one per format (each in its own .cc file).
-// Split and path are already checked to be non-empty and "train" or "test".
+// What the ImageNet datasets share, the folders (data/image_folder_dataset.cc) and the shards
+// (data/webdataset.cc), with `ringtape pack` (data/pack.cc): the image pipeline of one
+// example, the decoded-pixel limit, the split's file index.
 #pragma once
 
 #include <cstdint>
-#include <memory>
 #include <span>
 #include <string>
 #include <utility>
@@ -14,25 +14,6 @@
 
 namespace rt::data {
 
-inline constexpr const char* kFashionMnistDefaultPath = "/usr/share/datasets/fashion-mnist";
-
-// `augment` is DatasetOptions::augment for the train split, disabled for test.
-std::unique_ptr<Dataset> open_fashion_mnist(const std::string& dir, const std::string& split,
-                                            const AugmentOptions& augment);
-std::unique_ptr<Dataset> open_cifar10(const std::string& dir, const std::string& split, const AugmentOptions& augment);
-std::unique_ptr<Dataset> make_synthetic(const SyntheticOptions& opt, const std::string& split,
-                                        const AugmentOptions& augment);
-std::unique_ptr<Dataset> open_tensors(const std::string& path, const std::string& split, const DatasetOptions& opt);
-// ImageNet in torchvision's ImageFolder layout (data/image_folder_dataset.cc).
-std::unique_ptr<Dataset> open_image_folder(const std::string& root, const std::string& split,
-                                           const ImageFolderOptions& opt);
-// ImageNet as WebDataset tar shards (data/webdataset.cc): `path` as list_shards takes it
-// (data/shard_index.h), the train split's shards "train-*.tar", the test split's "val-*.tar"
-// or opt.val_path.
-std::unique_ptr<Dataset> open_webdataset(const std::string& path, const std::string& split,
-                                         const ImageFolderOptions& image, const WebDatasetOptions& opt);
-
-// What the ImageNet datasets (folders and shards) share:
 // The training or evaluation transform of example i (index in the dataset) in `epoch`, on its
 // encoded bytes (JPEG or PNG): training flips, crops (RandomResizedCrop) and applies the
 // policy, drawn from (opt.seed, epoch, i); evaluation resizes and centre-crops. Writes
