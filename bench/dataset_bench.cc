@@ -41,9 +41,9 @@
 #include "base/usage_error.h"
 #include "bench/bench_util.h"
 #include "cli/flags.h"
-#include "data/dataset.h"
-#include "data/loader.h"
-#include "data/sampler.h"
+#include "data/datasets/dataset.h"
+#include "data/loading/loader.h"
+#include "data/loading/sampler.h"
 #include "engine/ops.h"
 #include "engine/tensor.h"
 

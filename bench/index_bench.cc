@@ -33,7 +33,7 @@
 #include "base/usage_error.h"
 #include "bench/bench_util.h"
 #include "cli/flags.h"
-#include "data/image_folder.h"
+#include "data/formats/image_folder.h"
 
 namespace {
 

@@ -60,9 +60,9 @@
 
 #include <jpeglib.h>  // for LIBJPEG_TURBO_VERSION only
 
-#include "data/auto_augment.h"
-#include "data/image_transforms.h"
-#include "data/jpeg_decode.h"
+#include "data/transforms/auto_augment.h"
+#include "data/transforms/image_transforms.h"
+#include "data/codecs/jpeg_decode.h"
 #include "data/seed.h"
 #include "base/error.h"
 #include "engine/ops.h"

@@ -105,7 +105,7 @@ done
 
 mkdir -p "$out"
 out="$(cd "$out" && pwd)"
-# The folder index cache (data/image_folder.h) stays with the results, not in ~/.cache.
+# The folder index cache (data/formats/image_folder.h) stays with the results, not in ~/.cache.
 export RINGTAPE_CACHE_DIR="$out/index_cache"
 
 # The corpus: ImageNet-like sizes and entropy (make_jpeg_corpus.py); remade when its count

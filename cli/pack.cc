@@ -6,7 +6,7 @@
 
 #include "base/error.h"
 #include "cli/flags.h"
-#include "data/pack.h"
+#include "data/pack/pack.h"
 
 namespace rt::cli {
 

@@ -1,4 +1,4 @@
-// `ringtape pack`: an image folder to WebDataset tar shards (data/pack.h).
+// `ringtape pack`: an image folder to WebDataset tar shards (data/pack/pack.h).
 #pragma once
 
 #include <cstdint>

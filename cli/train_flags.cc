@@ -12,7 +12,7 @@
 #include <utility>
 
 #include "base/error.h"
-#include "data/dataset_registry.h"
+#include "data/datasets/dataset_registry.h"
 #include "distributed/communicator_ops.h"
 #include "models/registry.h"
 #include "optim/schedule.h"
@@ -813,7 +813,7 @@ void check_combinations(const Flags& f) {
     throw UsageError("--augmix-severity applies to --auto-augment augmix, not to --auto-augment " +
                      f.str("auto-augment") + "; add --auto-augment augmix or drop --augmix-severity");
   // Shards are read in sequence (Note [Shard order]), without the permutation of every
-  // example that repeated augmentation draws from (data/sampler.cc refuses it too).
+  // example that repeated augmentation draws from (data/loading/sampler.cc refuses it too).
   if (f.has("ra-sampler") && f.boolean("ra-sampler") && dataset.sharded)
     throw UsageError(flag_as_set(f, "ra-sampler") + ": repeated augmentation draws from a permutation of all "
                      "examples, which --dataset " + f.str("dataset") + " (shards read in sequence) does not have; "

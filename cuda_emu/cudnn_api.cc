@@ -93,8 +93,8 @@ struct Bound {
   std::vector<rt::emu::MemUse> uses;
 };
 
-// Finds every real tensor of the graph in the variant pack (Note [Fused graphs the fake
-// runs]: X in place of a prologue's virtual x) and checks its pointer: present, not null,
+// Finds every real tensor of the graph in the variant pack, X in place of a prologue's
+// virtual x (Note [Fused graphs the fake runs]), and checks its pointer: present, not null,
 // aligned as its descriptor promises; then the workspace.
 cudnnStatus_t bind_pack(const PlanInfo& plan, const PackInfo& pack, Bound* out) {
   const char* where = "cudnnBackendExecute";

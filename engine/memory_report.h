@@ -47,7 +47,7 @@ struct OutOfMemoryFacts {
 // F of T free; tensors hold A (activations ..., by tag, non-zero only); the largest free
 // block in the allocator's cache is L (of R reserved)". A large L beside a failure means
 // fragmentation; a small R against T means something else holds the memory. Callers that
-// add to the account (data/batch.cc: "; it was for a batch of ...") rely on it ending in
+// add to the account (data/loading/batch.cc: "; it was for a batch of ...") rely on it ending in
 // " reserved)". The hint names the flags that reduce memory (train/train_flags.cc's
 // spellings).
 OutOfMemory out_of_memory_error(const OutOfMemoryFacts& facts);

@@ -182,7 +182,7 @@ Tensor normalize_pixels(const Tensor& pixels, const std::vector<double>& mean, c
 Tensor cross_entropy(const Tensor& logits, const Tensor& target, double label_smoothing = 0.0);
 
 // ---- batch augmentation: mixup, cutmix, random erasing; the soft-target loss -----------
-// On input batches, not differentiable (the draws: data/batch_augment.h). x (N, C, H, W) in
+// On input batches, not differentiable (the draws: data/transforms/batch_augment.h). x (N, C, H, W) in
 // either format; CPU: f32, f64; CUDA: also bf16, f16 (computed in float, rounded once).
 struct ImageBox {  // rows [y1, y2), columns [x1, x2) of every channel of an image
   int64_t y1 = 0, y2 = 0, x1 = 0, x2 = 0;

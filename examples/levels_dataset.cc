@@ -8,7 +8,7 @@
 #include <string>
 
 #include "base/error.h"
-#include "data/dataset_registry.h"
+#include "data/datasets/dataset_registry.h"
 
 namespace example {
 namespace {

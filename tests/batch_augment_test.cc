@@ -1,7 +1,7 @@
 // Batch augmentation: the ops (mix_with_rolled, mix_targets, erase_boxes_) against the
 // torchvision formulas computed here in double on logical coordinates, on small random
 // batches (N 1, 2 and odd; H, W odd and 1; C 3 and 1; both formats); the host draws
-// (data/batch_augment.h): Beta statistics, cutmix and erase boxes within the image with the
+// (data/transforms/batch_augment.h): Beta statistics, cutmix and erase boxes within the image with the
 // documented distribution, the same seed giving the same draws; cross_entropy_soft against a
 // double reference, f64 finite differences, the hard-label cross_entropy on one-hot targets
 // and its linearity in the target.
@@ -9,7 +9,7 @@
 #include <cmath>
 #include <vector>
 
-#include "data/batch_augment.h"
+#include "data/transforms/batch_augment.h"
 #include "engine/gradcheck.h"
 #include "engine/ops.h"
 #include "tests/test_util.h"

@@ -169,7 +169,7 @@ TEST_CASE("a host allocation the machine cannot satisfy says what holds memory a
     CHECK(m.find("; the largest free block in the allocator's cache is 0 B (of " +
                  format_bytes(before.reserved_bytes) + " reserved)") != std::string::npos);
     CHECK(m.size() >= 9);
-    CHECK(m.substr(m.size() - 9) == "reserved)");  // data/batch.cc appends to it
+    CHECK(m.substr(m.size() - 9) == "reserved)");  // data/loading/batch.cc appends to it
     for (const char* flag :
          {"a smaller batch", "K steps of gradient accumulation", "bf16 precision", "channels_last memory format"})
       CHECK(what.find(flag) != std::string::npos);

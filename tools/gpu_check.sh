@@ -493,7 +493,7 @@ print_summary() {
 # ---- steps shared by the tiers ----------------------------------------------------------------
 
 # The CUDA training path on synthetic uint8 data: the loader builds batches in page-locked
-# memory with 2 worker threads, data/device_feeder.h copies them on its copy stream and
+# memory with 2 worker threads, data/loading/device_feeder.h copies them on its copy stream and
 # normalises them on the GPU. 160 images in batches of 32: the 5 steps are the whole epoch, so
 # the evaluation (the feeder again, no gradients) runs too. "Not implemented yet" is N/A;
 # anything else non-zero fails.

@@ -244,7 +244,7 @@ void DataParallel::before_evaluation(nn::Module&) {
   dist::broadcast_from_rank0(*comm_, buffers_, timeout_of(cfg_));
 }
 
-// The sampler (data/sampler.h) gives rank r positions r, r + W, ... of the padded order;
+// The sampler (data/loading/sampler.h) gives rank r positions r, r + W, ... of the padded order;
 // positions at or past test_size are the padding, the last of each rank's list.
 EvalShard DataParallel::eval_shard(int64_t test_size) const {
   const int64_t W = env_.world_size, r = env_.rank;

@@ -42,7 +42,7 @@ namespace rt::train {
 struct EvalCounts;  // train/evaluate.h
 
 // Which examples of the test set this rank evaluates: positions rank, rank + world, ... of
-// the unshuffled order (data/sampler.h), of which the first `valid` count (the rest is the
+// the unshuffled order (data/loading/sampler.h), of which the first `valid` count (the rest is the
 // sampler's padding).
 struct EvalShard {
   int rank = 0, world = 1;

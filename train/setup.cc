@@ -9,7 +9,7 @@
 #include <cstdio>
 #include <set>
 
-#include "data/dataset_registry.h"
+#include "data/datasets/dataset_registry.h"
 #include "engine/nn/layers.h"
 #include "models/registry.h"
 #include "train/checkpoint.h"
@@ -77,7 +77,7 @@ data::DatasetOptions dataset_options(const CommonConfig& c) {
   o.synthetic.seed = c.seed;
   if (c.model.num_classes > 0) o.synthetic.num_classes = c.model.num_classes;
   // "tensors" files: with --num-classes every label must be below it, checked as the file
-  // opens (naming it); 0 = derived from the labels (Note [Label range], data/dataset.h).
+  // opens (naming it); 0 = derived from the labels (Note [Label range], data/datasets/dataset.h).
   o.num_classes = c.model.num_classes;
   // Small in-memory datasets: the dataset's padding (2 for 28-px images, 4 for 32-px ones).
   o.augment.enabled = c.data.augment;

@@ -7,9 +7,9 @@
 #include <memory>
 #include <string>
 
-#include "data/dataset.h"
-#include "data/device_feeder.h"
-#include "data/loader.h"
+#include "data/datasets/dataset.h"
+#include "data/loading/device_feeder.h"
+#include "data/loading/loader.h"
 #include "engine/nn/module.h"
 #include "models/registry.h"
 #include "optim/optimizer.h"

@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "base/error.h"
-#include "data/batch_augment.h"
+#include "data/transforms/batch_augment.h"
 #include "engine/cuda_graph.h"
 #include "engine/ops.h"
 #include "engine/memory_tag.h"
@@ -369,7 +369,7 @@ StepOptions step_options(const TrainConfig& cfg) {
 // collate_fn chooses mixup or cutmix and mixes the images with their roll by one and the
 // one-hot targets with theirs. Here both run on the training device on the normalised batch:
 // image n of batch k of an epoch draws its erase box from (seed, epoch, k * N + n), the batch
-// its mix from (seed, epoch, k) (data/batch_augment.h), so a resumed run draws the same. A
+// its mix from (seed, epoch, k) (data/transforms/batch_augment.h), so a resumed run draws the same. A
 // mixed batch's loss is the cross entropy with the mixed targets (label smoothing applied to
 // them, as CrossEntropyLoss does with probability targets).
 Tensor TrainStep::loss_of(data::DeviceBatch& b) {

@@ -11,7 +11,7 @@
 #include <optional>
 #include <string>
 
-#include "data/device_feeder.h"
+#include "data/loading/device_feeder.h"
 #include "engine/nn/module.h"
 #include "optim/optimizer.h"
 #include "train/checkpoint.h"
@@ -27,7 +27,7 @@ namespace rt::train {
 // What a step does to its batches before the forward, and to the gradients before the
 // update (the configuration's --mixup-alpha, --cutmix-alpha, --random-erase, --clip-grad-norm).
 struct StepOptions {
-  uint64_t seed = 0;  // the draws: data/batch_augment.h, functions of (seed, epoch, batch or position)
+  uint64_t seed = 0;  // the draws: data/transforms/batch_augment.h, functions of (seed, epoch, batch or position)
   double mixup_alpha = 0, cutmix_alpha = 0, random_erase = 0;
   double clip_grad_norm = 0;
   // --cuda-graphs (Note [The training step as a CUDA graph], step.cc), and why this

@@ -13,8 +13,8 @@
 #include <string>
 #include <utility>
 
-#include "data/auto_augment.h"
-#include "data/image_transforms.h"
+#include "data/transforms/auto_augment.h"
+#include "data/transforms/image_transforms.h"
 #include "distributed/communicator_ops.h"
 #include "distributed/reducer.h"
 #include "engine/device.h"
@@ -41,7 +41,7 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  std::string dataset = "fashion-mnist";  // a data/dataset_registry.h name (the registry is the closed set)
+  std::string dataset = "fashion-mnist";  // a data/datasets/dataset_registry.h name (the registry is the closed set)
   std::string data_path;  // "" = the dataset's default location
   std::string val_data_path;      // webdataset: the evaluation shards ("" = beside the training ones)
   int64_t shuffle_buffer = 5000;  // webdataset: Note [Shard order]'s buffer, in examples
@@ -51,7 +51,7 @@ struct DataConfig {
   int64_t val_crop_size = 224;    // imagenet: then centre-crops this square
   std::string cache_dir;          // "" = $RINGTAPE_CACHE_DIR, $XDG_CACHE_HOME/ringtape or ~/.cache/ringtape
   // imagenet, webdataset: an image whose header claims more pixels is refused before it is
-  // decoded (Note [Decoded-pixel limit], data/dataset.h); 0 = no limit. PIL's default.
+  // decoded (Note [Decoded-pixel limit], data/datasets/dataset.h); 0 = no limit. PIL's default.
   int64_t max_image_pixels = 178956970;
   bool augment = true;            // training only: random crop and flip of small images
   data::Interpolation interpolation = data::Interpolation::bilinear;  // imagenet's crop and resize
@@ -59,7 +59,7 @@ struct DataConfig {
   // interpolation is --interpolation too).
   data::AutoAugmentOptions auto_augment;
   int ra_repetitions = 0;         // --ra-sampler: --ra-reps (Note [Repeated augmentation]); 0 = off
-  // On the batch, on the training device (data/batch_augment.h): RandomErasing's p, and
+  // On the batch, on the training device (data/transforms/batch_augment.h): RandomErasing's p, and
   // the Beta parameters of mixup and cutmix (0 = off; both: one of the two per batch).
   double random_erase = 0;
   double mixup_alpha = 0;

@@ -1,6 +1,6 @@
 // Batch augmentation (mixup, cutmix, random erasing: torchvision's ImageNet recipe) applied
 // on the batch's device, and the loss with probability targets that mixing needs. The draws
-// are the caller's (data/batch_augment.h). Kernels: kernels/cpu/batch_augment.cc and
+// are the caller's (data/transforms/batch_augment.h). Kernels: kernels/cpu/batch_augment.cc and
 // kernels/cuda/batch_augment.cu; cross_entropy_soft is composed of differentiable ops.
 #include "kernels/cpu/batch_augment.h"
 #include "kernels/cuda/batch_augment.h"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <random>
 
-#include "data/batch_augment.h"
+#include "data/transforms/batch_augment.h"
 #include "engine/ops.h"
 #include "kernels/cuda/batch_augment.h"
 #include "tests/cuda/cuda_test_util.h"

@@ -1,6 +1,6 @@
 // Planted bugs in the engine's own CUDA code that the emulator must catch (the kernels'
 // planted bugs are in checks_test.cc): a deleted cudaStreamWaitEvent in the device feeder
-// (data/device_feeder.cc), allocator misuse across streams, and an overrun between two of the
+// (data/loading/device_feeder.cc), allocator misuse across streams, and an overrun between two of the
 // caching allocator's blocks. Outside --config=cuda-emu
 // the test says SKIPPED.
 #include <doctest/doctest.h>
@@ -8,10 +8,10 @@
 #include <cstdio>
 #include <string>
 
-#include "data/dataset.h"
-#include "data/device_feeder.h"
-#include "data/loader.h"
-#include "data/sampler.h"
+#include "data/datasets/dataset.h"
+#include "data/loading/device_feeder.h"
+#include "data/loading/loader.h"
+#include "data/loading/sampler.h"
 #include "engine/ops.h"
 #include "engine/stream.h"
 #include "engine/tensor.h"
@@ -61,7 +61,7 @@ TEST_CASE("DeviceFeeder: without the compute stream's wait for its copy, the haz
   Stream::current(Device::cuda(0)).synchronize();
   CHECK(emu::last_fault().empty());
   // next() makes the copy stream wait for the compute stream, then the compute stream wait
-  // for the copy (Note [Copy overlap] in data/device_feeder.cc). The second is deleted. The
+  // for the copy (Note [Copy overlap] in data/loading/device_feeder.cc). The second is deleted. The
   // first kernel to read the batch then either runs after the copy, unordered (the hazard,
   // naming the copy), or before it (a read of the batch's never-written bytes): which one
   // depends on the two streams' timing, as on a GPU.

@@ -1,7 +1,7 @@
 // Augmentation: every output is some crop-and-flip of the input (checked against a
 // padded-image reference), choices cover the whole range, and depend only on
 // (seed, epoch, index).
-#include "data/augment.h"
+#include "data/transforms/augment.h"
 
 #include <doctest/doctest.h>
 

@@ -1,4 +1,4 @@
-// data/auto_augment.h against torchvision 0.14 (tests/data/gen_auto_augment_golden.py writes
+// data/transforms/auto_augment.h against torchvision 0.14 (tests/data/gen_auto_augment_golden.py writes
 // the golden file): every operation at fixed magnitudes on three small images, the
 // policies' op lists and magnitude bins, AutoAugment(IMAGENET)'s sub-policies and AugMix's
 // mixing with scripted draws; then the policies' determinism and bounds on odd sizes.
@@ -15,8 +15,8 @@
 #include <vector>
 
 #include "base/usage_error.h"
-#include "data/augment.h"
-#include "data/auto_augment.h"
+#include "data/transforms/augment.h"
+#include "data/transforms/auto_augment.h"
 #include "engine/io/json.h"
 #include "engine/io/safetensors.h"
 
@@ -54,7 +54,7 @@ AugmentOp op_named(const std::string& name) {
 }
 
 // Every op repeats torchvision's float32 steps (Note [Matching torchvision's floats] in
-// data/auto_augment_ops.cc), so every byte is torchvision's. Were a float step to differ,
+// data/transforms/auto_augment_ops.cc), so every byte is torchvision's. Were a float step to differ,
 // the ops through float32 would move by one level (kFloatOpTolerance) and the integer maps
 // (posterize, solarize, invert, equalize, autocontrast, identity) would still be exact:
 // the tolerance below is that bound, and the count of bytes one level off must be zero.

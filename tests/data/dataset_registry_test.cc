@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/dataset_registry.h"
+#include "data/datasets/dataset.h"
+#include "data/datasets/dataset_registry.h"
 #include "tests/data/data_test_util.h"
 
 using namespace rt::data;

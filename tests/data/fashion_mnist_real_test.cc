@@ -7,8 +7,8 @@
 #include <cstdio>
 #include <filesystem>
 
-#include "data/dataset.h"
-#include "data/idx.h"
+#include "data/datasets/dataset.h"
+#include "data/formats/idx.h"
 
 using namespace rt::data;
 

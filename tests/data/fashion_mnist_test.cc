@@ -5,9 +5,9 @@
 #include <cmath>
 #include <filesystem>
 
-#include "data/dataset.h"
-#include "data/gz_reader.h"
-#include "data/idx.h"
+#include "data/datasets/dataset.h"
+#include "data/formats/gz_reader.h"
+#include "data/formats/idx.h"
 #include "tests/data/data_test_util.h"
 
 namespace fs = std::filesystem;

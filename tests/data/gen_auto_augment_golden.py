@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""torchvision golden values for data/auto_augment.h: tests/data/auto_augment_test.cc checks
+"""torchvision golden values for data/transforms/auto_augment.h: tests/data/auto_augment_test.cc checks
 the C++ operations, policy tables and AugMix's mixing against them.
 
 Run with Debian's Python (python3-torch 1.13, python3-torchvision 0.14.1), from anywhere:

@@ -13,11 +13,11 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/imagenet_common.h"
-#include "data/png_decode.h"
-#include "data/image_transforms.h"
-#include "data/loader.h"
+#include "data/datasets/dataset.h"
+#include "data/datasets/imagenet_common.h"
+#include "data/codecs/png_decode.h"
+#include "data/transforms/image_transforms.h"
+#include "data/loading/loader.h"
 #include "tests/data/data_test_util.h"
 #include "tests/data/imagenet_tree.h"
 #include "tests/data/jpeg_test_util.h"

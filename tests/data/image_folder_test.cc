@@ -3,7 +3,7 @@
 // symlinks followed), the listing cache (used when nothing changed, class by class
 // re-listing after a change, damaged cache files ignored and rewritten), the flat
 // validation layout with LOC_val_solution.csv, and the errors for bad layouts.
-#include "data/image_folder.h"
+#include "data/formats/image_folder.h"
 
 #include <doctest/doctest.h>
 #include <fcntl.h>

@@ -1,7 +1,7 @@
 // torchvision geometry: RandomResizedCrop boxes (against a plain re-implementation of
 // get_params with the same draws, and hand-worked fallback cases), bilinear resize with
 // half-pixel centres, Resize + CenterCrop sizes, and the JPEG train/eval transforms.
-#include "data/image_transforms.h"
+#include "data/transforms/image_transforms.h"
 
 #include <doctest/doctest.h>
 
@@ -16,7 +16,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
-#include "data/png_decode.h"
+#include "data/codecs/png_decode.h"
 #include "base/error.h"
 #include "tests/data/jpeg_test_util.h"
 

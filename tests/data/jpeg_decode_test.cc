@@ -1,7 +1,7 @@
 // JPEG decoding: region decodes equal the same region of a full decode (exactly without
 // scaling; within a tolerance of a box-filtered full decode with DCT scaling), gray and
 // Adobe CMYK files become RGB, and bad input becomes rt::Error naming the file.
-#include "data/jpeg_decode.h"
+#include "data/codecs/jpeg_decode.h"
 
 #include <doctest/doctest.h>
 

@@ -1,7 +1,7 @@
 // Loader: batches identical for any worker count, resume mid-epoch, errors from workers
 // rethrown in order, unreadable examples replaced (Note [Unreadable examples]), clean
 // shutdown.
-#include "data/loader.h"
+#include "data/loading/loader.h"
 
 #include <doctest/doctest.h>
 
@@ -10,7 +10,7 @@
 #include <set>
 #include <thread>
 
-#include "data/u8_dataset.h"
+#include "data/datasets/u8_dataset.h"
 #include "engine/random.h"
 #include "tests/data/data_test_util.h"
 

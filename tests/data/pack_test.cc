@@ -21,10 +21,10 @@
 #include <thread>
 #include <vector>
 
-#include "data/jpeg_encode.h"
-#include "data/pack.h"
-#include "data/shard_index.h"
-#include "data/tar.h"
+#include "data/codecs/jpeg_encode.h"
+#include "data/pack/pack.h"
+#include "data/formats/shard_index.h"
+#include "data/formats/tar.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "tests/data/data_test_util.h"

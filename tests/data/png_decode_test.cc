@@ -1,7 +1,7 @@
 // PNG decoding: every colour type and depth becomes the RGB that PIL's convert("RGB")
 // gives (alpha and tRNS dropped, 16-bit samples cut to their high byte, gray replicated),
 // interlaced files read whole, and bad input becomes an rt::Error naming the file.
-#include "data/png_decode.h"
+#include "data/codecs/png_decode.h"
 
 #include <doctest/doctest.h>
 #include <png.h>
@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "data/jpeg_decode.h"
+#include "data/codecs/jpeg_decode.h"
 #include "tests/data/data_test_util.h"
 
 using namespace rt::data;

@@ -1,6 +1,6 @@
 // Sampler: permutations, per-epoch reshuffles as a pure function of (seed, epoch),
 // drop_last, and distributed shards.
-#include "data/sampler.h"
+#include "data/loading/sampler.h"
 
 #include <doctest/doctest.h>
 

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "data/dataset.h"
+#include "data/datasets/dataset.h"
 #include "tests/data/data_test_util.h"
 
 using namespace rt::data;

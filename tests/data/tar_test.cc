@@ -2,7 +2,7 @@
 // (ustar names, the prefix split, pax paths), and archives built by hand block by block
 // for what other writers produce (GNU long names, pax overrides, base-256 sizes, skipped
 // entries) and for damaged or hostile files, whose errors must name the file and the fault.
-#include "data/tar.h"
+#include "data/formats/tar.h"
 
 #include <doctest/doctest.h>
 #include <sys/stat.h>

@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "data/dataset.h"
+#include "data/datasets/dataset.h"
 #include "engine/io/safetensors.h"
 #include "engine/random.h"
 #include "tests/data/data_test_util.h"

@@ -1,4 +1,4 @@
-// The class lists of WebDataset shards (data/webdataset.cc): the evaluation split's summary
+// The class lists of WebDataset shards (data/datasets/webdataset.cc): the evaluation split's summary
 // (val.json, written by `ringtape pack`) must list the training split's classes in the same
 // order, and a label the summary has no class for is refused with advice that works (it is
 // followed here).
@@ -8,9 +8,9 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/jpeg_encode.h"
-#include "data/pack.h"
+#include "data/datasets/dataset.h"
+#include "data/codecs/jpeg_encode.h"
+#include "data/pack/pack.h"
 #include "tests/data/data_test_util.h"
 
 using namespace rt::data;

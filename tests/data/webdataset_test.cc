@@ -13,14 +13,14 @@
 #include <string>
 #include <vector>
 
-#include "data/dataset.h"
-#include "data/jpeg_decode.h"
-#include "data/jpeg_encode.h"
-#include "data/loader.h"
-#include "data/pack.h"
-#include "data/png_decode.h"
-#include "data/shard_index.h"
-#include "data/tar.h"
+#include "data/datasets/dataset.h"
+#include "data/codecs/jpeg_decode.h"
+#include "data/codecs/jpeg_encode.h"
+#include "data/loading/loader.h"
+#include "data/pack/pack.h"
+#include "data/codecs/png_decode.h"
+#include "data/formats/shard_index.h"
+#include "data/formats/tar.h"
 #include "engine/io/json.h"
 #include "engine/random.h"
 #include "tests/data/data_test_util.h"

@@ -240,7 +240,7 @@ TEST_CASE("--comm-timeline: rank 0 writes one parseable line per step, buckets i
 
 
 // --sync-bn: N ranks x batch 8 train like one process x batch 8N. Without shuffling, rank r's
-// j-th batch holds positions r + N (8j + i), i < 8, of the epoch (data/sampler.h): together
+// j-th batch holds positions r + N (8j + i), i < 8, of the epoch (data/loading/sampler.h): together
 // [8Nj, 8N(j+1)), the one process's j-th batch. Bound, per tensor of model.safetensors
 // (weights and running statistics): max |difference| <= 1e-4 max |value|. The two sides
 // round differently in fp32 (each rank's weight gradients summed over its batch, then

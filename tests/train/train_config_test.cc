@@ -13,7 +13,7 @@
 #include "train/train_config.h"
 #include "cli/recipes.h"
 #include "cli/train_flags.h"
-#include "data/dataset_registry.h"
+#include "data/datasets/dataset_registry.h"
 #include "train/setup.h"
 
 namespace rt {
@@ -152,7 +152,7 @@ TEST_CASE("every choice a flag offers parses") {
 }
 
 TEST_CASE("choices become enums; auto becomes nullopt or 0") {
-  // --dataset offers the registry's names (data/dataset_registry.h), in its order.
+  // --dataset offers the registry's names (data/datasets/dataset_registry.h), in its order.
   CHECK(cli::Flags(cli::train_flags()).help("", 200).find(
             "(fashion-mnist, cifar10, imagenet, webdataset, synthetic, tensors)") != std::string::npos);
   for (const std::string& d : data::dataset_names()) CHECK(parse_train({"--dataset", d}).data.dataset == d);
