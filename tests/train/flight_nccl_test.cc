@@ -82,7 +82,10 @@ TEST_CASE("on NCCL, a rank slowed in its data phase is named, on the device's cl
   const test::Run r = test::finish(pid, dir / "out.txt", t0, 300s);
   INFO(r.output);
   CHECK(r.status == 0);
-  CHECK(has(r.output, "step 6: rank 1 is "));
+  // Which step's window first names rank 1 depends on the machine's load: on a busy CPU the
+  // emulated first steps of rank 0 are slow too (CI once saw step 14, not 6). The test asks
+  // that the slowed rank is named, in its data phase.
+  CHECK(has(r.output, ": rank 1 is "));
   CHECK(has(r.output, "% slower than the other ranks' median over the last 6 steps: data "));
   CHECK(has(r.output, "per-rank step time (ms per step over 18 steps):"));
 }
