@@ -1,5 +1,7 @@
 #include "models/registry.h"
 
+#include "base/name_registry.h"
+
 namespace rt::models {
 namespace {
 
@@ -15,10 +17,9 @@ ModelEntry resnet(const std::string& name, bool bottleneck, std::vector<int> lay
           }};
 }
 
-// The registry: built-ins first; register_model appends. Function-local statics, so a
-// registration from another file's static initialiser finds them constructed.
-std::vector<ModelEntry>& entries() {
-  static std::vector<ModelEntry> r = {
+// The built-in models, first in the registry.
+std::vector<ModelEntry> built_in_models() {
+  return {
       resnet("resnet18", false, {2, 2, 2, 2}),  resnet("resnet34", false, {3, 4, 6, 3}),
       resnet("resnet50", true, {3, 4, 6, 3}),   resnet("resnet101", true, {3, 4, 23, 3}),
       resnet("resnet152", true, {3, 8, 36, 3}),
@@ -26,12 +27,13 @@ std::vector<ModelEntry>& entries() {
              "ResNeXt-50 32x4d (3x3 convs in 32 groups, 4 channels each in the first stage): "),
       resnet("wide_resnet50_2", true, {3, 4, 6, 3}, 0, 128, "Wide ResNet-50-2 (inner widths x2): "),
   };
-  return r;
 }
 
-std::string& registration_error() {
-  static std::string e;
-  return e;
+// The registry: built-ins first; register_model appends. Function-local static, so a
+// registration from another file's static initialiser finds it constructed.
+NameRegistry<ModelEntry>& registry() {
+  static NameRegistry<ModelEntry> r("model", "RT_REGISTER_MODEL", built_in_models());
+  return r;
 }
 
 }  // namespace
@@ -59,38 +61,18 @@ ResNetConfig resnet_config(const std::string& name, bool bottleneck, std::vector
 }
 
 bool register_model(ModelEntry entry) {
-  std::string& err = registration_error();
-  if (entry.name.empty() || !entry.make) {
-    if (err.empty()) err = "a model was registered with an empty name or no factory";
-    return false;
-  }
-  for (const ModelEntry& e : entries())
-    if (e.name == entry.name) {
-      if (err.empty()) err = "model '" + entry.name + "' is registered twice (RT_REGISTER_MODEL): rename one";
-      return false;
-    }
-  entries().push_back(std::move(entry));
-  return true;
+  if (entry.name.empty() || !entry.make)
+    return registry().refuse("a model was registered with an empty name or no factory");
+  return registry().add(std::move(entry));
 }
 
-const std::vector<ModelEntry>& model_registry() {
-  RT_CHECK(registration_error().empty(), registration_error());
-  return entries();
-}
+const std::vector<ModelEntry>& model_registry() { return registry().entries(); }
 
-std::vector<std::string> model_names() {
-  std::vector<std::string> n;
-  for (const auto& e : model_registry()) n.push_back(e.name);
-  return n;
-}
+std::vector<std::string> model_names() { return registry().names(); }
 
 std::shared_ptr<nn::Module> make_model(const std::string& name, const ModelOptions& opt) {
-  std::string known;
-  for (const auto& e : model_registry()) {
-    if (e.name == name) return e.make(opt);
-    known += (known.empty() ? "" : ", ") + e.name;
-  }
-  RT_FAIL("unknown model '", name, "'; known models: ", known);
+  if (const ModelEntry* e = registry().find(name)) return e->make(opt);
+  RT_FAIL("unknown model '", name, "'; known models: ", registry().joined_names());
 }
 
 }  // namespace rt::models

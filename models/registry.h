@@ -47,7 +47,8 @@ struct ModelEntry {
 const std::vector<ModelEntry>& model_registry();
 // Adds a model (usually through RT_REGISTER_MODEL, at static initialisation). A name already
 // taken, or empty, is remembered and reported by every later lookup (model_names,
-// make_model) as an rt::Error naming it: static initialisation cannot report errors itself.
+// make_model) as an rt::Error naming it (Note [Deferred registration errors] in
+// base/name_registry.h).
 bool register_model(ModelEntry entry);
 std::vector<std::string> model_names();
 // Throws rt::Error listing the known names when `name` is not one.

@@ -1,22 +1,15 @@
 #include "data/datasets/dataset_registry.h"
 
-#include <algorithm>
-
-#include "base/error.h"
+#include "base/name_registry.h"
 
 namespace rt::data {
 namespace {
 
-// Function-local statics, so a registration from another file's static initialiser finds
-// them constructed.
-std::vector<DatasetEntry>& entries() {
-  static std::vector<DatasetEntry> r;
+// Function-local static, so a registration from another file's static initialiser finds it
+// constructed.
+NameRegistry<DatasetEntry>& registry() {
+  static NameRegistry<DatasetEntry> r("dataset", "RT_REGISTER_DATASET");
   return r;
-}
-
-std::string& registration_error() {
-  static std::string e;
-  return e;
 }
 
 }  // namespace
@@ -29,41 +22,20 @@ DatasetEntry described_dataset(std::string name, const std::function<void(Datase
 }
 
 bool register_dataset(DatasetEntry entry) {
-  std::string& err = registration_error();
-  if (entry.name.empty() || !entry.open) {
-    if (err.empty()) err = "a dataset was registered with an empty name or no open function (RT_REGISTER_DATASET)";
-    return false;
-  }
-  for (const DatasetEntry& e : entries())
-    if (e.name == entry.name) {
-      if (err.empty()) err = "dataset '" + entry.name + "' is registered twice (RT_REGISTER_DATASET): rename one";
-      return false;
-    }
+  if (entry.name.empty() || !entry.open)
+    return registry().refuse("a dataset was registered with an empty name or no open function (RT_REGISTER_DATASET)");
   // After every entry of its order or a lower one: the registration order breaks ties.
-  const auto at = std::upper_bound(entries().begin(), entries().end(), entry.order,
-                                   [](int order, const DatasetEntry& e) { return order < e.order; });
-  entries().insert(at, std::move(entry));
-  return true;
+  return registry().add(std::move(entry),
+                        [](const DatasetEntry& a, const DatasetEntry& b) { return a.order < b.order; });
 }
 
-const std::vector<DatasetEntry>& dataset_registry() {
-  RT_CHECK(registration_error().empty(), registration_error());
-  return entries();
-}
+const std::vector<DatasetEntry>& dataset_registry() { return registry().entries(); }
 
-std::vector<std::string> dataset_names() {
-  std::vector<std::string> n;
-  for (const DatasetEntry& e : dataset_registry()) n.push_back(e.name);
-  return n;
-}
+std::vector<std::string> dataset_names() { return registry().names(); }
 
 const DatasetEntry& find_dataset(const std::string& name) {
-  std::string known;
-  for (const DatasetEntry& e : dataset_registry()) {
-    if (e.name == name) return e;
-    known += (known.empty() ? "" : ", ") + e.name;
-  }
-  RT_FAIL("unknown dataset '", name, "': expected one of ", known);
+  if (const DatasetEntry* e = registry().find(name)) return *e;
+  RT_FAIL("unknown dataset '", name, "': expected one of ", registry().joined_names());
 }
 
 }  // namespace rt::data

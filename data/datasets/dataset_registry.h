@@ -48,7 +48,7 @@ const std::vector<DatasetEntry>& dataset_registry();
 DatasetEntry described_dataset(std::string name, const std::function<void(DatasetEntry&)>& describe);
 // Adds a dataset (usually through RT_REGISTER_DATASET, at static initialisation). A name already
 // taken, or empty, or no factory, is remembered and reported by every later lookup as an
-// rt::Error naming it: static initialisation cannot report errors itself.
+// rt::Error naming it (Note [Deferred registration errors] in base/name_registry.h).
 bool register_dataset(DatasetEntry entry);
 std::vector<std::string> dataset_names();
 // Throws rt::Error listing the registered names when `name` is not one.
