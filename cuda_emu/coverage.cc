@@ -20,12 +20,32 @@
 // instantiation that no test launched fails CI, named. Several processes of one test (the
 // multi-process suites) append to one file; lines are written whole with O_APPEND. The file
 // is never truncated (no process of a group knows it is the first), so a FILE reused outside
-// Bazel joins the runs that wrote it: remove it before a run whose log is to be read alone.
+// Bazel would join the runs that wrote it, and an old build's launches could cover a new
+// build's instantiation. Every line therefore names its run, one process: its first write
+// starts with "run ID pid=PID build=BUILD program=PATH" (ID 16 random hex digits, new in
+// every process and in a forked child, which starts a run of its own; BUILD the program's
+// GNU build-id, a hash of the linked code, else the binary's mtime and size), and each line
+// after it reads "ID compiled KEY" or "ID launched KEY". The tool counts a "launched" line
+// only for a key its own run lists compiled, refuses a log in which one program's runs are
+// of two builds (the reused FILE: remove it), and refuses a line of no run (the format
+// before run ids, a line cut short) naming the file and line. Runs of different programs in
+// one FILE are still joined, as a test's launcher and the programs it starts must be: a
+// FILE reused across builds with different programs is caught only where some program ran
+// in both. The cost is per process and per instantiation, not per launch: the header, the
+// build-id and the id once, at the first line written.
+#include <elf.h>
 #include <fcntl.h>
+#include <link.h>
+#include <pthread.h>
+#include <sys/random.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <mutex>
 #include <string>
 #include <string_view>
@@ -42,7 +62,8 @@ struct Registry {
   std::vector<std::string> keys;  // [instantiation]
   std::vector<char> launched;     // [instantiation]: launched in this process
   size_t compiled_written = 0;    // keys[0, compiled_written) are in the log
-  bool at_exit = false;
+  std::string run;                // this process's run id, "" until its first line is written
+  bool hooks = false;             // the exit and fork handlers are installed
 };
 
 Registry& registry() {
@@ -101,11 +122,76 @@ void append(const std::string& text) {
   ::close(fd);
 }
 
-// The "compiled" lines not yet written; with r.mu held.
-std::string compiled_lines(Registry& r) {
+// dl_iterate_phdr's callback: appends to *out (a std::string) the main program's GNU build-id
+// in hex, nothing when it was linked without one. The linker hashes the linked code into it, so
+// a rebuild that changes the program changes it, and a rerun of the same binary keeps it.
+int find_build_id(dl_phdr_info* info, size_t, void* out) {
+  for (int i = 0; i < info->dlpi_phnum; ++i) {
+    const ElfW(Phdr)& ph = info->dlpi_phdr[i];
+    if (ph.p_type != PT_NOTE) continue;
+    const size_t align = ph.p_align == 8 ? 8 : 4;  // a note's name and descriptor are padded to it
+    const char* p = reinterpret_cast<const char*>(info->dlpi_addr + ph.p_vaddr);
+    const char* end = p + ph.p_memsz;
+    while (p + sizeof(ElfW(Nhdr)) <= end) {
+      const auto* n = reinterpret_cast<const ElfW(Nhdr)*>(p);
+      const char* name = p + sizeof(ElfW(Nhdr));
+      const char* desc = name + (n->n_namesz + align - 1) / align * align;
+      if (desc + n->n_descsz > end) break;
+      if (n->n_type == NT_GNU_BUILD_ID && n->n_namesz == 4 && std::memcmp(name, "GNU", 4) == 0) {
+        std::string& hex = *static_cast<std::string*>(out);
+        for (size_t b = 0; b < n->n_descsz; ++b) {
+          char two[3];
+          std::snprintf(two, sizeof two, "%02x", unsigned(static_cast<unsigned char>(desc[b])));
+          hex += two;
+        }
+        return 1;
+      }
+      p = desc + (n->n_descsz + align - 1) / align * align;
+    }
+  }
+  return 1;  // the first object is the main program: stop there
+}
+
+// The header of this process's run, which every later line's id refers to: the id, the pid,
+// which build of which program (Note [Kernel coverage]).
+std::string run_header(const std::string& run) {
+  char exe[4096];
+  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string program = n > 0 ? std::string(exe, size_t(n)) : "?";
+  std::replace(program.begin(), program.end(), '\n', ' ');
+  std::string build;
+  dl_iterate_phdr(find_build_id, &build);
+  struct stat st;
+  if (build.empty() && ::stat("/proc/self/exe", &st) == 0)  // linked without a build-id: its file's age
+    build = "mtime-" + std::to_string(st.st_mtim.tv_sec) + "." + std::to_string(st.st_mtim.tv_nsec) + "-size-" +
+            std::to_string(st.st_size);
+  if (build.empty()) build = "?";
+  return "run " + run + " pid=" + std::to_string(::getpid()) + " build=" + build + " program=" + program + "\n";
+}
+
+// 64 random bits in hex, not the pid: pids recur across the runs that a reused FILE holds.
+std::string new_run_id() {
+  uint64_t id = 0;
+  if (::getrandom(&id, sizeof id, 0) != ssize_t(sizeof id)) {
+    timespec t;
+    clock_gettime(CLOCK_REALTIME, &t);
+    id = (uint64_t(t.tv_sec) * 1000000007u + uint64_t(t.tv_nsec)) ^ (uint64_t(::getpid()) << 40);
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(id));
+  return hex;
+}
+
+// The run's header if nothing of this process is in the log yet, then the "compiled" lines
+// not yet written; with r.mu held.
+std::string pending_lines(Registry& r) {
   std::string out;
+  if (r.run.empty()) {
+    r.run = new_run_id();
+    out = run_header(r.run);
+  }
   for (; r.compiled_written < r.keys.size(); ++r.compiled_written)
-    out += "compiled " + r.keys[r.compiled_written] + "\n";
+    out += r.run + " compiled " + r.keys[r.compiled_written] + "\n";
   return out;
 }
 
@@ -114,9 +200,22 @@ void write_at_exit() {
   std::string out;
   {
     std::lock_guard<std::mutex> g(r.mu);
-    out = compiled_lines(r);
+    if (r.compiled_written < r.keys.size()) out = pending_lines(r);
   }
   append(out);
+}
+
+// A forked child is a run of its own (its pid in the header, its launches under its id): it
+// starts with nothing written and nothing launched. The registry's lock is held across the
+// fork so that the child's copy is never locked by a thread the child does not have.
+void before_fork() { registry().mu.lock(); }
+void after_fork_in_parent() { registry().mu.unlock(); }
+void after_fork_in_child() {
+  Registry& r = registry();
+  r.mu.unlock();
+  r.run.clear();
+  r.compiled_written = 0;
+  std::fill(r.launched.begin(), r.launched.end(), 0);
 }
 
 }  // namespace
@@ -132,9 +231,10 @@ int register_instantiation(const LaunchSite& site) noexcept {
   std::lock_guard<std::mutex> g(r.mu);
   r.keys.push_back(std::move(key));
   r.launched.push_back(0);
-  if (!r.at_exit && !log_path().empty()) {
-    r.at_exit = true;
+  if (!r.hooks && !log_path().empty()) {
+    r.hooks = true;
     std::atexit(write_at_exit);
+    pthread_atfork(before_fork, after_fork_in_parent, after_fork_in_child);
   }
   return int(r.keys.size()) - 1;
 }
@@ -147,7 +247,7 @@ void note_launched(const LaunchSite& site) {
     std::lock_guard<std::mutex> g(r.mu);
     if (size_t(site.instantiation) >= r.launched.size() || r.launched[site.instantiation]) return;
     r.launched[site.instantiation] = 1;
-    out = compiled_lines(r) + "launched " + r.keys[site.instantiation] + "\n";
+    out = pending_lines(r) + r.run + " launched " + r.keys[site.instantiation] + "\n";
   }
   append(out);
 }
