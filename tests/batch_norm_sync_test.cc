@@ -7,13 +7,10 @@
 //
 // The bound: every shard and the whole batch compute the same per-channel statistics and
 // backward sums in double, in another order (each shard's two-pass moments merged with
-// Chan's formula; the sums over shards added in shard order): they differ by a few units of
-// double rounding, ~1e-16 relative. In f64 that is all (bound 1e-12 of the tensor's largest
-// value, with room). In f32 the per-channel coefficients are rounded to float from doubles
-// that differ by ~1e-16, so they are almost always the same floats, and the outputs the same
-// bits; the summed dweight/dbias add K float-rounded shard sums (each within half an ulp of
-// its own magnitude): bound 4 ulps (4 * 2^-23) of the largest value, or for the summed
-// gradients of the largest sum of the shards' magnitudes. Measured: printed by the test.
+// Chan's formula; the sums over shards added in shard order): shard_bound_for(dt, false),
+// whose row of Note [Tolerances] in tests/test_util.h says why; relative to the largest value,
+// or for the summed gradients to the largest sum of the shards' magnitudes. Measured: printed
+// by the test.
 #include <cmath>
 #include <memory>
 
@@ -52,7 +49,7 @@ TEST_CASE("the ops on synchronised shards equal the op on the whole batch: y, ev
       {{6, 4, 3}, {{2, 2, 2}}},                        // (N, C, L)
       {{12, 16, 12, 12}, {{6, 6}, {4, 4, 4}}},         // the kernels' multi-threaded paths
   };
-  const double bound64 = 1e-12, bound32 = 4 * std::ldexp(1.0, -23);
+  const double bound64 = test::shard_bound_for(DType::f64, false), bound32 = test::shard_bound_for(DType::f32, false);
   Worst worst64, worst32;
   uint64_t seed = 7000;
   for (const Case& cs : cases) {

@@ -154,15 +154,7 @@ TEST_CASE("conv2d fills ChannelSums where the fused engine runs, and they are th
     if (!sums.defined()) continue;
     CHECK(sums.sum.dtype() == DType::f32);
     CHECK(sums.sum.shape() == Shape{O});
-    std::vector<double> s, q, a;
-    channel_sums(y, &s, &q, &a);
-    const std::vector<double> gs = sums.sum.to_vector<double>(), gq = sums.sqsum.to_vector<double>();
-    for (size_t o = 0; o < size_t(O); ++o) {
-      // f32 accumulation over N*HO*WO terms: f32's epsilon times the sum of magnitudes, x8, plus
-      // 1e-6 for sums near 0 (a bound per channel, not a per-dtype table row).
-      CHECK_MESSAGE(std::fabs(gs[o] - s[o]) <= 8 * 1.2e-7 * a[o] + 1e-6, what, " sum[", o, "]");
-      CHECK_MESSAGE(std::fabs(gq[o] - q[o]) <= 8 * 1.2e-7 * q[o] + 1e-6, what, " sqsum[", o, "]");
-    }
+    check_channel_sums(y, sums.sum, sums.sqsum, what);  // f32 accumulation over N*HO*WO terms
   }
   // The CPU never fills them.
   ChannelSums cpu_sums;

@@ -6,14 +6,8 @@
 // the device). The merge launcher alone against the host's merge_moments, for every x dtype and
 // every running statistics dtype.
 //
-// Tolerances, relative to the largest value of each result:
-//   f64   1e-11: both sides accumulate in double; only the order of the merges differs.
-//   f32   1e-4: the whole batch's statistics are float Welford states merged over the whole
-//         grid, a shard's the same over its rows, then merged in double: the per-channel mean,
-//         variance and backward sums differ by float rounding (~1e-6 relative), and dx's
-//         three terms cancel, which can lift that to ~1e-5 of dx's largest value.
-//   bf16  1e-2: outputs are stored in bf16 (8 significant bits): a statistic that differs in
-//         the sixth digit flips the rounding of some outputs by one bf16 ulp (2^-8 relative).
+// Tolerances, relative to the largest value of each result: shard_bound_for(dt, true) and
+// one_shard_bound_for, rows of Note [Tolerances] in tests/test_util.h that say why.
 #include <cmath>
 #include <memory>
 #include <string>
@@ -30,8 +24,6 @@ namespace rt {
 namespace {
 
 using namespace bn_sync_test;  // NOLINT: the harness is this test's vocabulary
-
-double bound_for(DType t) { return t == DType::f64 ? 1e-11 : t == DType::f32 ? 1e-4 : 1e-2; }
 
 // By hand: shards on several devices against the whole batch, not one op on the GPU against the CPU.
 TEST_CASE("CUDA batch norm on synchronised shards equals the whole batch") {
@@ -67,7 +59,7 @@ TEST_CASE("CUDA batch norm on synchronised shards equals the whole batch") {
             for (int64_t n : split) sp += (sp.empty() ? "" : "+") + std::to_string(n);
             const std::string what = detail::cat(op_name(op), " ", shape_str(cs.shape), " as ", sp, " ",
                                                  dtype_name(dt), " ", test::fmt_name(f));
-            const double bound = bound_for(dt);
+            const double bound = test::shard_bound_for(dt, true);
             const Result whole = run_op(op, in, 0, cs.shape[0], dt, f, nullptr, dev);
             std::vector<std::shared_ptr<ShardSync>> syncs;
             const std::vector<Result> shards = run_shards(op, in, split, dt, f, syncs, dev);
@@ -114,7 +106,7 @@ TEST_CASE("CUDA synchronised batch norm: a world of one equals no sync; one valu
       CHECK(sync->stats_calls == 1);
       CHECK(sync->grad_calls == 1);
       // One shard: the same Welford states, finished through double: within float rounding.
-      const double bound = dt == DType::f64 ? 1e-13 : 1e-6;
+      const double bound = test::one_shard_bound_for(dt);
       Worst w;
       check_within(a.y, b.y, max_abs(b.y), bound, "y", w);
       check_within(a.dx, b.dx, max_abs(b.dx), bound, "dx", w);

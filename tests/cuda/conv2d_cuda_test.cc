@@ -248,10 +248,9 @@ TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the o
         check_on_gpu(plain.dx, ref.dx, gpu_tol_for(t), what + " dx out of place");
       } else {
         // bf16 rounds the scale's gradient, the convolution's and the sum (the in-place sum
-        // skips one), and the two terms can cancel: each element within 3 roundings
-        // (2^-8 each) of the terms' magnitudes, the two terms computed apart in f64 (dx is
-        // linear in the seeds: ga alone gives the convolution's term, gb alone the scale's),
-        // plus 1e-6 absolute where both terms are ~0. A bound per element, not a table row.
+        // skips one), and the two terms can cancel: each element against its terms'
+        // magnitudes (kTermsTolBF16, Note [Tolerances]), the two terms computed apart in f64
+        // (dx is linear in the seeds: ga alone gives the convolution's term, gb alone the scale's).
         std::vector<Tensor> only_a = v64, only_b = v64;
         only_a[3] = mul(v64[3], 0.0);
         only_b[2] = mul(v64[2], 0.0);
@@ -266,7 +265,7 @@ TEST_CASE("conv2d adds its input gradient into an earlier one in place, as the o
           const std::vector<double> got = got_t.to(MemoryFormat::contiguous).to_vector<double>();
           int bad = 0;
           for (size_t i = 0; i < want.size(); ++i)
-            if (!(std::abs(got[i] - want[i]) <= 3 * 0x1p-8 * (std::abs(ta[i]) + std::abs(tb[i])) + 1e-6)) ++bad;
+            if (!test::kTermsTolBF16.holds(got[i], want[i], std::abs(ta[i]) + std::abs(tb[i]))) ++bad;
           CHECK_MESSAGE(bad == 0, what, " dx ", how, ": ", bad, " elements beyond 3 roundings of their terms");
         }
       }

@@ -147,21 +147,8 @@ TEST_CASE("fused convolution forward: prologue and genstats against the unfused 
         const Tensor y_ref =
             conv2d(xp, to_ref(w64, t, MemoryFormat::channels_last), Tensor(), Conv2dParams::make(int(s.stride), int(s.pad)));
         check_on_gpu(got.y, y_ref, gpu_tol_for(t), what + " y", std::sqrt(double(s.C * s.K * s.K)));
-        if (fu.genstats) {
-          // Of the y the GPU stored, in double: f32 accumulation over N*HO*WO terms, so the
-          // bound is f32's epsilon times the sum of magnitudes (times a safety factor of 8), plus
-          // 1e-6 for sums near 0: a bound per channel, not a per-dtype table row.
-          std::vector<double> sum, sqsum, abs;
-          channel_sums(got.y, &sum, &sqsum, &abs);
-          const std::vector<double> gs = got.sum.to_vector<double>(), gq = got.sqsum.to_vector<double>();
-          for (int64_t o = 0; o < s.O; ++o) {
-            const double eps = 8 * 1.2e-7;
-            CHECK_MESSAGE(std::fabs(gs[size_t(o)] - sum[size_t(o)]) <= eps * abs[size_t(o)] + 1e-6, what, " sum[", o,
-                          "] ", gs[size_t(o)], " vs ", sum[size_t(o)]);
-            CHECK_MESSAGE(std::fabs(gq[size_t(o)] - sqsum[size_t(o)]) <= eps * sqsum[size_t(o)] + 1e-6, what,
-                          " sqsum[", o, "] ", gq[size_t(o)], " vs ", sqsum[size_t(o)]);
-          }
-        }
+        // Of the y the GPU stored, f32 accumulation over N*HO*WO terms.
+        if (fu.genstats) check_channel_sums(got.y, got.sum, got.sqsum, what);
         ++cases;
       }
   }

@@ -126,6 +126,23 @@ inline void channel_sums(const Tensor& y, std::vector<double>* sum, std::vector<
       }
 }
 
+// A fused convolution's (or batch norm's) per-channel sums of y against those of the y it
+// wrote, in double: f32 accumulation over every element of a channel, judged against the sum of
+// magnitudes (kSumTolF32, Note [Tolerances]; the sum of squares is its own magnitude).
+inline void check_channel_sums(const Tensor& y, const Tensor& got_sum, const Tensor& got_sqsum,
+                               const std::string& what) {
+  std::vector<double> sum, sqsum, abs;
+  channel_sums(y, &sum, &sqsum, &abs);
+  const std::vector<double> gs = got_sum.to_vector<double>(), gq = got_sqsum.to_vector<double>();
+  REQUIRE_MESSAGE(gs.size() == sum.size(), what, ": ", gs.size(), " sums for ", sum.size(), " channels");
+  REQUIRE_MESSAGE(gq.size() == sum.size(), what, ": ", gq.size(), " sums of squares for ", sum.size(), " channels");
+  for (size_t o = 0; o < sum.size(); ++o) {
+    CHECK_MESSAGE(test::kSumTolF32.holds(gs[o], sum[o], abs[o]), what, " sum[", o, "] ", gs[o], " vs ", sum[o]);
+    CHECK_MESSAGE(test::kSumTolF32.holds(gq[o], sqsum[o], sqsum[o]), what, " sqsum[", o, "] ", gq[o], " vs ",
+                  sqsum[o]);
+  }
+}
+
 inline std::string label(const std::string& op, DType t, const Shape& s, MemoryFormat f = MemoryFormat::contiguous) {
   return op + " " + dtype_name(t) + shape_str(s) + (f == MemoryFormat::channels_last ? " NHWC" : "");
 }
@@ -139,8 +156,23 @@ struct MatchOptions {
   std::vector<MemoryFormat> formats;  // per input (4-D inputs only); missing entries: contiguous
   bool positive_inputs = false;       // inputs |v| + 0.25 (log, sqrt, a fractional pow, a divisor)
   double input_scale = 1.0;           // inputs times this before the rounding to t (e.g. logits of spread 2)
+  double input_shift = 0.0;           // then plus this (batch norm: a mean off 0, as a layer's input has)
   uint64_t seed = 1;
   double tol_scale = 1.0;             // widens gpu_tol_for(t); a test that needs it says why
+  // Bit for bit (kExact) instead of gpu_tol_for(t): ops that only move, pick or scale by a power
+  // of two (a permute, a relayout, max) give the CPU's values exactly, a 16-bit result against
+  // the CPU's f32 one too (values compared, the 16-bit side widened exactly). exact_output alone:
+  // the gradients stay within gpu_tol_for(t) (autograd adds the gradients of an input used twice,
+  // one rounding per add in t). Integer dtypes (i32, i64, u8) need exact_output.
+  bool exact_output = false;
+  bool exact_grads = false;
+  bool backward = true;                // false: the output only (argmax, a copy_ that autograd does not see)
+  bool upstream_other_format = false;  // the upstream gradient of a 4-D output in the other format than it
+  // The state the op updates in place (batch norm's running statistics): made per dtype from the
+  // CPU inputs (their shapes) and the case's generator, each copied to both sides in its own
+  // dtype, passed to f after the inputs (in[shapes.size() + j], requiring no grad) and compared
+  // after the forward within gpu_tol_for(its dtype), widened as the output's.
+  std::function<std::vector<Tensor>(const std::vector<Tensor>& ref_inputs, Generator& g)> in_place;
   // The `scale` of the output's and of input i's gradient's comparison (Note [Tolerances]):
   // by default 1 for the output, and sqrt(output / input elements) for a gradient (an input
   // broadcast over the output has its gradient summed over that many terms). An op whose
@@ -160,12 +192,36 @@ struct MatchOptions {
     input_scale = k;
     return *this;
   }
+  MatchOptions& shifted_inputs(double k) {
+    input_shift = k;
+    return *this;
+  }
   MatchOptions& with_seed(uint64_t s) {
     seed = s;
     return *this;
   }
   MatchOptions& widened(double k) {
     tol_scale = k;
+    return *this;
+  }
+  MatchOptions& exact() {
+    exact_output = exact_grads = true;
+    return *this;
+  }
+  MatchOptions& exact_forward() {
+    exact_output = true;
+    return *this;
+  }
+  MatchOptions& forward_only() {
+    backward = false;
+    return *this;
+  }
+  MatchOptions& upstream_in_other_format() {
+    upstream_other_format = true;
+    return *this;
+  }
+  MatchOptions& updating(std::function<std::vector<Tensor>(const std::vector<Tensor>&, Generator&)> make) {
+    in_place = std::move(make);
     return *this;
   }
   MatchOptions& with_forward_scale(std::function<double(const Tensor&, const std::vector<Tensor>&)> f) {
@@ -178,11 +234,69 @@ struct MatchOptions {
   }
 };
 
+// One dtype's inputs: dev on the GPU in t, ref on the CPU in ref_dtype(t) holding the same
+// values, leaves that require grad when the run has a backward. Integer dtypes: the values
+// times 1000 truncated (u8: their low byte), so that neighbouring elements' bits differ, the
+// same tensor on both sides.
+struct MatchInputs {
+  std::vector<Tensor> dev, ref;
+  std::string what;
+  int64_t biggest = 1;
+};
+inline MatchInputs match_inputs(const std::string& name, const std::vector<Shape>& shapes, DType t,
+                                const MatchOptions& opt, Generator& g) {
+  MatchInputs r{{}, {}, name + " " + dtype_name(t), 1};
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    Tensor v = randn(shapes[i], g, DType::f64, Device::cpu());
+    double* p = v.data<double>();
+    for (int64_t j = 0; j < v.numel(); ++j) {
+      p[j] = (opt.positive_inputs ? std::abs(p[j]) + 0.25 : p[j]) * opt.input_scale + opt.input_shift;
+      if (!is_floating(t)) p[j] = t == DType::u8 ? double(int64_t(p[j] * 1000) & 0xFF) : std::trunc(p[j] * 1000);
+    }
+    const MemoryFormat fmt = i < opt.formats.size() ? opt.formats[i] : MemoryFormat::contiguous;
+    if (is_floating(t)) {
+      r.dev.push_back(to_gpu(v, t, fmt));
+      r.ref.push_back(to_ref(v, t, fmt));
+    } else {
+      const Tensor c = in_fmt(v.to(t), fmt);
+      r.dev.push_back(c.to(gpu()));
+      r.ref.push_back(c.clone());
+    }
+    if (opt.backward && is_floating(t)) r.dev.back().set_requires_grad(true), r.ref.back().set_requires_grad(true);
+    r.what += " " + shape_str(shapes[i]) + (r.dev.back().format() == MemoryFormat::channels_last ? "NHWC" : "");
+    r.biggest = std::max(r.biggest, v.numel());
+  }
+  return r;
+}
+
+// Backward from the same random upstream gradient (rounded to the GPU output's dtype, widened
+// to the CPU's), then every input's gradient against the CPU's.
+inline void check_matches_backward(const Tensor& yd, const Tensor& yr, const MatchInputs& in, Generator& g, Tol tol,
+                                   const MatchOptions& opt) {
+  const auto upstream_format = [&opt](const Tensor& y) {
+    if (!opt.upstream_other_format) return y.format();
+    return y.format() == MemoryFormat::contiguous ? MemoryFormat::channels_last : MemoryFormat::contiguous;
+  };
+  const Tensor up = randn(yr.shape(), g, DType::f64, Device::cpu());
+  poison_allocator(std::max(in.biggest, up.numel()));
+  yd.backward(in_fmt(up.to(yd.dtype()), upstream_format(yd)).to(gpu()));
+  yr.backward(in_fmt(up.to(yd.dtype()).to(yr.dtype()), upstream_format(yr)).clone());
+  const Tol gtol = opt.exact_grads ? kExact : tol;
+  for (size_t i = 0; i < in.dev.size(); ++i) {
+    const Tensor &dev = in.dev[i], &ref = in.ref[i];
+    const double terms = double(std::max<int64_t>(1, yr.numel())) / double(std::max<int64_t>(1, ref.numel()));
+    const double scale = opt.grad_scale ? opt.grad_scale(i, yr, ref) : std::sqrt(std::max(1.0, terms));
+    check_on_gpu(dev.grad(), ref.grad(), gtol, in.what + " grad " + std::to_string(i), scale);
+    if (dev.grad().defined() && ref.grad().defined())
+      CHECK_MESSAGE(dev.grad().format() == ref.grad().format(), in.what, ": grad ", i, "'s formats differ");
+  }
+}
+
 // Runs op f on the same random inputs (one per shape) on the GPU in dtype t and on the CPU
 // in ref_dtype(t) (the values rounded to t first), then backward from the same random
-// upstream gradient, and checks the output and every input's gradient within gpu_tol_for(t),
-// at the scales MatchOptions says. Without a GPU it prints the SKIPPED line and returns. A
-// user's new op, checked on every dtype:
+// upstream gradient, and checks the output and every input's gradient within gpu_tol_for(t)
+// (or exactly), at the scales MatchOptions says. Without a GPU it prints the SKIPPED line and
+// returns. A user's new op, checked on every dtype:
 //   cuda_test::check_matches_cpu("silu", [](const std::vector<Tensor>& in) { return silu(in[0]); }, {{2, 3, 4, 5}});
 // Arguments that are not compared (integer targets, a constant): f captures them on the CPU
 // and moves them to its inputs' device, e.g. cross_entropy(in[0], targets.to(in[0].device())).
@@ -191,39 +305,25 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
                               const MatchOptions& opt = {}) {
   if (!have_gpu(name.c_str())) return;
   for (DType t : dtypes) {
+    REQUIRE_MESSAGE((is_floating(t) || opt.exact_output), name, ": ", dtype_name(t), " compares only exactly");
     Generator g(opt.seed);
-    std::string what = name + " " + dtype_name(t);
-    std::vector<Tensor> dev, ref;
-    int64_t biggest = 1;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      Tensor v = randn(shapes[i], g, DType::f64, Device::cpu());
-      if (opt.positive_inputs || opt.input_scale != 1.0) {
-        double* p = v.data<double>();
-        for (int64_t j = 0; j < v.numel(); ++j)
-          p[j] = (opt.positive_inputs ? std::abs(p[j]) + 0.25 : p[j]) * opt.input_scale;
+    const MatchInputs in = match_inputs(name, shapes, t, opt, g);
+    std::vector<Tensor> dev_args = in.dev, ref_args = in.ref, state_dev, state_ref;
+    if (opt.in_place)
+      for (const Tensor& s : opt.in_place(in.ref, g)) {
+        state_dev.push_back(s.clone().to(gpu())), state_ref.push_back(s.clone());
+        dev_args.push_back(state_dev.back()), ref_args.push_back(state_ref.back());
       }
-      const MemoryFormat fmt = i < opt.formats.size() ? opt.formats[i] : MemoryFormat::contiguous;
-      dev.push_back(to_gpu(v, t, fmt).set_requires_grad(true));
-      ref.push_back(to_ref(v, t, fmt).set_requires_grad(true));
-      what += " " + shape_str(shapes[i]) + (dev.back().format() == MemoryFormat::channels_last ? "NHWC" : "");
-      biggest = std::max(biggest, v.numel());
-    }
     const Tol tol = gpu_tol_for(t).scaled(opt.tol_scale);
-    poison_allocator(biggest);
-    const Tensor yd = f(dev), yr = f(ref);
-    check_on_gpu(yd, yr, tol, what + " forward", opt.forward_scale ? opt.forward_scale(yr, ref) : 1.0);
-    CHECK_MESSAGE(yd.format() == yr.format(), what, ": result formats differ");
-    const Tensor up = randn(yr.shape(), g, DType::f64, Device::cpu());
-    poison_allocator(std::max(biggest, up.numel()));
-    yd.backward(to_gpu(up, t, yd.format()));
-    yr.backward(to_ref(up, t, yr.format()));
-    for (size_t i = 0; i < dev.size(); ++i) {
-      const double terms = double(std::max<int64_t>(1, yr.numel())) / double(std::max<int64_t>(1, ref[i].numel()));
-      const double scale = opt.grad_scale ? opt.grad_scale(i, yr, ref[i]) : std::sqrt(std::max(1.0, terms));
-      check_on_gpu(dev[i].grad(), ref[i].grad(), tol, what + " grad " + std::to_string(i), scale);
-      if (dev[i].grad().defined() && ref[i].grad().defined())
-        CHECK_MESSAGE(dev[i].grad().format() == ref[i].grad().format(), what, ": grad ", i, "'s formats differ");
-    }
+    poison_allocator(in.biggest);
+    const Tensor yd = f(dev_args), yr = f(ref_args);
+    check_on_gpu(yd, yr, opt.exact_output ? kExact : tol, in.what + " forward",
+                 opt.forward_scale ? opt.forward_scale(yr, in.ref) : 1.0);
+    CHECK_MESSAGE(yd.format() == yr.format(), in.what, ": result formats differ");
+    for (size_t j = 0; j < state_dev.size(); ++j)
+      check_on_gpu(state_dev[j], state_ref[j], gpu_tol_for(state_ref[j].dtype()).scaled(opt.tol_scale),
+                   in.what + " in place " + std::to_string(j));
+    if (opt.backward && is_floating(t)) check_matches_backward(yd, yr, in, g, tol, opt);
   }
 }
 
@@ -231,10 +331,12 @@ inline void check_matches_cpu(const std::string& name, const OpFn& f, const std:
 // case's input shapes and their formats from the generator; `cases` cases, seeded by `seed`
 // and reproducible, each checked as check_matches_cpu does. A fixed list of shapes misses
 // tiling and remainder bugs; draws of odd and 1x1 spatial sizes, channel counts off the
-// vector width and batch 1 find them.
+// vector width and batch 1 find them. An op with parameters drawn with the shapes (a dim, a
+// permutation, a split point) comes with each draw (ShapeDraw::op; f may then be null).
 struct ShapeDraw {
   std::vector<Shape> shapes;
   std::vector<MemoryFormat> formats;  // per input, as MatchOptions::formats
+  OpFn op = nullptr;                  // this case's op; null: the sweep's f
 };
 inline void check_matches_cpu_sweep(const std::string& name, const OpFn& f,
                                     const std::function<ShapeDraw(std::mt19937_64&)>& draw, int cases,
@@ -246,10 +348,11 @@ inline void check_matches_cpu_sweep(const std::string& name, const OpFn& f,
   std::mt19937_64 rng(seed);
   for (int k = 0; k < cases; ++k) {
     const ShapeDraw d = draw(rng);
+    REQUIRE_MESSAGE((d.op || f), name, ": no op for case ", k);
     opt.formats = d.formats;
     opt.seed = seed * 1000 + uint64_t(k);
-    check_matches_cpu(name + " case " + std::to_string(k) + " (seed " + std::to_string(seed) + ")", f, d.shapes,
-                      dtypes, opt);
+    check_matches_cpu(name + " case " + std::to_string(k) + " (seed " + std::to_string(seed) + ")", d.op ? d.op : f,
+                      d.shapes, dtypes, opt);
   }
 }
 

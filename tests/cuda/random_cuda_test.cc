@@ -3,18 +3,11 @@
 // a million elements, in every floating dtype. Both paths must leave the Generators in the
 // same state, so every later draw agrees too.
 //
-// Note [tolerance]
-// The integer draws, the uniforms and the affine fma are the same IEEE operations on both
-// sides (Note [same values as the host] in kernels/cuda/random.cu), so rand_uniform and
-// randint must match bit for bit. randn also calls log and cos: glibc's on the host, CUDA's
-// (within 1 and 2 ulp) on the GPU, so a normal deviate in double may differ by a few ulp:
-//   f64:           |got - want| <= 1e-15 * |want - mean| + 1 ulp(want)
-//                  (the deviate to 1e-15 relative, ~5-9 ulp, scaled by std; then the
-//                  fma's own rounding of slightly different inputs, 1 ulp)
-//   f32/bf16/f16:  at most 1 ulp of the dtype, and in at most 1 element in 10^4: the
-//                  double values differ in their last bits, so their roundings differ
-//                  only when one lies within a few double ulps of a rounding midpoint
-//                  of the dtype (about 1 in 10^7 for f32; expected 0 here).
+// The tolerances are rows of Note [Tolerances] in tests/test_util.h (random draws on two
+// devices): rand_uniform and randint bit for bit (the same IEEE operations on both sides,
+// Note [same values as the host] in kernels/cuda/random.cu); randn within kDeviateRelF64 of
+// the deviate plus an ulp in f64, within an ulp in at most kInexactFraction of the elements in
+// the other dtypes (CUDA's log and cos against glibc's).
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -44,15 +37,7 @@ const std::vector<Case> kCases = {
     {{4, 64, 64, 64}, kNHWC},  // 1M elements, NHWC
 };
 
-// One unit in the last place of dtype t at magnitude |v| (subnormals: the smallest step).
-double ulp(double v, DType t) {
-  int digits = 24, emin = -126;
-  if (t == DType::f64) digits = 53, emin = -1022;
-  if (t == DType::bf16) digits = 8;
-  if (t == DType::f16) digits = 11, emin = -14;
-  const int e = v == 0 ? emin : std::max(std::ilogb(v), emin);
-  return std::ldexp(1.0, e - (digits - 1));
-}
+using test::ulp_of;
 
 // Compares in logical order; `tol(got, want)` is the allowed |got - want|. Reports the
 // first failures, and returns how many elements are not identical (within tolerance or not).
@@ -87,7 +72,7 @@ void check_same_after(Generator& gpu_gen, Generator& cpu_gen, uint64_t seed, uin
 }
 
 // By hand: RNG streams against the host loop, and the generator's state.
-TEST_CASE("randn on CUDA equals the host loop (Note [tolerance]) and advances the Generator alike") {
+TEST_CASE("randn on CUDA equals the host loop within its ulps and advances the Generator alike") {
   if (!have_gpu("randn")) return;
   for (const Case& c : kCases) {
     const uint64_t n = uint64_t(shape_numel(c.shape));
@@ -101,10 +86,15 @@ TEST_CASE("randn on CUDA equals the host loop (Note [tolerance]) and advances th
         const Tensor want = randn(c.shape, gc, t, Device::cpu(), c.format, mean, stddev);
         const int64_t inexact =
             t == DType::f64
-                ? compare(got, want, [&](double, double w) { return 1e-15 * std::abs(w - mean) + ulp(w, t); }, what)
-                : compare(got, want, [&](double g, double w) { return ulp(std::max(std::abs(g), std::abs(w)), t); },
-                          what);
-        if (t != DType::f64) CHECK_MESSAGE(inexact <= int64_t(n / 10000), what, ": ", inexact, " elements 1 ulp off");
+                ? compare(
+                      got, want,
+                      [&](double, double w) { return test::kDeviateRelF64 * std::abs(w - mean) + ulp_of(w, t); }, what)
+                : compare(
+                      got, want, [&](double g, double w) { return ulp_of(std::max(std::abs(g), std::abs(w)), t); },
+                      what);
+        if (t != DType::f64)
+          CHECK_MESSAGE(double(inexact) <= test::kInexactFraction * double(n), what, ": ", inexact,
+                        " elements 1 ulp off");
         if (inexact > 0) MESSAGE(what, ": ", inexact, " of ", n, " elements not bit-identical (within tolerance)");
         check_same_after(gg, gc, seed, 2 * n, what);
       }

@@ -86,8 +86,6 @@ std::string dims_of(const Case& k) {
   return dims + (k.keepdim ? " keepdim" : "");
 }
 
-std::string what(const char* op, DType t, const Case& k) { return label(op, t, k.shape, k.format) + dims_of(k); }
-
 int64_t terms(const Case& k) {
   int64_t n = 1;
   for (int d : k.dims) n *= k.shape[size_t(d < 0 ? d + int(k.shape.size()) : d)];
@@ -111,28 +109,20 @@ TEST_CASE("sum and mean over dims on CUDA match the CPU: forward and backward, e
     }
 }
 
-// By hand: exact (kExact) values, argmax and gradient; the harness allows gpu_tol_for.
+// max picks an element and its gradient goes to that one index: exact values, argmax and
+// gradient. bf16/f16 rounding makes ties common: both sides must pick the first.
 TEST_CASE("max and argmax over a dim on CUDA match the CPU exactly; the gradient to the same index") {
-  if (!have_gpu("max and argmax over a dim")) return;
   uint64_t seed = 200;
-  for (DType t : kFloatTypes)
-    for (const Case& k : cases(true)) {
-      const std::string w = what("max", t, k);
-      CAPTURE(w);
-      // bf16/f16 rounding makes ties common: both sides must pick the first.
-      const Tensor x64 = rnd(k.shape, ++seed);
-      poison_allocator(x64.numel());
-      Tensor xd = to_gpu(x64, t, k.format).set_requires_grad(true);
-      Tensor xr = to_ref(x64, t, k.format).set_requires_grad(true);
-      const Tensor yd = max(xd, k.dims[0], k.keepdim), yr = max(xr, k.dims[0], k.keepdim);
-      check_on_gpu(yd, yr, kExact, w + " y");
-      check_on_gpu(argmax(xd, k.dims[0], k.keepdim), argmax(xr, k.dims[0], k.keepdim), kExact, w + " argmax");
-      const Tensor g64 = rnd(yr.shape(), ++seed);
-      poison_allocator(x64.numel());
-      yd.backward(to_gpu(g64, t, yr.format()));
-      yr.backward(to_ref(g64, t, yr.format()));
-      check_on_gpu(xd.grad(), xr.grad(), kExact, w + " dx");
-    }
+  for (const Case& k : cases(true)) {
+    const MatchOptions o = MatchOptions().exact().with_formats({k.format}).with_seed(++seed);
+    check_matches_cpu(
+        "max" + dims_of(k), [&k](const std::vector<Tensor>& in) { return max(in[0], k.dims[0], k.keepdim); }, {k.shape},
+        {DType::f32, DType::f64, DType::bf16, DType::f16}, o);
+    MatchOptions forward = o;
+    check_matches_cpu(
+        "argmax" + dims_of(k), [&k](const std::vector<Tensor>& in) { return argmax(in[0], k.dims[0], k.keepdim); },
+        {k.shape}, {DType::f32, DType::f64, DType::bf16, DType::f16}, forward.forward_only());
+  }
 }
 
 // By hand: fixed NaN and tied inputs, which random inputs never give.

@@ -5,7 +5,10 @@
 // still run.
 #include <algorithm>
 #include <cstdint>
+#include <functional>
 #include <numeric>
+#include <random>
+#include <string>
 #include <vector>
 
 #include "engine/ops.h"
@@ -32,106 +35,73 @@ TEST_CASE("strided_copy launcher: host-side checks (runs without a GPU)") {
   cuda::strided_copy(4, 1, zero, st, st, nullptr, nullptr, nullptr);  // nothing to copy: no launch
 }
 
-Shape random_shape(Generator& g, int min_rank = 1) {
-  const int64_t sizes[] = {1, 2, 3, 5, 7, 33};
+// One drawn case of the shape ops: x of rank 1 to 5 (sizes 1, 2, 3, 5, 7 and 33), NHWC for
+// half the 4-D ones, a permutation of its dims, a dim and a split point in [0, len] (an empty
+// piece too).
+struct ShapeCase {
   Shape s;
-  const int n = int(g.randint(min_rank, 6));
-  for (int d = 0; d < n; ++d) s.push_back(sizes[g.randint(0, 6)]);
-  return s;
-}
-
-// The value v64 on the GPU and on the CPU for dtype t (i64: the values rounded to integers
-// times 1000, so every dtype's bits differ from element to element; u8: those integers' low
-// byte, the 1-byte copy of u8 images).
-struct Pair {
-  Tensor gpu, cpu;
+  MemoryFormat f;
+  std::vector<int> order;
+  int d;
+  int64_t cut;
 };
-Pair make(const Tensor& v64, DType t, MemoryFormat f) {
-  if (t == DType::i64) {
-    std::vector<int64_t> v;
-    for (double x : v64.to_vector<double>()) v.push_back(int64_t(x * 1000));
-    const Tensor c = in_fmt(Tensor::from_vector(v, v64.shape()), f);
-    return {c.to(gpu()), c};
-  }
-  if (t == DType::u8) {
-    std::vector<uint8_t> v;
-    for (double x : v64.to_vector<double>()) v.push_back(uint8_t(int64_t(x * 1000) & 0xFF));
-    const Tensor c = in_fmt(Tensor::from_vector(v, v64.shape()), f);
-    return {c.to(gpu()), c};
-  }
-  return {to_gpu(v64, t, f), to_ref(v64, t, f)};
+ShapeCase draw_case(std::mt19937_64& rng) {
+  const int64_t sizes[] = {1, 2, 3, 5, 7, 33};
+  Generator g(rng());
+  ShapeCase c;
+  const int n = int(g.randint(1, 6));
+  for (int d = 0; d < n; ++d) c.s.push_back(sizes[g.randint(0, 6)]);
+  c.f = n == 4 && g.randint(0, 2) == 1 ? kNHWC : kNCHW;
+  c.order.resize(size_t(n));
+  std::iota(c.order.begin(), c.order.end(), 0);
+  for (int k = n - 1; k > 0; --k) std::swap(c.order[size_t(k)], c.order[size_t(g.randint(0, k + 1))]);
+  c.d = int(g.randint(0, n));
+  c.cut = g.randint(0, c.s[size_t(c.d)] + 1);
+  return c;
 }
 
-constexpr DType kTypes[] = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::u8};
-
-// By hand: exact (kExact) in every dtype, integers too; the harness allows gpu_tol_for.
-TEST_CASE("permute, narrow, split and concat on CUDA equal the CPU exactly (every dtype, both formats)") {
-  if (!have_gpu("shape ops forward")) return;
-  Generator g(61);
-  uint64_t seed = 100;
-  for (int c = 0; c < 40; ++c) {
-    const Shape s = random_shape(g);
-    const int n = int(s.size());
-    const MemoryFormat f = n == 4 && g.randint(0, 2) == 1 ? kNHWC : kNCHW;
-    std::vector<int> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    for (int k = n - 1; k > 0; --k) std::swap(order[size_t(k)], order[size_t(g.randint(0, k + 1))]);
-    const int d = int(g.randint(0, n));
-    const int64_t len = s[size_t(d)], cut = g.randint(0, len + 1);
-    const Tensor v64 = rnd(s, ++seed);
-    for (DType t : kTypes) {
-      const std::string w = label("shape ops", t, s, f) + " dim " + std::to_string(d);
-      CAPTURE(w);
-      const Pair x = make(v64, t, f);
-      const Tensor pd = permute(x.gpu, order), pc = permute(x.cpu, order);
-      CHECK(pd.device() == gpu());
-      CHECK(pd.to_vector<double>() == pc.to_vector<double>());
-      const std::vector<Tensor> sd = split(x.gpu, {cut, len - cut}, d), sc = split(x.cpu, {cut, len - cut}, d);
-      for (size_t p = 0; p < 2; ++p) {
-        CHECK(sd[p].format() == sc[p].format());
-        CHECK(sd[p].to_vector<double>() == sc[p].to_vector<double>());
-      }
-      const Tensor cd = concat({sd[1], x.gpu, sd[0]}, d), cc = concat({sc[1], x.cpu, sc[0]}, d);
-      CHECK(cd.format() == cc.format());
-      CHECK(cd.to_vector<double>() == cc.to_vector<double>());
-      if (n == 4) CHECK(contiguous(x.gpu).to_vector<double>() == x.cpu.to_vector<double>());
-    }
-  }
+// A sweep's draw for one shape op: every op's sweep has the same seed, so the same cases.
+using CaseOp = std::function<Tensor(const ShapeCase&, const Tensor&)>;
+std::function<ShapeDraw(std::mt19937_64&)> drawing(CaseOp op) {
+  return [op](std::mt19937_64& rng) {
+    const ShapeCase c = draw_case(rng);
+    return ShapeDraw{{c.s}, {c.f}, [op, c](const std::vector<Tensor>& in) { return op(c, in[0]); }};
+  };
+}
+std::vector<Tensor> pieces(const ShapeCase& c, const Tensor& x) {
+  return split(x, {c.cut, c.s[size_t(c.d)] - c.cut}, c.d);
 }
 
-// By hand: y must be exact (kExact), the harness would allow gpu_tol_for; the seed is permuted.
-TEST_CASE("shape ops on CUDA: gradients equal the CPU's (every float dtype, both formats)") {
-  if (!have_gpu("shape ops backward")) return;
-  Generator g(62);
-  uint64_t seed = 200;
-  for (int c = 0; c < 20; ++c) {
-    const Shape s = random_shape(g, 2);
-    const int n = int(s.size());
-    const MemoryFormat f = n == 4 && g.randint(0, 2) == 1 ? kNHWC : kNCHW;
-    std::vector<int> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    std::rotate(order.begin(), order.begin() + 1, order.end());
-    const int d = int(g.randint(0, n));
-    const int64_t len = s[size_t(d)], cut = len / 2;
-    const Tensor v64 = rnd(s, ++seed), w64 = rnd(s, ++seed);
-    for (DType t : kFloatTypes) {
-      const std::string w = label("shape ops backward", t, s, f);
-      CAPTURE(w);
-      // loss = <seed, permute(concat(b, a))> with (a, b) = split(x): every backward at once.
-      auto run = [&](const Tensor& x) {
-        const std::vector<Tensor> p = split(x, {cut, len - cut}, d);
-        return permute(concat({p[1], p[0]}, d), order);
-      };
-      Tensor xd = to_gpu(v64, t, f).set_requires_grad(true), xr = to_ref(v64, t, f).set_requires_grad(true);
-      const Tensor yd = run(xd), yr = run(xr);
-      check_on_gpu(yd, yr, kExact, w + " y");
-      yd.backward(to_gpu(permute(w64, order), t));
-      yr.backward(to_ref(permute(w64, order), t));
-      CHECK(xd.grad().format() == f);
-      // The pieces' gradients are added by autograd: one rounding per add in the dtype.
-      check_on_gpu(xd.grad(), xr.grad(), gpu_tol_for(t), w + " dx");
-    }
-  }
+// i64 and u8 besides the float dtypes: the four element sizes of the strided copy.
+const std::vector<DType> kTypes = {DType::f32, DType::f64, DType::bf16, DType::f16, DType::i64, DType::u8};
+constexpr int kCases = 40;
+constexpr uint64_t kSeed = 61;
+
+// Bits only move: every result and gradient exactly the CPU's, in every dtype (integers:
+// forward only), with the result's format.
+TEST_CASE("permute, split and contiguous on CUDA equal the CPU exactly (every dtype, both formats)") {
+  const MatchOptions exact = MatchOptions().exact();
+  check_matches_cpu_sweep("permute", nullptr,
+                          drawing([](const ShapeCase& c, const Tensor& x) { return permute(x, c.order); }), kCases,
+                          kSeed, kTypes, exact);
+  for (int p : {0, 1})
+    check_matches_cpu_sweep("split piece " + std::to_string(p), nullptr,
+                            drawing([p](const ShapeCase& c, const Tensor& x) { return pieces(c, x)[size_t(p)]; }),
+                            kCases, kSeed, kTypes, exact);
+  check_matches_cpu_sweep("contiguous", nullptr,
+                          drawing([](const ShapeCase&, const Tensor& x) { return contiguous(x); }), kCases, kSeed,
+                          kTypes, exact);
+}
+
+// x beside its own pieces: x's gradient adds the pieces' to its own, one rounding per add in
+// the dtype (a 16-bit sum differs from the CPU's f32 one), so the gradient is checked within
+// gpu_tol_for and the output exactly.
+TEST_CASE("concat of a tensor and its split pieces on CUDA equals the CPU exactly (every dtype, both formats)") {
+  check_matches_cpu_sweep("concat", nullptr, drawing([](const ShapeCase& c, const Tensor& x) {
+                            const std::vector<Tensor> p = pieces(c, x);
+                            return concat({p[1], x, p[0]}, c.d);
+                          }),
+                          kCases, kSeed, kTypes, MatchOptions().exact_forward());
 }
 
 }  // namespace
