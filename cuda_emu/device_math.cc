@@ -12,8 +12,10 @@
 // (computed in long double), one of them picked by a hash of RINGTAPE_EMU_SEED, the
 // function and the argument bits. So a function is deterministic in its argument, as a
 // device's implementation is, and another seed is another implementation within the same
-// bounds. Host code (the CPU reference, the library fakes) is never perturbed: the wrappers
-// look at whether the calling thread is a GPU thread (tls_thread).
+// bounds. The guide's special values stay exact (an exact result of 0 or of infinity, a
+// NaN), and no result changes sign. Host code (the CPU reference, the library fakes) is
+// never perturbed: the wrappers look at whether the calling thread is a GPU thread
+// (tls_thread).
 //
 // How calls get here: the intrinsics (__expf, __logf, __fdividef, rsqrtf, ...) are defined
 // in simt.h and call device_fn; the standard functions (expf, logf, powf, tanhf, exp, ...)
@@ -88,20 +90,25 @@ long double ulp_at(long double t) {
   return std::ldexp(1.0L, std::ilogb(a) + 1 - kDigits);
 }
 
-// A T within `ulps` ulps of the exact value t, picked by hash h among all such.
+// A T within `ulps` ulps of the exact value t, picked by hash h among all such, of t's sign.
+// An exact 0 stays 0, its sign kept: the guide's special values (expf(-inf) = +0, sinf(+-0) =
+// +-0, logf(1) = +0, tanhf(+-0) = +-0, ...) are exact on the device, and a result near the
+// smallest subnormal never crosses 0 (a device's exp is never negative).
 template <typename T>
 T within(long double t, long double ulps, uint64_t h) {
   const T nearest = T(t);
-  if (!std::isfinite(t) || !std::isfinite(nearest) || ulps <= 0) return nearest;
+  if (!std::isfinite(t) || !std::isfinite(nearest) || ulps <= 0 || t == 0) return nearest;
   const long double bound = ulps * ulp_at<T>(t);
+  const bool negative = std::signbit(t);
+  const auto keeps = [&](T next) { return std::isfinite(next) && std::signbit(next) == negative; };
   T lo = nearest, hi = nearest;
   constexpr T kInf = std::numeric_limits<T>::infinity();
-  for (T next = std::nextafter(lo, -kInf); std::isfinite(next) && t - next <= bound; next = std::nextafter(lo, -kInf))
+  for (T next = std::nextafter(lo, -kInf); keeps(next) && t - next <= bound; next = std::nextafter(lo, -kInf))
     lo = next;
-  for (T next = std::nextafter(hi, kInf); std::isfinite(next) && next - t <= bound; next = std::nextafter(hi, kInf))
-    hi = next;
+  for (T next = std::nextafter(hi, kInf); keeps(next) && next - t <= bound; next = std::nextafter(hi, kInf)) hi = next;
   const int64_t first = ordinal(lo), count = ordinal(hi) - first + 1;
-  return from_ordinal<T>(first + int64_t(h % uint64_t(count)));
+  return std::copysign(from_ordinal<T>(first + int64_t(h % uint64_t(count))),
+                       T(negative ? -1 : 1));  // -0's ordinal is +0's
 }
 
 template <typename T>

@@ -121,7 +121,8 @@ void check_exact(const MathFn (&fns)[N]) {
     const std::vector<T> got = run(f, x, y);
     int differ = 0;
     for (size_t i = 0; i < x.size(); ++i) differ += got[i] != reference(f, x[i], y[i]);
-    CHECK_MESSAGE(differ == 0, name(f), ": ", differ, " results differ from the host's with the mode exact");
+    CHECK_MESSAGE(differ == 0, std::string(name(f)), ": ", differ,
+                  " results differ from the host's with the mode exact");
   }
 }
 
@@ -138,14 +139,14 @@ void check_within(const MathFn (&fns)[N], uint32_t seed) {
       const long double err = std::fabs(got[i] - t) / ulp, bound = allowed(f, x[i], ulp);
       if (err / bound > worst) worst = err / bound, worst_at = int(i);
       off_nearest += got[i] != T(t);
-      REQUIRE_MESSAGE(got[i] == again[i], name(f), "(", x[i], "): ", got[i], " then ", again[i],
+      REQUIRE_MESSAGE(got[i] == again[i], std::string(name(f)), "(", x[i], "): ", got[i], " then ", again[i],
                       ": a function must be deterministic in its argument");
     }
     INFO(std::string(name(f)), ": worst error ", double(worst), " of the bound at x = ", double(x[worst_at]));
     CHECK(worst <= 1);
     // Perturbed: a fair share of the results are not the correctly rounded value. (rsqrt in
     // double and the functions with 1 ulp pick between the two neighbours of the truth.)
-    CHECK_MESSAGE(off_nearest > int(x.size()) / 8, name(f), ": only ", off_nearest, " of ", x.size(),
+    CHECK_MESSAGE(off_nearest > int(x.size()) / 8, std::string(name(f)), ": only ", off_nearest, " of ", x.size(),
                   " results differ from the correctly rounded one");
   }
 }
@@ -172,6 +173,26 @@ TEST_CASE("with the ulp mode each function stays within the documented error, pe
   const float on_host = std::exp(float(v));
   const Mode exact(rt::emu::DeviceMath::exact);
   CHECK(std::exp(float(v)) == on_host);
+}
+
+// The guide's special values are exact on the device, and no result changes sign: exp of
+// -inf is +0 (a softmax's masked entry is exactly 0), exp of an argument whose exact result is
+// below the smallest subnormal is +0 or a positive subnormal, never negative, whatever the seed.
+TEST_CASE("with the ulp mode special values are exact and results keep their sign") {
+  const Mode ulp(rt::emu::DeviceMath::ulp);
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<float> x = {-inf, -103.5f, -104.0f, -110.0f, -200.0f, 0.0f};
+  for (float k = -103.9f; k < -103.0f; k += 0.01f) x.push_back(k);  // results of 1-3 subnormal steps
+  for (MathFn f : {MathFn::expf, MathFn::fast_expf}) {
+    const std::vector<float> got = run(f, x, std::vector<float>(x.size(), 0.0f));
+    CHECK_MESSAGE((got[0] == 0.0f && !std::signbit(got[0])), std::string(name(f)), "(-inf) = ", got[0]);
+    for (size_t i = 1; i < x.size(); ++i)
+      CHECK_MESSAGE(!std::signbit(got[i]), std::string(name(f)), "(", x[i], ") = ", got[i]);
+  }
+  const std::vector<float> zeros = {0.0f, -0.0f}, logs = {1.0f, 1.0f};
+  const std::vector<float> t = run(MathFn::tanhf, zeros, zeros), l = run(MathFn::logf, logs, zeros);
+  CHECK((t[0] == 0.0f && !std::signbit(t[0]) && t[1] == 0.0f && std::signbit(t[1])));
+  CHECK((l[0] == 0.0f && !std::signbit(l[0])));
 }
 
 }  // namespace
